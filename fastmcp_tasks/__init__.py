@@ -1,0 +1,35 @@
+"""fastmcp-tasks: durable background tasks for FastMCP 4 servers (MCP tasks extension, SEP-2663).
+
+from fastmcp import FastMCP
+from fastmcp_tasks import TasksExtension
+
+mcp = FastMCP("Reports")
+mcp.add_extension(TasksExtension())
+
+@mcp.tool(task=True)
+async def render(pages: int) -> str: ...
+"""
+
+from __future__ import annotations
+
+from fastmcp_tasks.errors import ConfigurationError, TaskLimitExceeded, TasksError
+from fastmcp_tasks.extension import TasksExtension
+from fastmcp_tasks.progress import Progress
+from fastmcp_tasks.stores import MemoryTaskStore, TaskRecord, TaskStore, store_from_url
+from fastmcp_tasks.wire import TASKS_EXTENSION_ID
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "TASKS_EXTENSION_ID",
+    "ConfigurationError",
+    "MemoryTaskStore",
+    "Progress",
+    "TaskLimitExceeded",
+    "TaskRecord",
+    "TaskStore",
+    "TasksError",
+    "TasksExtension",
+    "__version__",
+    "store_from_url",
+]

@@ -1,0 +1,107 @@
+"""Every exception fastmcp-tasks raises, and the JSON-RPC errors it sends.
+
+The hierarchy::
+
+    TasksError                      base of everything this package raises
+    ├── ConfigurationError          bad construction arguments (also a ValueError)
+    ├── StoreError                  a store could not do what was asked
+    │   └── TaskLimitExceeded       a store refused a new task: a cap is reached
+    └── InvalidTransition           a state change the task's state machine forbids
+
+Wire errors are `mcp.shared.exceptions.MCPError` built by the functions below,
+so every code and message the server sends lives in this one module:
+
+- `missing_capability()`   -32021, the per-request tasks opt-in is absent (HTTP 400)
+- `task_not_found()`       -32602, unknown, expired or purged task id
+- `header_mismatch()`      -32020, `Mcp-Name` disagrees with `params.taskId` (HTTP 400)
+- `limit_exceeded()`       -32000, a configured cap refuses a new task
+- `interrupted()`          -32603, the task's run was lost (shutdown, crash)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mcp.shared.exceptions import MCPError
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
+from mcp_types.jsonrpc import HEADER_MISMATCH, MISSING_REQUIRED_CLIENT_CAPABILITY
+
+from fastmcp_tasks.wire import TASKS_EXTENSION_ID
+
+#: Implementation-defined server error (JSON-RPC reserves -32000..-32099 for these).
+LIMIT_EXCEEDED = -32000
+
+
+class TasksError(Exception):
+    """Base class of every exception raised by fastmcp-tasks."""
+
+
+class ConfigurationError(TasksError, ValueError):
+    """The extension or a store was constructed with arguments that cannot work."""
+
+
+class StoreError(TasksError):
+    """A store could not complete an operation."""
+
+
+class TaskLimitExceeded(StoreError):
+    """A store refused to create a task because a configured cap is reached."""
+
+    def __init__(self, limit: str, value: int) -> None:
+        super().__init__(f"{limit}={value} reached")
+        self.limit = limit
+        self.value = value
+
+
+class InvalidTransition(TasksError):
+    """A status change that the SEP-2663 state machine does not allow."""
+
+
+def missing_capability() -> MCPError:
+    """-32021: the request did not declare the tasks extension in its `_meta`."""
+    return MCPError(
+        code=MISSING_REQUIRED_CLIENT_CAPABILITY,
+        message="Missing required client capability",
+        data={"requiredCapabilities": {"extensions": {TASKS_EXTENSION_ID: {}}}},
+    )
+
+
+def task_not_found(task_id: str) -> MCPError:
+    """-32602: the same answer for unknown, expired, purged and foreign tasks."""
+    shown = task_id if len(task_id) <= 80 and task_id.isprintable() else "(invalid id)"
+    return MCPError(
+        code=INVALID_PARAMS,
+        message=f"Failed to retrieve task: Task not found ({shown}); it never existed, "
+        "has expired, or was purged",
+    )
+
+
+def header_mismatch(header: str, body: str) -> MCPError:
+    """-32020: the `Mcp-Name` routing header names another task than the body."""
+    return MCPError(
+        code=HEADER_MISMATCH,
+        message=f"Mcp-Name header {header!r} does not match params.taskId {body!r}",
+    )
+
+
+def limit_exceeded(limit: str, value: int) -> MCPError:
+    """A cap refuses a new task; nothing was created."""
+    return MCPError(
+        code=LIMIT_EXCEEDED,
+        message=f"Task limit reached: {limit}={value}; no task was created, retry later",
+        data={"limit": limit, "value": value},
+    )
+
+
+def interrupted(reason: str) -> dict[str, Any]:
+    """The JSON-RPC error object stored on a task whose run was lost."""
+    return {"code": INTERNAL_ERROR, "message": f"Task interrupted: {reason}"}
+
+
+def error_object(error: MCPError) -> dict[str, Any]:
+    """The JSON-RPC error object (code, message, data) carried by an MCPError."""
+    data = error.error
+    obj: dict[str, Any] = {"code": data.code, "message": data.message}
+    if data.data is not None:
+        obj["data"] = data.data
+    return obj

@@ -1,0 +1,210 @@
+"""`TasksExtension`: configuration, and the wiring of FastMCP's four extension hooks.
+
+- `settings()` advertises `capabilities.extensions["io.modelcontextprotocol/tasks"] = {}` (C1).
+- `methods()` binds `tasks/get`, `tasks/update`, `tasks/cancel` (see `handlers`).
+- `intercept_tool_call()` decides, per `tools/call`, between the synchronous
+  path and a task (the mode table in the README), creates the task in the store
+  and hands it to the runner.
+- `lifespan()` opens the store and runs the runner for the server's lifetime.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from typing import Any
+
+from fastmcp.server.context import Context
+from fastmcp.server.dependencies import _is_client_tool_call
+from fastmcp.server.extensions import MethodBinding, ServerExtension, ToolCallContinuation
+from fastmcp.tools.base import Tool
+from fastmcp.utilities.versions import VersionSpec
+from mcp.shared.exceptions import MCPError
+from mcp_types import INTERNAL_ERROR, CallToolRequestParams
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from fastmcp_tasks.errors import (
+    ConfigurationError,
+    TaskLimitExceeded,
+    limit_exceeded,
+    missing_capability,
+)
+from fastmcp_tasks.handlers import TaskMethods
+from fastmcp_tasks.progress import install_core_progress_adapter
+from fastmcp_tasks.runner import QUEUED_MESSAGE, Job, TaskRunner
+from fastmcp_tasks.stores import store_from_url
+from fastmcp_tasks.stores.base import TaskRecord, TaskStore
+from fastmcp_tasks.validation import arguments_valid
+from fastmcp_tasks.wire import TASKS_EXTENSION_ID, render_create_result
+
+URL_ENV = "FASTMCP_TASKS_URL"
+DEFAULT_URL = "memory://"
+DEFAULT_CONCURRENCY = 100
+DEFAULT_RETENTION = timedelta(hours=1)
+DEFAULT_MAX_TASKS = 100_000
+TASK_ID_BYTES = 24  # 192 bits from `secrets`, 32 URL-safe characters
+
+_MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
+
+
+class TasksExtension(ServerExtension):
+    """Durable background tasks for `task=True` tools (SEP-2663).
+
+    Args:
+        url: which store keeps the tasks. `None` reads `FASTMCP_TASKS_URL`,
+            defaulting to `memory://`.
+        store: a ready store object (anything implementing `TaskStore`);
+            excludes `url`.
+        concurrency: most tasks running at once in this process; the rest wait
+            in order, `working` with a "Queued" status message.
+        retention: how long a finished task stays readable. `None` keeps
+            finished tasks until `max_tasks` forces them out (ttlMs `null`).
+        max_tasks: most tasks a store built from `url` retains at once.
+        sweep_interval: how often expired tasks are purged.
+    """
+
+    identifier = TASKS_EXTENSION_ID
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        store: TaskStore | None = None,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        retention: timedelta | None = DEFAULT_RETENTION,
+        max_tasks: int | None = DEFAULT_MAX_TASKS,
+        sweep_interval: timedelta = timedelta(seconds=60),
+    ) -> None:
+        if store is not None and url is not None:
+            raise ConfigurationError("pass either url= or store=, not both")
+        if concurrency < 1:
+            raise ConfigurationError(f"concurrency must be at least 1, got {concurrency}")
+        if retention is not None and retention < timedelta(0):
+            raise ConfigurationError(f"retention must not be negative, got {retention}")
+        if sweep_interval <= timedelta(0):
+            raise ConfigurationError(f"sweep_interval must be positive, got {sweep_interval}")
+        self._config: dict[str, Any] = {
+            "url": url,
+            "store": store,
+            "concurrency": concurrency,
+            "retention": retention,
+            "max_tasks": max_tasks,
+            "sweep_interval": sweep_interval,
+        }
+        self.url = url if url is not None else os.environ.get(URL_ENV) or DEFAULT_URL
+        if store is None:
+            store = store_from_url(self.url, max_tasks=max_tasks)
+        else:
+            self.url = f"{getattr(store, 'scheme', 'custom')}://"
+        self.store: TaskStore = store
+        self.concurrency = concurrency
+        self.retention_ms = None if retention is None else int(retention.total_seconds() * 1000)
+        self.sweep_interval = sweep_interval.total_seconds()
+        self.runner: TaskRunner | None = None
+        self._methods = TaskMethods(store)
+        install_core_progress_adapter()
+
+    def clone(self) -> TasksExtension:
+        return TasksExtension(**self._config)
+
+    # --- the four hooks ------------------------------------------------------------
+
+    def settings(self) -> dict[str, Any]:
+        return {}
+
+    def methods(self) -> Sequence[MethodBinding]:
+        return self._methods.bindings()
+
+    @asynccontextmanager
+    async def _run(self) -> AsyncIterator[None]:
+        await self.store.open()
+        try:
+            runner = TaskRunner(
+                self.server,
+                self.store,
+                concurrency=self.concurrency,
+                sweep_interval=self.sweep_interval,
+            )
+            async with runner.running():
+                self.runner = runner
+                try:
+                    yield
+                finally:
+                    self.runner = None
+        finally:
+            await self.store.close()
+
+    def lifespan(self) -> Any:
+        return self._run()
+
+    async def intercept_tool_call(
+        self,
+        params: CallToolRequestParams,
+        context: Context,
+        call_next: ToolCallContinuation,
+    ) -> Any:
+        request = context.request_context
+        if request is None or not _is_client_tool_call():
+            return await call_next()  # a nested or direct call: never a task
+        tool = await context.fastmcp.get_tool(params.name, version=_requested_version(params))
+        if tool is None or tool.task_config.mode == "forbidden":
+            return await call_next()
+        opted_in = (
+            request.protocol_version in _MODERN
+            and context.client_extension_settings(TASKS_EXTENSION_ID) is not None
+        )
+        if not opted_in:
+            if tool.task_config.mode == "required":
+                raise missing_capability()
+            return await call_next()
+        arguments = params.arguments or {}
+        if not arguments_valid(tool, arguments):
+            return await call_next()  # the synchronous path reports it, no task made
+        return await self._create_task(tool, params.name, arguments)
+
+    # --- task creation ---------------------------------------------------------------
+
+    async def _create_task(self, tool: Tool, name: str, arguments: dict[str, Any]) -> Any:
+        runner = self.runner
+        if runner is None or not runner.started:
+            raise MCPError(
+                code=INTERNAL_ERROR,
+                message="The tasks extension is not running: the server lifespan has not started",
+            )
+        queued = runner.saturated()
+        now = time.time()
+        poll_ms = max(1, int(tool.task_config.poll_interval.total_seconds() * 1000))
+        record = TaskRecord(
+            task_id=secrets.token_urlsafe(TASK_ID_BYTES),
+            tool=name,
+            status="working",
+            created_at=now,
+            updated_at=now,
+            arguments=arguments,
+            status_message=QUEUED_MESSAGE if queued else None,
+            poll_interval_ms=poll_ms,
+            retention_ms=self.retention_ms,
+        )
+        try:
+            await self.store.create(record)
+        except TaskLimitExceeded as exc:
+            raise limit_exceeded(exc.limit, exc.value) from None
+        created = render_create_result(record)
+        runner.submit(Job(record.task_id, name, arguments, tool=tool, queued=queued))
+        return created
+
+
+def _requested_version(params: CallToolRequestParams) -> VersionSpec | None:
+    """The component version a call asks for (`_meta.fastmcp.version`), as core reads it."""
+    meta = params.meta
+    fastmcp_meta = meta.get("fastmcp") if isinstance(meta, dict) else None
+    version = fastmcp_meta.get("version") if isinstance(fastmcp_meta, dict) else None
+    if isinstance(version, str):
+        return VersionSpec(eq=version)
+    if isinstance(version, dict):
+        return VersionSpec(**{k: v for k, v in version.items() if k in ("eq", "gte", "lt")})
+    return None

@@ -1,0 +1,97 @@
+"""`tasks/get`, `tasks/update` and `tasks/cancel`: read params, ask the store, render.
+
+Each handler first applies the two gates every task method shares:
+
+1. the per-request opt-in (C25, C34, C39): a request whose `_meta` does not
+   declare the tasks extension gets -32021, whatever its task id;
+2. over Streamable HTTP, an `Mcp-Name` header that names another task than
+   `params.taskId` gets -32020 (C50). A missing header is accepted.
+
+Unknown, expired and purged ids all get the same -32602 (C24). Handlers never
+talk to the runner: a cancel is a store write that the runner hears about.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastmcp.server.extensions import MethodBinding, read_client_extension_settings
+from mcp.server.context import ServerRequestContext
+from mcp.shared.inbound import decode_header_value
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from fastmcp_tasks.errors import header_mismatch, missing_capability, task_not_found
+from fastmcp_tasks.stores.base import TaskStore
+from fastmcp_tasks.wire import (
+    ACK,
+    METHOD_CANCEL,
+    METHOD_GET,
+    METHOD_UPDATE,
+    TASKS_EXTENSION_ID,
+    TaskIdParams,
+    UpdateTaskParams,
+    render_get_result,
+)
+
+MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
+
+
+def check_request(ctx: ServerRequestContext[Any, Any], task_id: str) -> None:
+    """The gates every task method applies before touching the store."""
+    if read_client_extension_settings(ctx, TASKS_EXTENSION_ID) is None:
+        raise missing_capability()
+    request = ctx.request
+    if request is not None:
+        headers = getattr(request, "headers", None)
+        raw = headers.get("mcp-name") if headers is not None else None
+        if raw is not None:
+            try:
+                named = decode_header_value(raw)
+            except ValueError:
+                named = raw
+            if named != task_id:
+                raise header_mismatch(raw, task_id)
+
+
+class TaskMethods:
+    """The task methods bound to one store."""
+
+    def __init__(self, store: TaskStore) -> None:
+        self.store = store
+
+    def bindings(self) -> list[MethodBinding]:
+        return [
+            MethodBinding(METHOD_GET, TaskIdParams, self.get, MODERN),
+            MethodBinding(METHOD_UPDATE, UpdateTaskParams, self.update, MODERN),
+            MethodBinding(METHOD_CANCEL, TaskIdParams, self.cancel, MODERN),
+        ]
+
+    async def get(
+        self, ctx: ServerRequestContext[Any, Any], params: TaskIdParams
+    ) -> dict[str, Any]:
+        """`tasks/get`: the DetailedTask for the current status (C22, C23). No side effects."""
+        check_request(ctx, params.task_id)
+        record = await self.store.get(params.task_id)
+        if record is None:
+            raise task_not_found(params.task_id)
+        return render_get_result(record)
+
+    async def update(
+        self, ctx: ServerRequestContext[Any, Any], params: UpdateTaskParams
+    ) -> dict[str, Any]:
+        """`tasks/update`: accept answers for outstanding keys, ignore the rest (C32-C37)."""
+        check_request(ctx, params.task_id)
+        accepted = await self.store.answer_input(params.task_id, params.input_responses)
+        if accepted is None:
+            raise task_not_found(params.task_id)
+        return dict(ACK)
+
+    async def cancel(
+        self, ctx: ServerRequestContext[Any, Any], params: TaskIdParams
+    ) -> dict[str, Any]:
+        """`tasks/cancel`: record the request and ack; terminal tasks are left as they are."""
+        check_request(ctx, params.task_id)
+        record = await self.store.request_cancel(params.task_id)
+        if record is None:
+            raise task_not_found(params.task_id)
+        return dict(ACK)

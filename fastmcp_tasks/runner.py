@@ -1,0 +1,238 @@
+"""Runs tool calls as tasks: a bounded, first-in-first-out pool inside the server lifespan.
+
+`submit()` is called from the `tools/call` interceptor after the task exists in
+the store; it only enqueues. A dispatcher started in the extension's lifespan
+takes jobs in order, waits for one of `concurrency` slots and starts the run in
+the lifespan's own task group, so a run never inherits the submitting
+request's context variables (GUIDE §2). Each run gets a fresh `TaskContext`
+and its own cancel scope.
+
+The runner learns of cancel requests from the store's change feed, never from
+the handlers directly: a queued task is cancelled before it starts, a running
+one through its cancel scope (the tool sees cancellation at its next await).
+Every outcome is written with a compare-and-set transition, so a completion
+racing a cancel leaves exactly one terminal state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+from fastmcp.tools.base import Tool
+
+from fastmcp_tasks.context import TaskContext, TaskReporter, _current_task
+from fastmcp_tasks.errors import ConfigurationError, interrupted
+from fastmcp_tasks.execution import Outcome, run_tool
+from fastmcp_tasks.stores.base import TaskStore
+
+logger = logging.getLogger("fastmcp_tasks.runner")
+
+QUEUED_MESSAGE = "Queued: waiting for a free worker slot"
+CANCELLED_MESSAGE = "Cancelled at the client's request"
+CANCELLED_BEFORE_START = "Cancelled before it started"
+INPUT_REQUIRED_UNSUPPORTED = (
+    "The tool returned an InputRequiredResult, which this version does not carry into a task"
+)
+
+
+@dataclass(eq=False)
+class Job:
+    """One task waiting for, or holding, a worker slot in this process."""
+
+    task_id: str
+    name: str
+    arguments: dict[str, Any]
+    tool: Tool | None = None
+    queued: bool = False
+    started: bool = False
+    cancel_requested: bool = False
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+
+
+class TaskRunner:
+    """Executes submitted jobs with at most `concurrency` running at once."""
+
+    def __init__(
+        self,
+        server: Any,
+        store: TaskStore,
+        *,
+        concurrency: int,
+        sweep_interval: float = 60.0,
+    ) -> None:
+        if concurrency < 1:
+            raise ConfigurationError(f"concurrency must be at least 1, got {concurrency}")
+        self.server = server
+        self.store = store
+        self.concurrency = concurrency
+        self.sweep_interval = sweep_interval
+        self._jobs: dict[str, Job] = {}
+        self._waiting = 0
+        self._running = 0
+        self._slots = anyio.Semaphore(concurrency)
+        self._send, self._receive = anyio.create_memory_object_stream[Job](math.inf)
+        self._group: TaskGroup | None = None
+        self._stopping = False
+
+    @property
+    def started(self) -> bool:
+        return self._group is not None and not self._stopping
+
+    def saturated(self) -> bool:
+        """True when a job submitted now would have to wait for a slot."""
+        return self._running + self._waiting >= self.concurrency
+
+    def submit(self, job: Job) -> None:
+        """Enqueue a job whose task already exists in the store."""
+        self._jobs[job.task_id] = job
+        self._waiting += 1
+        self._send.send_nowait(job)
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[TaskRunner]:
+        """Run the dispatcher, the cancel watcher and the sweeper until exit.
+
+        They live in a task group owned by a host task of their own rather than
+        one held open across this context manager's `yield`: FastMCP closes
+        extension lifespans inside a shielding cancel scope, which a task group
+        entered before it cannot be exited under. The host task starts from the
+        lifespan, so runs inherit the lifespan's context (`Shared()`
+        dependencies), never a request's.
+        """
+        loop = asyncio.get_running_loop()
+        ready: asyncio.Future[None] = loop.create_future()
+        stop = anyio.Event()
+
+        async def host() -> None:
+            try:
+                async with anyio.create_task_group() as group:
+                    self._group = group
+                    await group.start(self._watch_changes)
+                    group.start_soon(self._dispatch)
+                    group.start_soon(self._sweep)
+                    ready.set_result(None)
+                    await stop.wait()
+                    self._stopping = True
+                    group.cancel_scope.cancel()
+            except BaseException as exc:
+                if not ready.done():
+                    ready.set_exception(exc)
+                raise
+            finally:
+                self._group = None
+
+        task = loop.create_task(host(), name="fastmcp-tasks runner")
+        await ready
+        try:
+            yield self
+        finally:
+            stop.set()
+            await task
+
+    # --- dispatch ------------------------------------------------------------------
+
+    async def _dispatch(self) -> None:
+        assert self._group is not None
+        async with self._receive:
+            async for job in self._receive:
+                if job.cancel_requested:
+                    continue  # cancelled while queued: already recorded
+                await self._slots.acquire()
+                if job.cancel_requested:
+                    self._slots.release()
+                    continue
+                self._waiting -= 1
+                self._running += 1
+                job.started = True
+                self._group.start_soon(self._run, job, name=f"fastmcp-task {job.task_id}")
+
+    async def _run(self, job: Job) -> None:
+        reporter = TaskReporter(self.store, job.task_id, job.name)
+        outcome: Outcome | None = None
+        failure: dict[str, Any] | None = None
+        try:
+            with job.scope:
+                if job.queued:
+                    await reporter.status(None)
+                token = _current_task.set(reporter)
+                try:
+                    async with TaskContext(self.server, reporter):
+                        outcome = await run_tool(self.server, job.tool, job.name, job.arguments)
+                finally:
+                    _current_task.reset(token)
+        except Exception:
+            logger.exception("Task %s (%s) crashed in the task engine", job.task_id, job.name)
+            failure = interrupted("the task engine failed while running the tool")
+        finally:
+            self._running -= 1
+            self._slots.release()
+            self._jobs.pop(job.task_id, None)
+            with anyio.CancelScope(shield=True):
+                await self._finish(job, outcome, failure)
+
+    async def _finish(
+        self, job: Job, outcome: Outcome | None, failure: dict[str, Any] | None
+    ) -> None:
+        store, task_id = self.store, job.task_id
+        if outcome is None and failure is None:
+            if job.cancel_requested:
+                await store.transition(task_id, "cancelled", status_message=CANCELLED_MESSAGE)
+                return
+            failure = interrupted("the server shut down while the task was running")
+        if failure is not None:
+            await store.transition(
+                task_id, "failed", error=failure, status_message=failure["message"]
+            )
+        elif outcome is not None and outcome.input_required is not None:
+            error = {"code": -32603, "message": INPUT_REQUIRED_UNSUPPORTED}
+            await store.transition(task_id, "failed", error=error, status_message=error["message"])
+        elif outcome is not None and outcome.status == "failed":
+            error = outcome.error or {}
+            await store.transition(
+                task_id, "failed", error=error, status_message=str(error.get("message", ""))
+            )
+        elif outcome is not None:
+            await store.transition(task_id, "completed", result=outcome.result)
+
+    # --- cancellation --------------------------------------------------------------
+
+    async def _watch_changes(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        async with self.store.changes() as feed:
+            task_status.started()
+            async for change in feed:
+                if change.kind == "cancel_requested":
+                    await self._cancel(change.task_id)
+
+    async def _cancel(self, task_id: str) -> None:
+        job = self._jobs.get(task_id)
+        if job is None or job.cancel_requested:
+            return
+        job.cancel_requested = True
+        if job.started:
+            job.scope.cancel()
+            return
+        self._waiting -= 1
+        self._jobs.pop(task_id, None)
+        await self.store.transition(task_id, "cancelled", status_message=CANCELLED_BEFORE_START)
+
+    # --- retention -----------------------------------------------------------------
+
+    async def _sweep(self) -> None:
+        while True:
+            await anyio.sleep(self.sweep_interval)
+            try:
+                removed = await self.store.purge_expired(time.time())
+            except Exception:
+                logger.exception("Purging expired tasks failed; will retry")
+                continue
+            if removed:
+                logger.debug("Purged %d expired tasks", removed)

@@ -1,0 +1,42 @@
+"""Task stores, and choosing one from a URL.
+
+`store_from_url("memory://")` is the in-memory store. Each backend registers its
+URL scheme in `SCHEMES`; an unknown scheme is a `ConfigurationError` (a
+`ValueError`) naming the schemes this installation supports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+from fastmcp_tasks.errors import ConfigurationError
+from fastmcp_tasks.stores.base import TaskChange, TaskRecord, TaskStore
+from fastmcp_tasks.stores.memory import MemoryTaskStore
+
+
+def _memory(url: str, options: dict[str, Any]) -> TaskStore:
+    parts = urlsplit(url)
+    if parts.netloc or parts.path not in ("", "/"):
+        raise ConfigurationError(f"memory:// takes no host or path, got {url!r}")
+    return MemoryTaskStore(max_tasks=options.get("max_tasks", 100_000))
+
+
+#: URL scheme -> factory(url, options).
+SCHEMES: dict[str, Callable[[str, dict[str, Any]], TaskStore]] = {"memory": _memory}
+
+
+def store_from_url(url: str, **options: Any) -> TaskStore:
+    """Build the store a URL names (`memory://`)."""
+    scheme = urlsplit(url).scheme if "://" in url else ""
+    factory = SCHEMES.get(scheme)
+    if factory is None:
+        supported = ", ".join(f"{name}://" for name in sorted(SCHEMES))
+        raise ConfigurationError(
+            f"Unsupported task store URL {url!r}: supported schemes are {supported}"
+        )
+    return factory(url, options)
+
+
+__all__ = ["SCHEMES", "MemoryTaskStore", "TaskChange", "TaskRecord", "TaskStore", "store_from_url"]

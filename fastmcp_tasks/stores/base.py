@@ -1,0 +1,207 @@
+"""The store contract: the task record, the allowed transitions, the `TaskStore` protocol.
+
+The store is the spine of the package. Request handlers and the runner never
+talk to each other directly: handlers read and write the store, the runner
+writes outcomes to it and learns of cancel requests and input answers from its
+change feed. That keeps a front end and a worker in different processes (SQLite,
+Redis) working exactly like one process (memory).
+
+Rules every implementation keeps, checked by the shared contract tests:
+
+- `create` makes the task readable by `get` before it returns (C10).
+- `get` is O(1) in the number of retained tasks and never returns an expired task.
+- Terminal states are immutable: `transition` is a compare-and-set that refuses
+  to move a task out of `completed`, `failed` or `cancelled` (C21).
+- `lastUpdatedAt` moves only when the task changes (status, message, inputs).
+- A terminal task is kept for its `retention_ms`, then `purge_expired` drops it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from fastmcp_tasks.wire import ACTIVE_STATUSES, TERMINAL_STATUSES, TaskStatus
+
+#: The edges of the SEP-2663 state machine (C21).
+ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
+    "working": frozenset({"input_required", "completed", "failed", "cancelled"}),
+    "input_required": frozenset({"working", "completed", "failed", "cancelled"}),
+    "completed": frozenset(),
+    "failed": frozenset(),
+    "cancelled": frozenset(),
+}
+
+ChangeKind = Literal["status", "message", "inputs", "cancel_requested", "answered"]
+
+
+class _Unchanged:
+    """Sentinel type: leave a field as it is."""
+
+    _instance: _Unchanged | None = None
+
+    def __new__(cls) -> _Unchanged:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "UNCHANGED"
+
+
+#: Pass as `status_message` to keep the current message.
+UNCHANGED = _Unchanged()
+
+
+@dataclass(slots=True)
+class TaskRecord:
+    """One task as a store keeps it. Times are epoch seconds (floats).
+
+    Records returned by a store are snapshots for reading: callers never mutate
+    them; every change goes through the store's methods.
+    """
+
+    task_id: str
+    tool: str
+    status: TaskStatus
+    created_at: float
+    updated_at: float
+    arguments: dict[str, Any] | None = None
+    status_message: str | None = None
+    poll_interval_ms: int | None = None
+    retention_ms: int | None = None
+    terminal_at: float | None = None
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    input_requests: dict[str, Any] | None = None
+    answers: dict[str, Any] | None = None
+    cancel_requested: bool = False
+    owner: str | None = None
+    context: dict[str, Any] | None = None
+    attempts: int = 0
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in ACTIVE_STATUSES
+
+    @property
+    def expires_at(self) -> float | None:
+        """When a terminal task may be purged; `None` while active or kept forever."""
+        if self.terminal_at is None or self.retention_ms is None:
+            return None
+        return self.terminal_at + self.retention_ms / 1000
+
+
+@dataclass(frozen=True, slots=True)
+class TaskChange:
+    """One entry of a store's change feed."""
+
+    task_id: str
+    kind: ChangeKind
+    status: TaskStatus | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class TaskStore(Protocol):
+    """What the extension needs from a backend. Every method is safe to call concurrently."""
+
+    #: The URL scheme this store is selected by (`memory`, `sqlite`, `redis`).
+    scheme: str
+
+    async def open(self) -> None:
+        """Acquire connections and background resources (called from the server lifespan)."""
+        ...
+
+    async def close(self) -> None:
+        """Release everything `open` acquired. Idempotent."""
+        ...
+
+    async def create(self, record: TaskRecord) -> None:
+        """Persist a new task so `get` finds it on return.
+
+        Raises:
+            TaskLimitExceeded: a configured cap refuses the task; nothing was stored.
+        """
+        ...
+
+    async def get(self, task_id: str) -> TaskRecord | None:
+        """The task, or `None` when it never existed, has expired or was purged."""
+        ...
+
+    async def set_status_message(self, task_id: str, message: str | None) -> TaskRecord | None:
+        """Change `statusMessage` of an active task; `None` when absent or terminal.
+
+        Setting the message it already has is not a change (no `lastUpdatedAt` bump).
+        """
+        ...
+
+    async def transition(
+        self,
+        task_id: str,
+        status: TaskStatus,
+        *,
+        expect: frozenset[str] | None = None,
+        status_message: str | _Unchanged | None = UNCHANGED,
+        result: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+    ) -> TaskRecord | None:
+        """Compare-and-set the status; the new record, or `None` when refused.
+
+        Refused when the task is absent, when its current status is not in
+        `expect` (default: any active status), or when the state machine has no
+        such edge. A terminal task is never changed. `status_message` replaces the
+        message (`None` clears it, `UNCHANGED` keeps it); `result`/`error` are
+        stored with `completed`/`failed`.
+        """
+        ...
+
+    async def request_input(
+        self, task_id: str, requests: dict[str, Any], *, status_message: str | None = None
+    ) -> TaskRecord | None:
+        """Add outstanding input requests and park the task in `input_required`.
+
+        Keys must be new for the task (the caller mints them). `None` when the
+        task is absent or not active.
+        """
+        ...
+
+    async def answer_input(self, task_id: str, responses: dict[str, Any]) -> dict[str, Any] | None:
+        """Accept answers for outstanding keys; return the accepted subset.
+
+        Keys that are not outstanding are ignored (C35). Accepted keys leave
+        `input_requests` and wait in `answers` until `take_answers`. When no
+        request remains outstanding the task goes back to `working`. `None`
+        when the task is absent.
+        """
+        ...
+
+    async def take_answers(self, task_id: str, keys: frozenset[str]) -> dict[str, Any]:
+        """Remove and return the stored answers among `keys` (for the waiting run)."""
+        ...
+
+    async def withdraw_input(self, task_id: str, keys: frozenset[str]) -> TaskRecord | None:
+        """Drop outstanding requests that the run no longer waits for (superseded)."""
+        ...
+
+    async def request_cancel(self, task_id: str) -> TaskRecord | None:
+        """Record a cancel request for an active task and announce it on the feed.
+
+        A terminal task is returned unchanged (cancel is an idempotent ack).
+        `None` when the task is absent.
+        """
+        ...
+
+    def changes(self) -> AbstractAsyncContextManager[AsyncIterator[TaskChange]]:
+        """Subscribe to the change feed: every change made through this store."""
+        ...
+
+    async def purge_expired(self, now: float) -> int:
+        """Delete terminal tasks whose retention has run out; return how many."""
+        ...

@@ -1,0 +1,243 @@
+"""The in-memory store (`memory://`): one process, nothing survives a restart.
+
+Tasks live in a dict (O(1) `get`), terminal tasks are indexed in a heap by
+expiry so a sweep costs only what it removes, and `max_tasks` caps how many
+are retained so memory cannot grow without bound. Every method runs without an
+await between its read and its write, so on one event loop each is atomic:
+that is the compare-and-set the contract asks for. Finished tasks drop their
+arguments and input state, keeping a retained task small.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+from anyio.abc import ObjectSendStream
+
+from fastmcp_tasks.errors import ConfigurationError, TaskLimitExceeded
+from fastmcp_tasks.stores.base import (
+    ALLOWED_TRANSITIONS,
+    UNCHANGED,
+    TaskChange,
+    TaskRecord,
+    _Unchanged,
+)
+from fastmcp_tasks.wire import ACTIVE_STATUSES, TERMINAL_STATUSES, TaskStatus
+
+DEFAULT_MAX_TASKS = 100_000
+
+
+class MemoryTaskStore:
+    """A `TaskStore` held in this process's memory.
+
+    Args:
+        max_tasks: most tasks retained at once (active and finished); a new task
+            beyond it is refused with `TaskLimitExceeded` after expired tasks are
+            swept. `None` removes the cap.
+    """
+
+    scheme = "memory"
+
+    def __init__(self, *, max_tasks: int | None = DEFAULT_MAX_TASKS) -> None:
+        if max_tasks is not None and max_tasks < 1:
+            raise ConfigurationError(f"max_tasks must be at least 1, got {max_tasks}")
+        self.max_tasks = max_tasks
+        self._tasks: dict[str, TaskRecord] = {}
+        self._expiry: list[tuple[float, str]] = []
+        self._subscribers: set[ObjectSendStream[TaskChange]] = set()
+
+    async def open(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        for stream in list(self._subscribers):
+            stream.close()
+        self._subscribers.clear()
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    # --- reads and creation -------------------------------------------------------
+
+    async def create(self, record: TaskRecord) -> None:
+        if self.max_tasks is not None and len(self._tasks) >= self.max_tasks:
+            self._purge(time.time())
+            if len(self._tasks) >= self.max_tasks:
+                raise TaskLimitExceeded("max_tasks", self.max_tasks)
+        if record.task_id in self._tasks:
+            raise ValueError(f"task {record.task_id!r} already exists")
+        self._tasks[record.task_id] = record
+        if record.is_terminal:
+            self._index_expiry(record)
+
+    async def get(self, task_id: str) -> TaskRecord | None:
+        record = self._tasks.get(task_id)
+        if record is None:
+            return None
+        expires_at = record.expires_at
+        if expires_at is not None and expires_at <= time.time():
+            del self._tasks[task_id]
+            return None
+        return record
+
+    # --- changes ------------------------------------------------------------------
+
+    async def set_status_message(self, task_id: str, message: str | None) -> TaskRecord | None:
+        record = self._tasks.get(task_id)
+        if record is None or record.status not in ACTIVE_STATUSES:
+            return None
+        if record.status_message != message:
+            record.status_message = message
+            record.updated_at = time.time()
+            self._emit(TaskChange(task_id, "message", record.status))
+        return record
+
+    async def transition(
+        self,
+        task_id: str,
+        status: TaskStatus,
+        *,
+        expect: frozenset[str] | None = None,
+        status_message: str | _Unchanged | None = UNCHANGED,
+        result: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+    ) -> TaskRecord | None:
+        record = self._tasks.get(task_id)
+        if record is None:
+            return None
+        current = record.status
+        if status not in ALLOWED_TRANSITIONS[current]:
+            return None
+        if expect is not None and current not in expect:
+            return None
+        now = time.time()
+        record.status = status
+        record.updated_at = now
+        if not isinstance(status_message, _Unchanged):
+            record.status_message = status_message
+        if status in TERMINAL_STATUSES:
+            record.terminal_at = now
+            record.result = result if status == "completed" else None
+            record.error = error if status == "failed" else None
+            record.arguments = None
+            record.input_requests = None
+            record.answers = None
+            record.context = None
+            self._index_expiry(record)
+        elif status == "working":
+            record.input_requests = None
+        self._emit(TaskChange(task_id, "status", status))
+        return record
+
+    async def request_input(
+        self, task_id: str, requests: dict[str, Any], *, status_message: str | None = None
+    ) -> TaskRecord | None:
+        record = self._tasks.get(task_id)
+        if record is None or record.status not in ACTIVE_STATUSES:
+            return None
+        outstanding = dict(record.input_requests or {})
+        outstanding.update(requests)
+        record.input_requests = outstanding
+        record.status = "input_required"
+        record.status_message = status_message
+        record.updated_at = time.time()
+        self._emit(TaskChange(task_id, "inputs", "input_required", {"keys": list(requests)}))
+        return record
+
+    async def answer_input(self, task_id: str, responses: dict[str, Any]) -> dict[str, Any] | None:
+        record = self._tasks.get(task_id)
+        if record is None:
+            return None
+        outstanding = record.input_requests
+        if record.status != "input_required" or not outstanding:
+            return {}
+        accepted = {key: value for key, value in responses.items() if key in outstanding}
+        if not accepted:
+            return {}
+        remaining = {k: v for k, v in outstanding.items() if k not in accepted}
+        record.answers = {**(record.answers or {}), **accepted}
+        record.input_requests = remaining or None
+        record.updated_at = time.time()
+        if not remaining:
+            record.status = "working"
+            record.status_message = None
+        self._emit(TaskChange(task_id, "answered", record.status, {"keys": list(accepted)}))
+        return accepted
+
+    async def take_answers(self, task_id: str, keys: frozenset[str]) -> dict[str, Any]:
+        record = self._tasks.get(task_id)
+        if record is None or not record.answers:
+            return {}
+        taken = {key: record.answers.pop(key) for key in keys if key in record.answers}
+        return taken
+
+    async def withdraw_input(self, task_id: str, keys: frozenset[str]) -> TaskRecord | None:
+        record = self._tasks.get(task_id)
+        if record is None or record.status not in ACTIVE_STATUSES:
+            return None
+        outstanding = record.input_requests or {}
+        if not keys & outstanding.keys():
+            return record
+        remaining = {k: v for k, v in outstanding.items() if k not in keys}
+        record.input_requests = remaining or None
+        record.updated_at = time.time()
+        if not remaining and record.status == "input_required":
+            record.status = "working"
+            record.status_message = None
+        self._emit(TaskChange(task_id, "inputs", record.status, {"withdrawn": sorted(keys)}))
+        return record
+
+    async def request_cancel(self, task_id: str) -> TaskRecord | None:
+        record = await self.get(task_id)
+        if record is None or record.status in TERMINAL_STATUSES:
+            return record
+        record.cancel_requested = True
+        self._emit(TaskChange(task_id, "cancel_requested", record.status))
+        return record
+
+    @asynccontextmanager
+    async def changes(self) -> AsyncIterator[AsyncIterator[TaskChange]]:
+        send, receive = anyio.create_memory_object_stream[TaskChange](math.inf)
+        self._subscribers.add(send)
+        try:
+            async with receive:
+                yield receive
+        finally:
+            self._subscribers.discard(send)
+            send.close()
+
+    # --- retention ----------------------------------------------------------------
+
+    async def purge_expired(self, now: float) -> int:
+        return self._purge(now)
+
+    def _purge(self, now: float) -> int:
+        removed = 0
+        heap = self._expiry
+        while heap and heap[0][0] <= now:
+            expires_at, task_id = heapq.heappop(heap)
+            record = self._tasks.get(task_id)
+            if record is not None and record.expires_at == expires_at:
+                del self._tasks[task_id]
+                removed += 1
+        return removed
+
+    def _index_expiry(self, record: TaskRecord) -> None:
+        expires_at = record.expires_at
+        if expires_at is not None:
+            heapq.heappush(self._expiry, (expires_at, record.task_id))
+
+    def _emit(self, change: TaskChange) -> None:
+        if not self._subscribers:
+            return
+        for stream in list(self._subscribers):
+            try:
+                stream.send_nowait(change)
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                self._subscribers.discard(stream)
