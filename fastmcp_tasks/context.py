@@ -43,11 +43,13 @@ class TaskReporter:
 
     __slots__ = ("_last", "store", "task_id", "tool")
 
-    def __init__(self, store: TaskStore, task_id: str, tool: str) -> None:
+    def __init__(
+        self, store: TaskStore, task_id: str, tool: str, message: str | None = None
+    ) -> None:
         self.store = store
         self.task_id = task_id
         self.tool = tool
-        self._last: str | None = None
+        self._last = message  # the statusMessage the task has now
 
     async def status(self, message: str | None) -> None:
         if message == self._last:

@@ -156,13 +156,14 @@ class TaskRunner:
                 self._group.start_soon(self._run, job, name=f"fastmcp-task {job.task_id}")
 
     async def _run(self, job: Job) -> None:
-        reporter = TaskReporter(self.store, job.task_id, job.name)
+        reporter = TaskReporter(
+            self.store, job.task_id, job.name, QUEUED_MESSAGE if job.queued else None
+        )
         outcome: Outcome | None = None
         failure: dict[str, Any] | None = None
         try:
             with job.scope:
-                if job.queued:
-                    await reporter.status(None)
+                await reporter.status(None)  # clears "Queued"; no write when there was none
                 token = _current_task.set(reporter)
                 try:
                     async with TaskContext(self.server, reporter):

@@ -29,12 +29,14 @@ class Probes:
         return events.setdefault(key, anyio.Event())
 
 
-def make_server(**extension: Any) -> tuple[FastMCP, Probes]:
+def make_server(poll: timedelta | None = None, **extension: Any) -> tuple[FastMCP, Probes]:
+    """The reference server; `poll` overrides the optional tools' default poll interval."""
     mcp = FastMCP("reference")
     mcp.add_extension(TasksExtension(**extension))
     probes = Probes()
+    task: bool | TaskConfig = True if poll is None else TaskConfig(poll_interval=poll)
 
-    @mcp.tool(task=True)
+    @mcp.tool(task=task)
     async def echo(text: str) -> str:
         return text
 
@@ -50,19 +52,19 @@ def make_server(**extension: Any) -> tuple[FastMCP, Probes]:
     def plain(x: int) -> int:
         return x + 1
 
-    @mcp.tool(task=True)
+    @mcp.tool(task=task)
     async def tool_error() -> str:
         raise ToolError("the job could not finish")
 
-    @mcp.tool(task=True)
+    @mcp.tool(task=task)
     async def crash() -> str:
         raise RuntimeError("boom: secret detail")
 
-    @mcp.tool(task=True)
+    @mcp.tool(task=task)
     async def protocol_error() -> str:
         raise MCPError(code=-32050, message="upstream refused", data={"retryAfter": 3})
 
-    @mcp.tool(task=True)
+    @mcp.tool(task=task)
     async def blocker(key: str) -> str:
         """Starts, then waits until the test releases it; records cancellation."""
         probes.runs.append(key)
@@ -74,7 +76,7 @@ def make_server(**extension: Any) -> tuple[FastMCP, Probes]:
             raise
         return f"released {key}"
 
-    @mcp.tool(task=True)
+    @mcp.tool(task=task)
     async def chatty(ctx: Context) -> str:
         await ctx.debug("debug line")
         await ctx.info("info line")

@@ -1,0 +1,75 @@
+"""The public surface: names, construction errors, URL selection."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+import fastmcp_tasks
+from fastmcp_tasks import ConfigurationError, MemoryTaskStore, TasksExtension, store_from_url
+
+
+def test_public_names_are_pinned() -> None:
+    assert sorted(fastmcp_tasks.__all__) == [
+        "ConfigurationError",
+        "MemoryTaskStore",
+        "Progress",
+        "TASKS_EXTENSION_ID",
+        "TaskLimitExceeded",
+        "TaskRecord",
+        "TaskStore",
+        "TasksError",
+        "TasksExtension",
+        "__version__",
+        "store_from_url",
+    ]
+    for name in fastmcp_tasks.__all__:
+        assert hasattr(fastmcp_tasks, name)
+
+
+def test_unknown_scheme_names_the_supported_ones() -> None:
+    with pytest.raises(ValueError, match=r"supported schemes are memory://") as info:
+        TasksExtension("postgres://db/tasks")
+    assert isinstance(info.value, ConfigurationError)
+    with pytest.raises(ValueError, match="Unsupported task store URL"):
+        store_from_url("not a url")
+
+
+def test_url_defaults_to_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FASTMCP_TASKS_URL", raising=False)
+    assert TasksExtension().url == "memory://"
+    monkeypatch.setenv("FASTMCP_TASKS_URL", "memory://")
+    assert TasksExtension().url == "memory://"
+    monkeypatch.setenv("FASTMCP_TASKS_URL", "nope://x")
+    with pytest.raises(ValueError, match="nope://x"):
+        TasksExtension()
+
+
+def test_store_object_is_used_as_given() -> None:
+    store = MemoryTaskStore(max_tasks=3)
+    extension = TasksExtension(store=store)
+    assert extension.store is store
+    assert extension.clone().store is store
+    with pytest.raises(ValueError, match="either url= or store="):
+        TasksExtension("memory://", store=store)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"concurrency": 0},
+        {"retention": timedelta(seconds=-1)},
+        {"sweep_interval": timedelta(0)},
+        {"max_tasks": 0},
+    ],
+)
+def test_bad_configuration_is_a_clear_value_error(kwargs: dict) -> None:
+    with pytest.raises(ValueError):
+        TasksExtension(**kwargs)
+
+
+def test_task_ids_are_unguessable() -> None:
+    from fastmcp_tasks.extension import TASK_ID_BYTES
+
+    assert TASK_ID_BYTES * 8 >= 128
