@@ -112,7 +112,8 @@ class TasksClientExtension(ClientExtension):
 
     def _interval(self, state: dict[str, Any]) -> float:
         poll_ms = state.get("pollIntervalMs")
-        seconds = poll_ms / 1000 if isinstance(poll_ms, int) and poll_ms > 0 else DEFAULT_POLL_SECONDS
+        given = isinstance(poll_ms, int) and poll_ms > 0
+        seconds = poll_ms / 1000 if given else DEFAULT_POLL_SECONDS
         return max(seconds, self.min_poll_interval)
 
     async def _report(self, state: dict[str, Any]) -> None:

@@ -7,10 +7,15 @@ the tool's code unchanged in both modes:
 - `report_progress(progress, total, message)` becomes the task's `statusMessage`
   (the message, or "3/10" when only numbers are given);
 - `log()` and `debug/info/warning/error` go to the server's logger
-  (`fastmcp_tasks.tool`), never to a client, and never fail the task.
+  (`fastmcp_tasks.tool`), never to a client, and never fail the task;
+- `elicit(message, response_type)` sends the same `elicitation/create` params a
+  foreground call would, as an `inputRequests` entry: the task waits in
+  `input_required` (the coroutine is parked, nothing re-runs) and the call
+  returns the same `AcceptedElicitation` / `DeclinedElicitation` /
+  `CancelledElicitation` once the client answers with `tasks/update`.
 
-`TaskReporter` is the narrow handle a running task uses to write its own
-status; `current_task()` finds it from dependency code such as `Progress`.
+`RunningTask` is the narrow handle a running task uses to write its own status
+and ask for input; `current_task()` finds it from dependency code (`Progress`).
 """
 
 from __future__ import annotations
@@ -18,10 +23,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import Any
 
+from fastmcp.exceptions import ToolError
 from fastmcp.server.context import Context
+from fastmcp.server.elicitation import (
+    CancelledElicitation,
+    DeclinedElicitation,
+    handle_elicit_accept,
+    parse_elicit_response_type,
+)
 
+from fastmcp_tasks.inputs import InputBroker, elicitation_request, new_key
 from fastmcp_tasks.stores.base import TaskStore
 
 tool_logger = logging.getLogger("fastmcp_tasks.tool")
@@ -38,30 +52,48 @@ _LEVELS = {
 }
 
 
-class TaskReporter:
-    """Writes one running task's `statusMessage`, skipping writes that change nothing."""
+@dataclass(eq=False)
+class RunningTask:
+    """One task while its tool runs: writes its `statusMessage`, asks for input.
 
-    __slots__ = ("_last", "store", "task_id", "tool")
+    `message` is the status message the task has now; writes that would not
+    change it are skipped. `input_kinds` are the capabilities (`elicitation`,
+    `sampling`, `roots`) the creating request declared (C31).
+    """
 
-    def __init__(
-        self, store: TaskStore, task_id: str, tool: str, message: str | None = None
-    ) -> None:
-        self.store = store
-        self.task_id = task_id
-        self.tool = tool
-        self._last = message  # the statusMessage the task has now
+    store: TaskStore
+    task_id: str
+    tool: str
+    message: str | None = None
+    broker: InputBroker | None = None
+    input_timeout: float | None = None
+    input_kinds: frozenset[str] = field(default_factory=frozenset)
 
     async def status(self, message: str | None) -> None:
-        if message == self._last:
+        if message == self.message:
             return
-        self._last = message
+        self.message = message
         await self.store.set_status_message(self.task_id, message)
 
+    async def ask(self, requests: dict[str, dict[str, Any]], status: str | None) -> dict[str, Any]:
+        """Park the task on `requests`; the answers that arrived before the timeout."""
+        if self.broker is None:  # pragma: no cover - the runner always sets one
+            raise ToolError("This task cannot ask for input")
+        self.message = status
+        try:
+            return await self.broker.ask(
+                self.task_id, requests, wait_seconds=self.input_timeout, status_message=status
+            )
+        except LookupError as exc:
+            raise ToolError(str(exc)) from None
+        finally:
+            self.message = None  # answered: the store cleared the message
 
-_current_task: ContextVar[TaskReporter | None] = ContextVar("fastmcp_tasks_task", default=None)
+
+_current_task: ContextVar[RunningTask | None] = ContextVar("fastmcp_tasks_task", default=None)
 
 
-def current_task() -> TaskReporter | None:
+def current_task() -> RunningTask | None:
     """The task running in this coroutine, or `None` outside a task."""
     return _current_task.get()
 
@@ -75,17 +107,23 @@ def progress_message(progress: float, total: float | None, message: str | None) 
     return f"{progress:g}"
 
 
+NO_ELICITATION = (
+    "ctx.elicit() inside this task needs a client that can answer it: the tools/call "
+    "that created the task did not declare the elicitation capability"
+)
+
+
 class TaskContext(Context):
     """The `Context` handed to a tool running as a task (`is_background_task` is True)."""
 
-    def __init__(self, fastmcp: Any, reporter: TaskReporter) -> None:
-        super().__init__(fastmcp, task_id=reporter.task_id)
-        self._reporter = reporter
+    def __init__(self, fastmcp: Any, running: RunningTask) -> None:
+        super().__init__(fastmcp, task_id=running.task_id)
+        self._running = running
 
     async def report_progress(
         self, progress: float, total: float | None = None, message: str | None = None
     ) -> None:
-        await self._reporter.status(progress_message(progress, total, message))
+        await self._running.status(progress_message(progress, total, message))
 
     async def log(
         self,
@@ -99,12 +137,41 @@ class TaskContext(Context):
         (logger or tool_logger).log(
             _LEVELS.get(str(name), logging.INFO),
             "[task %s %s] %s",
-            self._reporter.task_id,
-            self._reporter.tool,
+            self._running.task_id,
+            self._running.tool,
             message,
             extra={
-                "task_id": self._reporter.task_id,
-                "tool": self._reporter.tool,
+                "task_id": self._running.task_id,
+                "tool": self._running.tool,
                 "mcp_extra": dict(extra) if extra else None,
             },
         )
+
+    async def elicit(  # type: ignore[override]
+        self,
+        message: str,
+        response_type: Any = None,
+        *,
+        response_title: str | None = None,
+        response_description: str | None = None,
+    ) -> Any:
+        config = parse_elicit_response_type(
+            response_type,
+            response_title=response_title,
+            response_description=response_description,
+        )
+        if "elicitation" not in self._running.input_kinds:
+            raise ToolError(NO_ELICITATION)
+        key = new_key("elicit")
+        answers = await self._running.ask(
+            {key: elicitation_request(message, config.schema)}, status=message
+        )
+        answer = answers.get(key)
+        if answer is None:  # no answer within the input timeout
+            return CancelledElicitation()
+        action = answer.get("action")
+        if action == "accept":
+            return handle_elicit_accept(config, answer.get("content") or {})
+        if action == "decline":
+            return DeclinedElicitation()
+        return CancelledElicitation()

@@ -14,6 +14,7 @@ so every code and message the server sends lives in this one module:
 - `missing_capability()`   -32021, the per-request tasks opt-in is absent (HTTP 400)
 - `task_not_found()`       -32602, unknown, expired or purged task id
 - `header_mismatch()`      -32020, `Mcp-Name` disagrees with `params.taskId` (HTTP 400)
+- `invalid_answer()`       -32602, a `tasks/update` answer that cannot answer its request
 - `limit_exceeded()`       -32000, a configured cap refuses a new task
 - `interrupted()`          -32603, the task's run was lost (shutdown, crash)
 """
@@ -81,6 +82,15 @@ def header_mismatch(header: str, body: str) -> MCPError:
     return MCPError(
         code=HEADER_MISMATCH,
         message=f"Mcp-Name header {header!r} does not match params.taskId {body!r}",
+    )
+
+
+def invalid_answer(key: str, problem: str) -> MCPError:
+    """-32602: an answer for an outstanding key is malformed; nothing was consumed."""
+    return MCPError(
+        code=INVALID_PARAMS,
+        message=f"Invalid inputResponses[{key!r}]: {problem}; the request is still outstanding",
+        data={"key": key, "problem": problem},
     )
 
 

@@ -21,10 +21,10 @@ from typing import Any
 from fastmcp.server.context import Context
 from fastmcp.server.dependencies import _is_client_tool_call
 from fastmcp.server.extensions import MethodBinding, ServerExtension, ToolCallContinuation
-from fastmcp.tools.base import Tool
+from fastmcp.tools.base import InputRequiredToolResult, Tool
 from fastmcp.utilities.versions import VersionSpec
 from mcp.shared.exceptions import MCPError
-from mcp_types import INTERNAL_ERROR, CallToolRequestParams
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, INTERNAL_ERROR, CallToolRequestParams
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from fastmcp_tasks.errors import (
@@ -34,6 +34,7 @@ from fastmcp_tasks.errors import (
     missing_capability,
 )
 from fastmcp_tasks.handlers import TaskMethods
+from fastmcp_tasks.options import TaskOptions, options_of
 from fastmcp_tasks.progress import install_core_progress_adapter
 from fastmcp_tasks.runner import QUEUED_MESSAGE, Job, TaskRunner
 from fastmcp_tasks.stores import store_from_url
@@ -65,6 +66,10 @@ class TasksExtension(ServerExtension):
             finished tasks until `max_tasks` forces them out (ttlMs `null`).
         max_tasks: most tasks a store built from `url` retains at once.
         sweep_interval: how often expired tasks are purged.
+        input_timeout: how long a task waits for the answer to an input request
+            (`ctx.elicit`, a returned `InputRequiredResult`) before it counts as
+            unanswered; `None` waits while the task lives. Per tool:
+            `task_options(input_timeout=...)`.
     """
 
     identifier = TASKS_EXTENSION_ID
@@ -78,6 +83,7 @@ class TasksExtension(ServerExtension):
         retention: timedelta | None = DEFAULT_RETENTION,
         max_tasks: int | None = DEFAULT_MAX_TASKS,
         sweep_interval: timedelta = timedelta(seconds=60),
+        input_timeout: timedelta | None = None,
     ) -> None:
         if store is not None and url is not None:
             raise ConfigurationError("pass either url= or store=, not both")
@@ -94,7 +100,9 @@ class TasksExtension(ServerExtension):
             "retention": retention,
             "max_tasks": max_tasks,
             "sweep_interval": sweep_interval,
+            "input_timeout": input_timeout,
         }
+        self.input_timeout = input_timeout
         self.url = url if url is not None else os.environ.get(URL_ENV) or DEFAULT_URL
         if store is None:
             store = store_from_url(self.url, max_tasks=max_tasks)
@@ -164,11 +172,23 @@ class TasksExtension(ServerExtension):
         arguments = params.arguments or {}
         if not arguments_valid(tool, arguments):
             return await call_next()  # the synchronous path reports it, no task made
-        return await self._create_task(tool, params.name, arguments)
+        options = options_of(tool)
+        if options.foreground_input is not None:  # MRTR rounds before any task (C11)
+            ask = await options.foreground_input(context, arguments)
+            if ask is not None:
+                return InputRequiredToolResult(ask)
+        return await self._create_task(tool, params.name, arguments, context, options)
 
     # --- task creation ---------------------------------------------------------------
 
-    async def _create_task(self, tool: Tool, name: str, arguments: dict[str, Any]) -> Any:
+    async def _create_task(
+        self,
+        tool: Tool,
+        name: str,
+        arguments: dict[str, Any],
+        context: Context,
+        options: TaskOptions,
+    ) -> Any:
         runner = self.runner
         if runner is None or not runner.started:
             raise MCPError(
@@ -194,8 +214,30 @@ class TasksExtension(ServerExtension):
         except TaskLimitExceeded as exc:
             raise limit_exceeded(exc.limit, exc.value) from None
         created = render_create_result(record)
-        runner.submit(Job(record.task_id, name, arguments, tool=tool, queued=queued))
+        runner.submit(
+            Job(
+                record.task_id,
+                name,
+                arguments,
+                tool=tool,
+                queued=queued,
+                input_kinds=_declared_input_kinds(context),
+                input_timeout=options.timeout_seconds(self.input_timeout),
+                input_responses=context.input_responses,
+                request_state=context.request_state,
+            )
+        )
         return created
+
+
+def _declared_input_kinds(context: Context) -> frozenset[str]:
+    """The input capabilities (`elicitation`, `sampling`, `roots`) this request declared."""
+    request = context.request_context
+    meta = request.meta if request is not None else None
+    capabilities = meta.get(CLIENT_CAPABILITIES_META_KEY) if isinstance(meta, dict) else None
+    if not isinstance(capabilities, dict):
+        return frozenset()
+    return frozenset(k for k in ("elicitation", "sampling", "roots") if k in capabilities)
 
 
 def _requested_version(params: CallToolRequestParams) -> VersionSpec | None:

@@ -20,7 +20,13 @@ from mcp.server.context import ServerRequestContext
 from mcp.shared.inbound import decode_header_value
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from fastmcp_tasks.errors import header_mismatch, missing_capability, task_not_found
+from fastmcp_tasks.errors import (
+    header_mismatch,
+    invalid_answer,
+    missing_capability,
+    task_not_found,
+)
+from fastmcp_tasks.inputs import answer_problem
 from fastmcp_tasks.stores.base import TaskStore
 from fastmcp_tasks.wire import (
     ACK,
@@ -81,8 +87,19 @@ class TaskMethods:
     ) -> dict[str, Any]:
         """`tasks/update`: accept answers for outstanding keys, ignore the rest (C32-C37)."""
         check_request(ctx, params.task_id)
-        accepted = await self.store.answer_input(params.task_id, params.input_responses)
-        if accepted is None:
+        record = await self.store.get(params.task_id)
+        if record is None:
+            raise task_not_found(params.task_id)
+        outstanding = record.input_requests or {}
+        for key, answer in params.input_responses.items():
+            request = outstanding.get(key)
+            problem = None if request is None else answer_problem(request, answer)
+            if problem is not None:
+                raise invalid_answer(key, problem)
+        if (
+            outstanding
+            and await self.store.answer_input(params.task_id, params.input_responses) is None
+        ):
             raise task_not_found(params.task_id)
         return dict(ACK)
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from fastmcp.server import dependencies as core_dependencies
 
-from fastmcp_tasks.context import TaskReporter, current_task
+from fastmcp_tasks.context import RunningTask, current_task
 
 logger = logging.getLogger("fastmcp_tasks.progress")
 
@@ -33,8 +33,8 @@ class TaskProgress:
     The message wins when one is set; otherwise the counts show as "3/10".
     """
 
-    def __init__(self, reporter: TaskReporter) -> None:
-        self._reporter = reporter
+    def __init__(self, running: RunningTask) -> None:
+        self._running = running
         self._current: int | None = None
         self._total: int = 1
         self._message: str | None = None
@@ -69,18 +69,18 @@ class TaskProgress:
 
     async def _publish(self) -> None:
         if self._message:
-            await self._reporter.status(self._message)
+            await self._running.status(self._message)
         else:
-            await self._reporter.status(f"{self._current or 0}/{self._total}")
+            await self._running.status(f"{self._current or 0}/{self._total}")
 
 
 def _task_bound(cls: type[CoreProgress]) -> CoreProgress | None:
     """A fresh `cls` instance reporting into the current task, or None outside one."""
-    reporter = current_task()
-    if reporter is None:
+    running = current_task()
+    if running is None:
         return None
     instance = cls()
-    instance._impl = TaskProgress(reporter)
+    instance._impl = TaskProgress(running)
     return instance
 
 

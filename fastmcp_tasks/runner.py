@@ -29,9 +29,11 @@ import anyio
 from anyio.abc import TaskGroup
 from fastmcp.tools.base import Tool
 
-from fastmcp_tasks.context import TaskContext, TaskReporter, _current_task
+from fastmcp_tasks.context import RunningTask, TaskContext, _current_task
 from fastmcp_tasks.errors import ConfigurationError, interrupted
-from fastmcp_tasks.execution import Outcome, run_tool
+from fastmcp_tasks.execution import Outcome
+from fastmcp_tasks.inputs import InputBroker
+from fastmcp_tasks.rounds import run_rounds
 from fastmcp_tasks.stores.base import TaskStore
 
 logger = logging.getLogger("fastmcp_tasks.runner")
@@ -39,9 +41,6 @@ logger = logging.getLogger("fastmcp_tasks.runner")
 QUEUED_MESSAGE = "Queued: waiting for a free worker slot"
 CANCELLED_MESSAGE = "Cancelled at the client's request"
 CANCELLED_BEFORE_START = "Cancelled before it started"
-INPUT_REQUIRED_UNSUPPORTED = (
-    "The tool returned an InputRequiredResult, which this version does not carry into a task"
-)
 
 
 @dataclass(eq=False)
@@ -53,6 +52,10 @@ class Job:
     arguments: dict[str, Any]
     tool: Tool | None = None
     queued: bool = False
+    input_kinds: frozenset[str] = frozenset()
+    input_timeout: float | None = None
+    input_responses: Any = None
+    request_state: str | None = None
     started: bool = False
     cancel_requested: bool = False
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
@@ -75,6 +78,7 @@ class TaskRunner:
         self.store = store
         self.concurrency = concurrency
         self.sweep_interval = sweep_interval
+        self.inputs = InputBroker(store)
         self._jobs: dict[str, Job] = {}
         self._waiting = 0
         self._running = 0
@@ -156,18 +160,29 @@ class TaskRunner:
                 self._group.start_soon(self._run, job, name=f"fastmcp-task {job.task_id}")
 
     async def _run(self, job: Job) -> None:
-        reporter = TaskReporter(
-            self.store, job.task_id, job.name, QUEUED_MESSAGE if job.queued else None
+        running = RunningTask(
+            self.store,
+            job.task_id,
+            job.name,
+            message=QUEUED_MESSAGE if job.queued else None,
+            broker=self.inputs,
+            input_timeout=job.input_timeout,
+            input_kinds=job.input_kinds,
         )
         outcome: Outcome | None = None
         failure: dict[str, Any] | None = None
         try:
             with job.scope:
-                await reporter.status(None)  # clears "Queued"; no write when there was none
-                token = _current_task.set(reporter)
+                await running.status(None)  # clears "Queued"; no write when there was none
+                token = _current_task.set(running)
                 try:
-                    async with TaskContext(self.server, reporter):
-                        outcome = await run_tool(self.server, job.tool, job.name, job.arguments)
+                    async with TaskContext(self.server, running) as ctx:
+                        # answers gathered in the foreground (MRTR composition, C11)
+                        ctx._task_input_responses = job.input_responses
+                        ctx._task_request_state = job.request_state
+                        outcome = await run_rounds(
+                            self.server, job.tool, job.name, job.arguments, running, ctx
+                        )
                 finally:
                     _current_task.reset(token)
         except Exception:
@@ -193,9 +208,6 @@ class TaskRunner:
             await store.transition(
                 task_id, "failed", error=failure, status_message=failure["message"]
             )
-        elif outcome is not None and outcome.input_required is not None:
-            error = {"code": -32603, "message": INPUT_REQUIRED_UNSUPPORTED}
-            await store.transition(task_id, "failed", error=error, status_message=error["message"])
         elif outcome is not None and outcome.status == "failed":
             error = outcome.error or {}
             await store.transition(
@@ -204,7 +216,7 @@ class TaskRunner:
         elif outcome is not None:
             await store.transition(task_id, "completed", result=outcome.result)
 
-    # --- cancellation --------------------------------------------------------------
+    # --- the change feed: cancel requests and input answers ------------------
 
     async def _watch_changes(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
         async with self.store.changes() as feed:
@@ -212,6 +224,8 @@ class TaskRunner:
             async for change in feed:
                 if change.kind == "cancel_requested":
                     await self._cancel(change.task_id)
+                elif change.kind == "answered":
+                    await self.inputs.answered(change.task_id, change.details.get("keys", []))
 
     async def _cancel(self, task_id: str) -> None:
         job = self._jobs.get(task_id)

@@ -1,0 +1,73 @@
+"""Per-tool task options that `TaskConfig` (FastMCP core's) has no field for.
+
+    @mcp.tool(task=True)
+    @task_options(input_timeout=timedelta(minutes=10), foreground_input=ask_for_name)
+    async def deploy(ctx: Context) -> str: ...
+
+- `input_timeout`: how long the task waits for an answer to an input request
+  before treating it as unanswered (an elicitation returns
+  `CancelledElicitation`); overrides `TasksExtension(input_timeout=...)`.
+  `None` waits for as long as the task lives.
+- `foreground_input`: MRTR composition (C11). A guard
+  `async (ctx, arguments) -> InputRequiredResult | None` run in the foreground
+  on every `tools/call` of the tool before any task exists: while it returns an
+  `InputRequiredResult`, the call answers `resultType: "input_required"` and the
+  client retries with `inputResponses`; once it returns `None`, the call
+  becomes a task (when the client opted in) and the task body reads that
+  final round's answers from `ctx.input_responses`. Without it, a task that
+  needs input parks in `input_required` instead.
+
+The decorator stores the options on the function and returns it unchanged,
+so it goes below `@mcp.tool`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, TypeVar
+
+import mcp_types
+from fastmcp.server.context import Context
+
+Guard = Callable[[Context, dict[str, Any]], Awaitable[mcp_types.InputRequiredResult | None]]
+F = TypeVar("F", bound=Callable[..., Any])
+
+ATTRIBUTE = "__fastmcp_tasks_options__"
+_UNSET: Any = object()
+
+
+@dataclass(frozen=True)
+class TaskOptions:
+    """Options one tool sets with `task_options`."""
+
+    input_timeout: timedelta | Any | None = _UNSET
+    foreground_input: Guard | None = None
+
+    def timeout_seconds(self, default: timedelta | None) -> float | None:
+        """The input timeout in seconds for this tool, falling back to `default`."""
+        value = default if self.input_timeout is _UNSET else self.input_timeout
+        return None if value is None else max(0.0, value.total_seconds())
+
+
+NO_OPTIONS = TaskOptions()
+
+
+def task_options(
+    *, input_timeout: timedelta | Any | None = _UNSET, foreground_input: Guard | None = None
+) -> Callable[[F], F]:
+    """Attach task options to a tool function (apply below `@mcp.tool`)."""
+    options = TaskOptions(input_timeout=input_timeout, foreground_input=foreground_input)
+
+    def attach(fn: F) -> F:
+        setattr(fn, ATTRIBUTE, options)
+        return fn
+
+    return attach
+
+
+def options_of(tool: Any) -> TaskOptions:
+    """The options a tool's function carries, or the defaults."""
+    options = getattr(getattr(tool, "fn", None), ATTRIBUTE, None)
+    return options if isinstance(options, TaskOptions) else NO_OPTIONS
