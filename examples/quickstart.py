@@ -49,7 +49,7 @@ async def main() -> None:
     server = uvicorn.Server(config)
     async with anyio.create_task_group() as group:
         group.start_soon(server.serve)
-        while not server.started:
+        while not server.started:  # noqa: ASYNC110 - uvicorn offers no started event
             await anyio.sleep(0.01)
         url = f"http://127.0.0.1:{port}/mcp"
         print(f"Server listening on {url}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from fastmcp_tasks.errors import ConfigurationError, TaskLimitExceeded, TasksError
 from fastmcp_tasks.extension import TasksExtension
+from fastmcp_tasks.options import task_options
 from fastmcp_tasks.progress import Progress
 from fastmcp_tasks.stores import MemoryTaskStore, TaskRecord, TaskStore, store_from_url
 from fastmcp_tasks.wire import TASKS_EXTENSION_ID
@@ -32,4 +33,5 @@ __all__ = [
     "TasksExtension",
     "__version__",
     "store_from_url",
+    "task_options",
 ]

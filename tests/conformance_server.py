@@ -38,7 +38,7 @@ from fastmcp.exceptions import ToolError
 from fastmcp.utilities.tasks import TaskConfig
 from mcp.shared.exceptions import MCPError
 
-from fastmcp_tasks import TasksExtension
+from fastmcp_tasks import TasksExtension, task_options
 
 mcp = FastMCP("conformance-fixture")
 mcp.add_extension(TasksExtension())
@@ -112,28 +112,34 @@ async def multi_input(ctx: Context) -> str:
 NAME_REQUEST_KEY = "name"
 
 
-# The suite describes this fixture as ``taskSupport=required``: round 1 is still a
-# synchronous InputRequiredResult, and only the round carrying the answer becomes a task.
-@mcp.tool(task=TaskConfig(mode="required"))
-async def test_tool_with_task(ctx: Context) -> str | mcp_types.InputRequiredResult:
-    """MRTR composition: ask for a name synchronously, then run as a task."""
-    responses = ctx.input_responses or {}
-    answer = responses.get(NAME_REQUEST_KEY)
-    if not isinstance(answer, mcp_types.ElicitResult):
-        return mcp_types.InputRequiredResult(
-            input_requests={
-                NAME_REQUEST_KEY: mcp_types.ElicitRequest(
-                    params=mcp_types.ElicitRequestFormParams(
-                        message="What is your name?",
-                        requested_schema={
-                            "type": "object",
-                            "properties": {"name": {"type": "string"}},
-                            "required": ["name"],
-                        },
-                    )
+async def ask_for_name(ctx: Context, arguments: dict) -> mcp_types.InputRequiredResult | None:
+    """The foreground guard: ask until the call carries an answer, then let it become a task."""
+    if isinstance((ctx.input_responses or {}).get(NAME_REQUEST_KEY), mcp_types.ElicitResult):
+        return None
+    return mcp_types.InputRequiredResult(
+        input_requests={
+            NAME_REQUEST_KEY: mcp_types.ElicitRequest(
+                params=mcp_types.ElicitRequestFormParams(
+                    message="What is your name?",
+                    requested_schema={
+                        "type": "object",
+                        "properties": {"name": {"type": "string"}},
+                        "required": ["name"],
+                    },
                 )
-            }
-        )
+            )
+        }
+    )
+
+
+# MRTR composition (C11): round 1 is a synchronous InputRequiredResult from the
+# foreground guard; the round carrying the answer becomes a task whose body reads it.
+@mcp.tool(task=TaskConfig(mode="required"))
+@task_options(foreground_input=ask_for_name)
+async def test_tool_with_task(ctx: Context) -> str:
+    """Ask for a name in the foreground, then greet from a task."""
+    answer = (ctx.input_responses or {})[NAME_REQUEST_KEY]
+    assert isinstance(answer, mcp_types.ElicitResult)
     if answer.action != "accept" or not answer.content:
         return f"No name given ({answer.action})"
     return f"Hello, {answer.content.get('name')}! (finished in a task)"

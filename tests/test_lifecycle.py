@@ -60,7 +60,9 @@ async def test_tool_error_completes_with_is_error(transport: str) -> None:
     assert done["result"]["isError"] is True
     assert done["result"]["content"][0]["text"] == "the job could not finish"
     assert crashed["status"] == "completed" and crashed["result"]["isError"] is True
-    assert crashed["result"]["content"][0]["text"] == "Error calling tool 'crash': boom: secret detail"
+    assert (
+        crashed["result"]["content"][0]["text"] == "Error calling tool 'crash': boom: secret detail"
+    )
 
 
 async def test_protocol_error_fails_with_the_json_rpc_error(transport: str) -> None:
@@ -69,7 +71,11 @@ async def test_protocol_error_fails_with_the_json_rpc_error(transport: str) -> N
         created = await wire.call_tool("protocol_error")
         done = await wire.wait(created["taskId"])
     assert done["status"] == "failed"
-    assert done["error"] == {"code": -32050, "message": "upstream refused", "data": {"retryAfter": 3}}
+    assert done["error"] == {
+        "code": -32050,
+        "message": "upstream refused",
+        "data": {"retryAfter": 3},
+    }
     assert done["statusMessage"] == "upstream refused"  # always on failed (C20)
     assert "result" not in done
 
@@ -239,7 +245,9 @@ async def test_mcp_name_header_must_match_the_task_id() -> None:
         assert info.value.code == -32020 and info.value.http_status == 400
         encoded = "=?base64?" + base64.b64encode(task_id.encode()).decode() + "?="
         assert (await wire.get(task_id, headers={"Mcp-Name": encoded}))["taskId"] == task_id
-        assert (await wire.cancel(task_id, headers={"Mcp-Name": task_id}))["resultType"] == "complete"
+        assert (await wire.cancel(task_id, headers={"Mcp-Name": task_id}))[
+            "resultType"
+        ] == "complete"
 
 
 async def test_update_acks_and_ignores_unknown_keys(transport: str) -> None:
@@ -256,6 +264,7 @@ async def test_update_acks_and_ignores_unknown_keys(transport: str) -> None:
         done = await wire.wait(created["taskId"])
         late = await wire.update(created["taskId"], {"k": {"action": "accept"}})
     assert ack["resultType"] == "complete" and late["resultType"] == "complete"
+
     def unchanged(task: dict) -> dict:
         return {k: v for k, v in task.items() if k != "ttlMs"}  # ttl grows while running
 

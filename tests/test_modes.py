@@ -32,7 +32,9 @@ async def test_discover_advertises_the_extension(transport: str) -> None:
         ("required_job", {}, False, "error"),  # required, no opt-in
     ],
 )
-async def test_mode_table(transport: str, tool: str, arguments: dict, opt_in: bool, expect: str) -> None:
+async def test_mode_table(
+    transport: str, tool: str, arguments: dict, opt_in: bool, expect: str
+) -> None:
     mcp, _ = make_server()
     async with connect(mcp, transport) as wire:
         if expect == "error":

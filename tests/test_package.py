@@ -23,6 +23,7 @@ def test_public_names_are_pinned() -> None:
         "TasksExtension",
         "__version__",
         "store_from_url",
+        "task_options",
     ]
     for name in fastmcp_tasks.__all__:
         assert hasattr(fastmcp_tasks, name)

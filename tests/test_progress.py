@@ -128,10 +128,18 @@ async def test_logging_in_a_task_goes_to_the_server_log(
     lines = [r for r in caplog.records if r.name.startswith("fastmcp_tasks.tool")]
     messages = [r.getMessage() for r in lines]
     assert [m.rsplit("] ", 1)[1] for m in messages] == [
-        "debug line", "info line", "warning line", "error line", "custom",
+        "debug line",
+        "info line",
+        "warning line",
+        "error line",
+        "custom",
     ]
     assert [r.levelno for r in lines] == [
-        logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR, logging.INFO,
+        logging.DEBUG,
+        logging.INFO,
+        logging.WARNING,
+        logging.ERROR,
+        logging.INFO,
     ]
     assert all(created["taskId"] in m for m in messages)
 

@@ -76,7 +76,9 @@ def validate_result(method: str, result: dict[str, Any]) -> None:
         validate(definition, result)
     if method == "tasks/get":
         assert result["resultType"] == "complete"
-        validate("DetailedTask", {k: v for k, v in result.items() if k not in ("resultType", "_meta")})
+        validate(
+            "DetailedTask", {k: v for k, v in result.items() if k not in ("resultType", "_meta")}
+        )
         if result["status"] == "completed":
             validate_result("tools/call", result["result"])
 
@@ -109,7 +111,7 @@ class Wire:
         headers: dict[str, str] | None = None,
         malformed: bool = False,
     ) -> dict[str, Any]:
-        """Send one request; `malformed=True` skips the schema check of a deliberately bad request."""
+        """Send one request (`malformed=True`: skip the schema check of a deliberately bad one)."""
         params = dict(params or {})
         caps: dict[str, Any] = {"elicitation": {}}
         if opt_in:
@@ -123,33 +125,39 @@ class Wire:
             validate_result(method, result)
         return result
 
-    async def call_tool(self, name: str, arguments: dict[str, Any] | None = None, **kw: Any) -> dict[str, Any]:
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any] | None = None, **kw: Any
+    ) -> dict[str, Any]:
         return await self.request("tools/call", {"name": name, "arguments": arguments or {}}, **kw)
 
     async def get(self, task_id: str, **kw: Any) -> dict[str, Any]:
         return await self.request("tasks/get", {"taskId": task_id}, **kw)
 
     async def update(self, task_id: str, responses: dict[str, Any], **kw: Any) -> dict[str, Any]:
-        return await self.request("tasks/update", {"taskId": task_id, "inputResponses": responses}, **kw)
+        return await self.request(
+            "tasks/update", {"taskId": task_id, "inputResponses": responses}, **kw
+        )
 
     async def cancel(self, task_id: str, **kw: Any) -> dict[str, Any]:
         return await self.request("tasks/cancel", {"taskId": task_id}, **kw)
 
     async def wait(
-        self, task_id: str, statuses: Iterable[str] = TERMINAL, *, timeout: float = 10.0
+        self, task_id: str, statuses: Iterable[str] = TERMINAL, *, within: float = 10.0
     ) -> dict[str, Any]:
-        """Poll `tasks/get` until the status is one of `statuses` (bounded by `timeout`)."""
+        """Poll `tasks/get` until the status is one of `statuses` (bounded by `within` seconds)."""
         wanted = frozenset(statuses)
-        with anyio.fail_after(timeout):
+        with anyio.fail_after(within):
             while True:
                 task = await self.get(task_id)
                 if task["status"] in wanted:
                     return task
                 await anyio.sleep(0.005)
 
-    async def wait_for(self, task_id: str, predicate: Any, *, timeout: float = 10.0) -> dict[str, Any]:
-        """Poll `tasks/get` until `predicate(task)` holds (bounded by `timeout`)."""
-        with anyio.fail_after(timeout):
+    async def wait_for(
+        self, task_id: str, predicate: Any, *, within: float = 10.0
+    ) -> dict[str, Any]:
+        """Poll `tasks/get` until `predicate(task)` holds (bounded by `within` seconds)."""
+        with anyio.fail_after(within):
             while True:
                 task = await self.get(task_id)
                 if predicate(task):
@@ -167,7 +175,9 @@ async def memory_wire(server: FastMCP, *, mode: str = "auto") -> AsyncIterator[W
     async with Client(server, mode=mode) as client:
         session = client.session
 
-        async def send(method: str, params: dict[str, Any], caps: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+        async def send(
+            method: str, params: dict[str, Any], caps: dict[str, Any], headers: dict[str, str]
+        ) -> dict[str, Any]:
             data: dict[str, Any] = {"method": method, "params": params}
             opts: dict[str, Any] = {}
             session._stamp(data, opts)
@@ -178,8 +188,11 @@ async def memory_wire(server: FastMCP, *, mode: str = "auto") -> AsyncIterator[W
                 return await session._dispatcher.send_raw_request(method, data["params"], opts)
             except MCPError as exc:
                 raise _error_from(
-                    {"code": exc.error.code, "message": exc.error.message,
-                     **({"data": exc.error.data} if exc.error.data is not None else {})},
+                    {
+                        "code": exc.error.code,
+                        "message": exc.error.message,
+                        **({"data": exc.error.data} if exc.error.data is not None else {}),
+                    },
                     None,
                 ) from None
 
@@ -197,14 +210,18 @@ async def http_server(server: FastMCP, **uvicorn_options: Any) -> AsyncIterator[
     """Serve `server` over Streamable HTTP on 127.0.0.1; yield the endpoint URL."""
     port = free_port()
     config = uvicorn.Config(
-        server.http_app(), host="127.0.0.1", port=port, log_level="warning", lifespan="on",
+        server.http_app(),
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        lifespan="on",
         **uvicorn_options,
     )
     uv = uvicorn.Server(config)
     async with anyio.create_task_group() as group:
         group.start_soon(uv.serve)
         with anyio.fail_after(10):
-            while not uv.started:
+            while not uv.started:  # noqa: ASYNC110 - uvicorn offers no started event
                 await anyio.sleep(0.01)
         try:
             yield f"http://127.0.0.1:{port}/mcp"
@@ -229,7 +246,9 @@ async def http_wire(server: FastMCP) -> AsyncIterator[Wire]:
     async with http_server(server) as url, httpx.AsyncClient(timeout=10) as http:
         counter = 0
 
-        async def send(method: str, params: dict[str, Any], caps: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+        async def send(
+            method: str, params: dict[str, Any], caps: dict[str, Any], headers: dict[str, str]
+        ) -> dict[str, Any]:
             nonlocal counter
             counter += 1
             params = dict(params)
