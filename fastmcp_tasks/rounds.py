@@ -34,11 +34,21 @@ async def run_rounds(
     name: str,
     arguments: dict[str, Any],
     running: RunningTask,
-    ctx: TaskContext,
+    responses: mcp_types.InputResponses | None = None,
+    request_state: str | None = None,
 ) -> Outcome:
-    """Run the tool, parking for input and re-running it until it returns a result."""
+    """Run the tool, parking for input and re-running it until it returns a result.
+
+    Each run gets a fresh `TaskContext` (core exits a background context once the
+    tool's `ctx` dependency is released), carrying the answers of the round before:
+    for the first run, those gathered in the foreground (MRTR composition, C11).
+    """
     for round_number in range(1, MAX_ROUNDS + 1):
-        outcome = await run_tool(server, tool, name, arguments)
+        ctx = TaskContext(server, running)
+        ctx._task_input_responses = responses
+        ctx._task_request_state = request_state
+        async with ctx:
+            outcome = await run_tool(server, tool, name, arguments)
         ask = outcome.input_required
         if ask is None:
             return outcome
@@ -55,8 +65,8 @@ async def run_rounds(
                 f"Tool {name!r} asked for input the client cannot give: the tools/call that "
                 f"created this task did not declare {', '.join(missing)}",
             )
-        ctx._task_input_responses = await _gather(running, requests, round_number)
-        ctx._task_request_state = ask.request_state
+        responses = await _gather(running, requests, round_number)
+        request_state = ask.request_state
     return _error_outcome(server, f"Tool {name!r} asked for input {MAX_ROUNDS} times; stopped")
 
 

@@ -29,7 +29,7 @@ import anyio
 from anyio.abc import TaskGroup
 from fastmcp.tools.base import Tool
 
-from fastmcp_tasks.context import RunningTask, TaskContext, _current_task
+from fastmcp_tasks.context import RunningTask, _current_task
 from fastmcp_tasks.errors import ConfigurationError, interrupted
 from fastmcp_tasks.execution import Outcome
 from fastmcp_tasks.inputs import InputBroker
@@ -176,13 +176,15 @@ class TaskRunner:
                 await running.status(None)  # clears "Queued"; no write when there was none
                 token = _current_task.set(running)
                 try:
-                    async with TaskContext(self.server, running) as ctx:
-                        # answers gathered in the foreground (MRTR composition, C11)
-                        ctx._task_input_responses = job.input_responses
-                        ctx._task_request_state = job.request_state
-                        outcome = await run_rounds(
-                            self.server, job.tool, job.name, job.arguments, running, ctx
-                        )
+                    outcome = await run_rounds(
+                        self.server,
+                        job.tool,
+                        job.name,
+                        job.arguments,
+                        running,
+                        job.input_responses,
+                        job.request_state,
+                    )
                 finally:
                     _current_task.reset(token)
         except Exception:

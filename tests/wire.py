@@ -110,10 +110,11 @@ class Wire:
         opt_in: bool = True,
         headers: dict[str, str] | None = None,
         malformed: bool = False,
+        capabilities: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Send one request (`malformed=True`: skip the schema check of a deliberately bad one)."""
         params = dict(params or {})
-        caps: dict[str, Any] = {"elicitation": {}}
+        caps: dict[str, Any] = dict({"elicitation": {}} if capabilities is None else capabilities)
         if opt_in:
             caps["extensions"] = {TASKS: {}}
         message = {"jsonrpc": "2.0", "id": len(self.sent) + 1, "method": method, "params": params}
