@@ -10,7 +10,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from fastmcp import Client, FastMCP
+from fastmcp import Client, Context, FastMCP
 from fastmcp.exceptions import ToolError
 from fastmcp.utilities.tasks import TaskConfig
 from mcp.shared.exceptions import MCPError
@@ -86,3 +86,55 @@ def test_quickstart_example_runs() -> None:
     )
     assert "Rendering page 3 of 5" in done.stdout
     assert "Result: Rendered 5 pages" in done.stdout
+
+
+def test_approval_example_runs() -> None:
+    example = Path(__file__).parent.parent / "examples" / "approval.py"
+    for flag, outcome in (([], "deployed (change #42)"), (["--decline"], "deployment stopped")):
+        done = subprocess.run(
+            [sys.executable, str(example), *flag],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        assert "[input_required] Deploy billing to production?" in done.stdout
+        assert outcome in done.stdout
+
+
+async def test_in_task_input_is_answered_once_per_key_in_one_update() -> None:
+    mcp = FastMCP("asks")
+    extension = TasksExtension()
+    mcp.add_extension(extension)
+    updates: list[dict] = []
+    real_answer = extension.store.answer_input
+
+    async def spy(task_id: str, responses: dict):  # type: ignore[no-untyped-def]
+        updates.append(responses)
+        return await real_answer(task_id, responses)
+
+    extension.store.answer_input = spy  # type: ignore[method-assign]
+
+    @mcp.tool(task=TaskConfig(poll_interval=timedelta(milliseconds=10)))
+    async def two(ctx: Context) -> str:
+        import asyncio
+
+        a, b = await asyncio.gather(ctx.elicit("a?", str), ctx.elicit("b?", str))
+        return f"{a.data}{b.data}"
+
+    asked: list[str] = []
+
+    async def on_input(key: str, request: dict) -> dict:
+        asked.append(key)
+        text = request["params"]["message"][0]
+        return {"action": "accept", "content": {"value": text.upper()}}
+
+    async def handler(message, response_type, params, context):  # type: ignore[no-untyped-def]
+        raise AssertionError("on_input takes precedence")
+
+    tasks = TasksClientExtension(on_input=on_input)
+    async with Client(mcp, elicitation_handler=handler, extensions=[tasks]) as client:
+        result = await client.call_tool("two", {})
+    assert result.data in ("AB", "BA") and sorted(result.data) == ["A", "B"]
+    assert len(asked) == len(set(asked)) == 2
+    assert sum(len(u) for u in updates) == 2
