@@ -10,8 +10,10 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
+import sys
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -197,16 +199,15 @@ class TasksExtension(ServerExtension):
             )
         queued = runner.saturated()
         now = time.time()
-        poll_ms = max(1, int(tool.task_config.poll_interval.total_seconds() * 1000))
         record = TaskRecord(
             task_id=secrets.token_urlsafe(TASK_ID_BYTES),
-            tool=name,
+            tool=sys.intern(name),  # shared by every retained task of this tool
             status="working",
             created_at=now,
             updated_at=now,
             arguments=arguments,
             status_message=QUEUED_MESSAGE if queued else None,
-            poll_interval_ms=poll_ms,
+            poll_interval_ms=_milliseconds(tool.task_config.poll_interval),
             retention_ms=self.retention_ms,
         )
         try:
@@ -228,6 +229,12 @@ class TasksExtension(ServerExtension):
             )
         )
         return created
+
+
+@functools.lru_cache(maxsize=256)
+def _milliseconds(interval: timedelta) -> int:
+    """`pollIntervalMs` for a tool's interval; cached so retained tasks share the int."""
+    return max(1, int(interval.total_seconds() * 1000))
 
 
 def _declared_input_kinds(context: Context) -> frozenset[str]:

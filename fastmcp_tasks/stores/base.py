@@ -18,6 +18,7 @@ Rules every implementation keeps, checked by the shared contract tests:
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
@@ -35,6 +36,11 @@ ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
 }
 
 ChangeKind = Literal["status", "message", "inputs", "cancel_requested", "answered"]
+
+
+def encode_result(result: dict[str, Any]) -> str:
+    """The compact JSON text a store keeps for a completed result."""
+    return json.dumps(result, separators=(",", ":"), ensure_ascii=False)
 
 
 class _Unchanged:
@@ -60,7 +66,9 @@ class TaskRecord:
     """One task as a store keeps it. Times are epoch seconds (floats).
 
     Records returned by a store are snapshots for reading: callers never mutate
-    them; every change goes through the store's methods.
+    them; every change goes through the store's methods. A completed result is
+    kept as compact JSON text (`result_json`), the form every store persists:
+    it is encoded once when the task ends and costs a fraction of the dict.
     """
 
     task_id: str
@@ -73,7 +81,7 @@ class TaskRecord:
     poll_interval_ms: int | None = None
     retention_ms: int | None = None
     terminal_at: float | None = None
-    result: dict[str, Any] | None = None
+    result_json: str | None = None
     error: dict[str, Any] | None = None
     input_requests: dict[str, Any] | None = None
     answers: dict[str, Any] | None = None
@@ -81,6 +89,11 @@ class TaskRecord:
     owner: str | None = None
     context: dict[str, Any] | None = None
     attempts: int = 0
+
+    @property
+    def result(self) -> dict[str, Any] | None:
+        """The completed `CallToolResult`, decoded from its stored JSON text."""
+        return None if self.result_json is None else json.loads(self.result_json)
 
     @property
     def is_terminal(self) -> bool:

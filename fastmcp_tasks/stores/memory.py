@@ -27,6 +27,7 @@ from fastmcp_tasks.stores.base import (
     TaskChange,
     TaskRecord,
     _Unchanged,
+    encode_result,
 )
 from fastmcp_tasks.wire import ACTIVE_STATUSES, TERMINAL_STATUSES, TaskStatus
 
@@ -123,7 +124,8 @@ class MemoryTaskStore:
             record.status_message = status_message
         if status in TERMINAL_STATUSES:
             record.terminal_at = now
-            record.result = result if status == "completed" else None
+            completed = status == "completed" and result is not None
+            record.result_json = encode_result(result) if completed else None
             record.error = error if status == "failed" else None
             record.arguments = None
             record.input_requests = None
