@@ -5,7 +5,8 @@
 - `intercept_tool_call()` decides, per `tools/call`, between the synchronous
   path and a task (the mode table in the README), creates the task in the store
   and hands it to the runner.
-- `lifespan()` opens the store and runs the runner for the server's lifetime.
+- `lifespan()` opens the store, serves `subscriptions/listen` (see `listen`)
+  and runs the runner for the server's lifetime.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from fastmcp_tasks.errors import (
     missing_capability,
 )
 from fastmcp_tasks.handlers import TaskMethods
+from fastmcp_tasks.listen import ListenService
 from fastmcp_tasks.options import TaskOptions, options_of
 from fastmcp_tasks.progress import install_core_progress_adapter
 from fastmcp_tasks.runner import QUEUED_MESSAGE, Job, TaskRunner
@@ -116,6 +118,7 @@ class TasksExtension(ServerExtension):
         self.sweep_interval = sweep_interval.total_seconds()
         self.runner: TaskRunner | None = None
         self._methods = TaskMethods(store)
+        self.listen = ListenService(store)
         install_core_progress_adapter()
 
     def clone(self) -> TasksExtension:
@@ -132,6 +135,7 @@ class TasksExtension(ServerExtension):
     @asynccontextmanager
     async def _run(self) -> AsyncIterator[None]:
         await self.store.open()
+        self.listen.install(self.server._mcp_server)
         try:
             runner = TaskRunner(
                 self.server,
@@ -144,6 +148,7 @@ class TasksExtension(ServerExtension):
                 try:
                     yield
                 finally:
+                    self.listen.close()
                     self.runner = None
         finally:
             await self.store.close()

@@ -171,33 +171,34 @@ def _error_from(error: dict[str, Any], http_status: int | None) -> WireError:
     return WireError(error["code"], error["message"], error.get("data"), http_status)
 
 
+def memory_wire_for(client: Client, kind: str = "memory") -> Wire:
+    """A `Wire` over an entered in-memory `fastmcp.Client`."""
+    session = client.session
+
+    async def send(
+        method: str, params: dict[str, Any], caps: dict[str, Any], headers: dict[str, str]
+    ) -> dict[str, Any]:
+        data: dict[str, Any] = {"method": method, "params": params}
+        opts: dict[str, Any] = {}
+        session._stamp(data, opts)
+        meta = data["params"].setdefault("_meta", {})
+        meta["io.modelcontextprotocol/clientCapabilities"] = caps
+        opts.setdefault("headers", {}).update(headers)
+        try:
+            return await session._dispatcher.send_raw_request(method, data["params"], opts)
+        except MCPError as exc:
+            error = {"code": exc.error.code, "message": exc.error.message}
+            if exc.error.data is not None:
+                error["data"] = exc.error.data
+            raise _error_from(error, None) from None
+
+    return Wire(kind, send)
+
+
 @asynccontextmanager
 async def memory_wire(server: FastMCP, *, mode: str = "auto") -> AsyncIterator[Wire]:
     async with Client(server, mode=mode) as client:
-        session = client.session
-
-        async def send(
-            method: str, params: dict[str, Any], caps: dict[str, Any], headers: dict[str, str]
-        ) -> dict[str, Any]:
-            data: dict[str, Any] = {"method": method, "params": params}
-            opts: dict[str, Any] = {}
-            session._stamp(data, opts)
-            meta = data["params"].setdefault("_meta", {})
-            meta["io.modelcontextprotocol/clientCapabilities"] = caps
-            opts.setdefault("headers", {}).update(headers)
-            try:
-                return await session._dispatcher.send_raw_request(method, data["params"], opts)
-            except MCPError as exc:
-                raise _error_from(
-                    {
-                        "code": exc.error.code,
-                        "message": exc.error.message,
-                        **({"data": exc.error.data} if exc.error.data is not None else {}),
-                    },
-                    None,
-                ) from None
-
-        yield Wire("memory" if mode == "auto" else f"memory-{mode}", send)
+        yield memory_wire_for(client, "memory" if mode == "auto" else f"memory-{mode}")
 
 
 def free_port() -> int:
@@ -243,8 +244,9 @@ def parse_http_response(response: httpx.Response) -> dict[str, Any]:
 
 
 @asynccontextmanager
-async def http_wire(server: FastMCP) -> AsyncIterator[Wire]:
-    async with http_server(server) as url, httpx.AsyncClient(timeout=10) as http:
+async def http_wire_for(url: str) -> AsyncIterator[Wire]:
+    """A `Wire` speaking raw JSON-RPC over Streamable HTTP to `url`."""
+    async with httpx.AsyncClient(timeout=10) as http:
         counter = 0
 
         async def send(
@@ -277,6 +279,12 @@ async def http_wire(server: FastMCP) -> AsyncIterator[Wire]:
             return message["result"]
 
         yield Wire("http", send)
+
+
+@asynccontextmanager
+async def http_wire(server: FastMCP) -> AsyncIterator[Wire]:
+    async with http_server(server) as url, http_wire_for(url) as wire:
+        yield wire
 
 
 @asynccontextmanager

@@ -211,8 +211,14 @@ class TaskStore(Protocol):
         """
         ...
 
-    def changes(self) -> AbstractAsyncContextManager[AsyncIterator[TaskChange]]:
-        """Subscribe to the change feed: every change made through this store."""
+    def changes(
+        self, task_ids: frozenset[str] | None = None
+    ) -> AbstractAsyncContextManager[AsyncIterator[TaskChange]]:
+        """Subscribe to the change feed: every change to the tasks named (default: all).
+
+        Changes made after the context is entered are delivered in order; the
+        subscription never blocks the writer (a slow reader only delays itself).
+        """
         ...
 
     async def purge_expired(self, now: float) -> int:

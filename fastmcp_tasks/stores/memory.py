@@ -51,7 +51,8 @@ class MemoryTaskStore:
         self.max_tasks = max_tasks
         self._tasks: dict[str, TaskRecord] = {}
         self._expiry: list[tuple[float, str]] = []
-        self._subscribers: set[ObjectSendStream[TaskChange]] = set()
+        # each feed subscriber, with the task ids it follows (None: all)
+        self._subscribers: dict[ObjectSendStream[TaskChange], frozenset[str] | None] = {}
 
     async def open(self) -> None:
         return None
@@ -204,14 +205,16 @@ class MemoryTaskStore:
         return record
 
     @asynccontextmanager
-    async def changes(self) -> AsyncIterator[AsyncIterator[TaskChange]]:
+    async def changes(
+        self, task_ids: frozenset[str] | None = None
+    ) -> AsyncIterator[AsyncIterator[TaskChange]]:
         send, receive = anyio.create_memory_object_stream[TaskChange](math.inf)
-        self._subscribers.add(send)
+        self._subscribers[send] = task_ids
         try:
             async with receive:
                 yield receive
         finally:
-            self._subscribers.discard(send)
+            self._subscribers.pop(send, None)
             send.close()
 
     # --- retention ----------------------------------------------------------------
@@ -238,8 +241,10 @@ class MemoryTaskStore:
     def _emit(self, change: TaskChange) -> None:
         if not self._subscribers:
             return
-        for stream in list(self._subscribers):
+        for stream, wanted in list(self._subscribers.items()):
+            if wanted is not None and change.task_id not in wanted:
+                continue
             try:
                 stream.send_nowait(change)
             except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-                self._subscribers.discard(stream)
+                self._subscribers.pop(stream, None)
