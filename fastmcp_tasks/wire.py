@@ -8,6 +8,7 @@ the test suite checks against these models and against the official schema.
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -97,11 +98,16 @@ ACK: dict[str, Any] = {"resultType": "complete"}
 # --- rendering ---------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=4096)
+def _second(seconds: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
+
+
 def rfc3339(timestamp: float) -> str:
     """Epoch seconds as an RFC 3339 UTC timestamp with milliseconds."""
     seconds = int(timestamp)
     millis = int((timestamp - seconds) * 1000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}Z"
+    return f"{_second(seconds)}.{millis:03d}Z"
 
 
 def ttl_ms(record: TaskRecord, now: float) -> int | None:

@@ -23,8 +23,18 @@ def _memory(url: str, options: dict[str, Any]) -> TaskStore:
     return MemoryTaskStore(max_tasks=options.get("max_tasks", 100_000))
 
 
+def _sqlite(url: str, options: dict[str, Any]) -> TaskStore:
+    from fastmcp_tasks.stores.sqlite import SQLiteTaskStore, path_from_url
+
+    known = ("max_tasks", "poll_interval", "busy_timeout", "busy_retries")
+    return SQLiteTaskStore(path_from_url(url), **{k: options[k] for k in known if k in options})
+
+
 #: URL scheme -> factory(url, options).
-SCHEMES: dict[str, Callable[[str, dict[str, Any]], TaskStore]] = {"memory": _memory}
+SCHEMES: dict[str, Callable[[str, dict[str, Any]], TaskStore]] = {
+    "memory": _memory,
+    "sqlite": _sqlite,
+}
 
 
 def store_from_url(url: str, **options: Any) -> TaskStore:

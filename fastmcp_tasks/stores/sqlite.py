@@ -1,0 +1,552 @@
+"""The SQLite store (`sqlite:///path.db`): tasks survive restarts; processes share one file.
+
+Connections. Each store keeps ONE read-write connection, used under a lock from
+worker threads (`anyio.to_thread.run_sync`, at most one thread at a time), and
+one read-only connection for the change feed. SQLite lets one writer at a time
+into a file whatever we do, so a pool would only add lock waits inside SQLite;
+one connection per process also means one WAL reader slot per process that is
+never left inside a read transaction, so checkpoints can always finish and the
+`-wal` file stays small. `get` uses the same connection: it is one primary-key
+lookup.
+
+Durability. WAL mode with `synchronous=NORMAL`: a committed change survives a
+crash of any process; a power loss or OS crash may lose the last transactions
+(never corrupt the file). Contention with other processes is absorbed by
+`busy_timeout` plus a bounded exponential-backoff retry of the whole
+transaction; past that bound the caller gets `StoreError`, never a failed task.
+
+Atomicity. Every read-modify-write runs in one `BEGIN IMMEDIATE` transaction;
+`transition` is an `UPDATE ... WHERE status IN (...)` checked by row count.
+
+Change feed. Each change is a row of the `changes` table, written in the
+transaction that makes the change, so subscribers in other processes see it.
+A subscriber reads rows past the highest `seq` at subscription time; it polls
+every `poll_interval` seconds (an idle poll is one `PRAGMA data_version`) and
+is woken at once by writes made through this store instance. `purge_expired`
+trims rows older than `change_retention` seconds, keeping at most `max_changes`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import unquote
+
+import anyio
+import anyio.to_thread
+
+from fastmcp_tasks.errors import ConfigurationError, StoreError, TaskLimitExceeded
+from fastmcp_tasks.stores import sqlite_schema as schema
+from fastmcp_tasks.stores.base import (
+    ALLOWED_TRANSITIONS,
+    UNCHANGED,
+    TaskChange,
+    TaskRecord,
+    _Unchanged,
+    encode_result,
+)
+from fastmcp_tasks.wire import ACTIVE_STATUSES, TERMINAL_STATUSES, TaskStatus
+
+T = TypeVar("T")
+
+DEFAULT_MAX_TASKS = 100_000
+_FEED_BATCH = 500
+_LIVE = "task_id = ? AND (expires_at IS NULL OR expires_at > ?)"
+_ACTIVE_SQL = ", ".join(f"'{status}'" for status in sorted(ACTIVE_STATUSES))
+
+
+class _Tx:
+    """One transaction's connection, and whether it wrote to the change feed."""
+
+    __slots__ = ("conn", "emitted")
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.emitted = False
+
+    def load(self, task_id: str, *, live: bool = True) -> TaskRecord | None:
+        """The task; with `live`, `None` once it has expired."""
+        if live:
+            query, params = f"{schema.SELECT_TASK} WHERE {_LIVE}", (task_id, time.time())
+        else:
+            query, params = f"{schema.SELECT_TASK} WHERE task_id = ?", (task_id,)
+        row = self.conn.execute(query, params).fetchone()
+        return None if row is None else schema.from_row(row)
+
+    def update(self, task_id: str, **columns: Any) -> None:
+        sets = ", ".join(f"{name} = ?" for name in columns)
+        self.conn.execute(f"UPDATE tasks SET {sets} WHERE task_id = ?", (*columns.values(), task_id))
+
+    def emit(self, task_id: str, kind: str, status: str | None, details: Any = None) -> None:
+        self.conn.execute(
+            "INSERT INTO changes (task_id, kind, status, details, created_at) VALUES (?,?,?,?,?)",
+            (task_id, kind, status, json.dumps(details or {}), time.time()),
+        )
+        self.emitted = True
+
+
+class _Feed:
+    """One subscription: an async iterator over change rows past `after`."""
+
+    def __init__(self, store: SQLiteTaskStore, task_ids: frozenset[str] | None, after: int):
+        self._store = store
+        self._task_ids = task_ids
+        self.after = after
+        self.seen = -1  # the store's data generation at the last query (-1: query now)
+        self.closed = False
+        self._buffer: deque[TaskChange] = deque()
+
+    def __aiter__(self) -> _Feed:
+        return self
+
+    async def __anext__(self) -> TaskChange:
+        store = self._store
+        while not self._buffer:
+            if self.closed:
+                raise StopAsyncIteration
+            wake = store._wake  # taken before polling: a later local write sets it
+            seen, rows = await anyio.to_thread.run_sync(store._poll, self.after, self.seen)
+            self.seen = -1 if len(rows) == _FEED_BATCH else seen
+            for seq, task_id, kind, status, details in rows:
+                self.after = seq
+                if self._task_ids is None or task_id in self._task_ids:
+                    self._buffer.append(TaskChange(task_id, kind, status, json.loads(details)))
+            if not rows:
+                with anyio.move_on_after(store.poll_interval):
+                    await wake.wait()
+        return self._buffer.popleft()
+
+
+class SQLiteTaskStore:
+    """A `TaskStore` in a SQLite file, shareable by processes on one host.
+
+    Args:
+        path: the database file; created with the schema when missing or empty.
+        max_tasks: most tasks retained at once, as in `MemoryTaskStore`; `None`: no cap.
+        poll_interval: seconds between change-feed polls for other processes' writes.
+        busy_timeout: seconds SQLite waits for another process's write lock.
+        busy_retries: further attempts (exponential backoff) before `StoreError`.
+        change_retention: seconds a change-feed row is kept by `purge_expired`.
+        max_changes: most change-feed rows kept by `purge_expired`.
+    """
+
+    scheme = "sqlite"
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        max_tasks: int | None = DEFAULT_MAX_TASKS,
+        poll_interval: float = 0.025,
+        busy_timeout: float = 1.0,
+        busy_retries: int = 6,
+        change_retention: float = 300.0,
+        max_changes: int = 100_000,
+    ) -> None:
+        text = os.fspath(path)
+        if not text or text == ":memory:" or text.startswith("file:"):
+            raise ConfigurationError(
+                f"SQLite task store needs a file path, got {text!r}: an in-memory database "
+                "cannot be shared between processes or survive a restart"
+            )
+        if max_tasks is not None and max_tasks < 1:
+            raise ConfigurationError(f"max_tasks must be at least 1, got {max_tasks}")
+        if poll_interval <= 0 or busy_timeout < 0 or busy_retries < 0 or max_changes < 1:
+            raise ConfigurationError(
+                "SQLite task store needs poll_interval > 0, busy_timeout >= 0, "
+                "busy_retries >= 0 and max_changes >= 1"
+            )
+        self.path = Path(text).expanduser().absolute()
+        self.max_tasks = max_tasks
+        self.poll_interval = poll_interval
+        self.busy_timeout = busy_timeout
+        self.busy_retries = busy_retries
+        self.change_retention = change_retention
+        self.max_changes = max_changes
+        self._conn: sqlite3.Connection | None = None
+        self._reader: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
+        self._read_lock = threading.Lock()
+        self._limiter = anyio.CapacityLimiter(1)
+        self._wake = anyio.Event()
+        self._feeds: set[_Feed] = set()
+        self._data_version = -1
+        self._generation = 0
+
+    # --- lifecycle ----------------------------------------------------------------
+
+    async def open(self) -> None:
+        if self._conn is None:
+            await anyio.to_thread.run_sync(self._open)
+
+    def _open(self) -> None:
+        path = self.path
+        if not path.parent.is_dir():
+            raise ConfigurationError(f"SQLite task store {str(path)!r}: no such directory")
+        schema.check_header(path)
+        conn = self._connect()
+        try:
+            self._locked(conn, lambda tx: schema.prepare(tx.conn, path), write=True)
+            self._locked(conn, _set_wal, write=False)
+            reader = self._connect()
+            reader.execute("PRAGMA query_only = ON")
+        except StoreError as exc:
+            conn.close()
+            cause = exc.__cause__
+            if isinstance(cause, sqlite3.Error) and not schema.is_busy(cause):
+                raise ConfigurationError(f"{exc}; refusing to use it") from cause
+            raise
+        except BaseException:
+            conn.close()
+            raise
+        self._conn, self._reader = conn, reader
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(
+                self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
+            )
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+        except sqlite3.Error as exc:
+            raise ConfigurationError(f"SQLite task store {str(self.path)!r}: {exc}") from exc
+        return conn
+
+    async def close(self) -> None:
+        for feed in self._feeds:
+            feed.closed = True
+        self._feeds.clear()
+        self._notify()
+        await anyio.to_thread.run_sync(self._close)
+
+    def _close(self) -> None:
+        with self._lock, self._read_lock:
+            for conn in (self._reader, self._conn):
+                if conn is not None:
+                    conn.close()
+            self._conn = self._reader = None
+
+    # --- running SQL off the event loop -------------------------------------------
+
+    async def _run(self, fn: Callable[[_Tx], T], *, write: bool = True) -> T:
+        value, emitted = await anyio.to_thread.run_sync(
+            self._transaction, fn, write, limiter=self._limiter
+        )
+        if emitted:
+            self._notify()
+        return value
+
+    def _transaction(self, fn: Callable[[_Tx], T], write: bool) -> tuple[T, bool]:
+        with self._lock:
+            if self._conn is None:
+                raise StoreError(f"SQLite task store {str(self.path)!r} is not open")
+            return self._locked(self._conn, fn, write=write)
+
+    def _locked(self, conn: sqlite3.Connection, fn: Callable[[_Tx], T], *, write: bool) -> Any:
+        delay = 0.01
+        for attempt in range(self.busy_retries + 1):
+            tx = _Tx(conn)
+            try:
+                if not write:
+                    return fn(tx), False
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    value = fn(tx)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+                return value, tx.emitted
+            except sqlite3.Error as exc:
+                if not schema.is_busy(exc):
+                    raise StoreError(f"SQLite task store {str(self.path)!r}: {exc}") from exc
+                if attempt == self.busy_retries:
+                    raise StoreError(
+                        f"SQLite task store {str(self.path)!r} stayed locked by another "
+                        f"connection through {attempt + 1} attempts: {exc}"
+                    ) from exc
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
+        raise AssertionError("unreachable")
+
+    def _notify(self) -> None:
+        self._wake.set()
+        self._wake = anyio.Event()
+
+    # --- reads and creation -------------------------------------------------------
+
+    async def create(self, record: TaskRecord) -> None:
+        def create(tx: _Tx) -> bool:
+            if self.max_tasks is not None and _count(tx) >= self.max_tasks:
+                _purge(tx, time.time())
+                if _count(tx) >= self.max_tasks:
+                    return False
+            try:
+                tx.conn.execute(schema.INSERT_TASK, schema.to_row(record))
+            except sqlite3.IntegrityError:
+                raise ValueError(f"task {record.task_id!r} already exists") from None
+            return True
+
+        if not await self._run(create) and self.max_tasks is not None:
+            raise TaskLimitExceeded("max_tasks", self.max_tasks)
+
+    async def get(self, task_id: str) -> TaskRecord | None:
+        return await self._run(lambda tx: tx.load(task_id), write=False)
+
+    # --- changes ------------------------------------------------------------------
+
+    async def set_status_message(self, task_id: str, message: str | None) -> TaskRecord | None:
+        def change(tx: _Tx) -> TaskRecord | None:
+            record = tx.load(task_id)
+            if record is None or record.status not in ACTIVE_STATUSES:
+                return None
+            if record.status_message != message:
+                record.status_message, record.updated_at = message, time.time()
+                tx.update(task_id, status_message=message, updated_at=record.updated_at)
+                tx.emit(task_id, "message", record.status)
+            return record
+
+        return await self._run(change)
+
+    async def transition(
+        self,
+        task_id: str,
+        status: TaskStatus,
+        *,
+        expect: frozenset[str] | None = None,
+        status_message: str | _Unchanged | None = UNCHANGED,
+        result: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+    ) -> TaskRecord | None:
+        sources = [
+            current
+            for current, targets in ALLOWED_TRANSITIONS.items()
+            if status in targets and (expect is None or current in expect)
+        ]
+        if not sources:
+            return None
+
+        def change(tx: _Tx) -> TaskRecord | None:
+            now = time.time()
+            columns: dict[str, Any] = {"status": status, "updated_at": now}
+            if not isinstance(status_message, _Unchanged):
+                columns["status_message"] = status_message
+            if status in TERMINAL_STATUSES:
+                completed = status == "completed" and result is not None
+                columns.update(
+                    terminal_at=now,
+                    result_json=encode_result(result) if completed else None,  # type: ignore[arg-type]
+                    error=schema.dumps(error) if status == "failed" else None,
+                    arguments=None,
+                    input_requests=None,
+                    answers=None,
+                    context=None,
+                )
+            elif status == "working":
+                columns["input_requests"] = None
+            sets = ", ".join(f"{name} = ?" for name in columns)
+            expiry = ", expires_at = ? + retention_ms / 1000.0" if "terminal_at" in columns else ""
+            cursor = tx.conn.execute(
+                f"UPDATE tasks SET {sets}{expiry} WHERE task_id = ? "
+                f"AND status IN ({', '.join('?' * len(sources))})",
+                (*columns.values(), *([now] if expiry else []), task_id, *sources),
+            )
+            if cursor.rowcount != 1:
+                return None
+            tx.emit(task_id, "status", status)
+            return tx.load(task_id, live=False)  # retention 0: expired, yet the winner's
+
+        return await self._run(change)
+
+    async def request_input(
+        self, task_id: str, requests: dict[str, Any], *, status_message: str | None = None
+    ) -> TaskRecord | None:
+        def change(tx: _Tx) -> TaskRecord | None:
+            record = tx.load(task_id)
+            if record is None or record.status not in ACTIVE_STATUSES:
+                return None
+            record.input_requests = {**(record.input_requests or {}), **requests}
+            record.status, record.status_message = "input_required", status_message
+            record.updated_at = time.time()
+            tx.update(
+                task_id,
+                input_requests=schema.dumps(record.input_requests),
+                status=record.status,
+                status_message=status_message,
+                updated_at=record.updated_at,
+            )
+            tx.emit(task_id, "inputs", "input_required", {"keys": list(requests)})
+            return record
+
+        return await self._run(change)
+
+    async def answer_input(self, task_id: str, responses: dict[str, Any]) -> dict[str, Any] | None:
+        def change(tx: _Tx) -> dict[str, Any] | None:
+            record = tx.load(task_id)
+            if record is None:
+                return None
+            outstanding = record.input_requests
+            if record.status != "input_required" or not outstanding:
+                return {}
+            accepted = {key: value for key, value in responses.items() if key in outstanding}
+            if not accepted:
+                return {}
+            remaining = {k: v for k, v in outstanding.items() if k not in accepted}
+            columns: dict[str, Any] = {
+                "answers": schema.dumps({**(record.answers or {}), **accepted}),
+                "input_requests": schema.dumps(remaining or None),
+                "updated_at": time.time(),
+            }
+            if not remaining:
+                columns.update(status="working", status_message=None)
+            tx.update(task_id, **columns)
+            tx.emit(task_id, "answered", columns.get("status", record.status), {"keys": list(accepted)})
+            return accepted
+
+        return await self._run(change)
+
+    async def take_answers(self, task_id: str, keys: frozenset[str]) -> dict[str, Any]:
+        def change(tx: _Tx) -> dict[str, Any]:
+            record = tx.load(task_id)
+            if record is None or not record.answers:
+                return {}
+            answers = record.answers
+            taken = {key: answers.pop(key) for key in keys if key in answers}
+            if taken:
+                tx.update(task_id, answers=schema.dumps(answers))
+            return taken
+
+        return await self._run(change)
+
+    async def withdraw_input(self, task_id: str, keys: frozenset[str]) -> TaskRecord | None:
+        def change(tx: _Tx) -> TaskRecord | None:
+            record = tx.load(task_id)
+            if record is None or record.status not in ACTIVE_STATUSES:
+                return None
+            outstanding = record.input_requests or {}
+            if not keys & outstanding.keys():
+                return record
+            remaining = {k: v for k, v in outstanding.items() if k not in keys}
+            record.input_requests = remaining or None
+            record.updated_at = time.time()
+            if not remaining and record.status == "input_required":
+                record.status, record.status_message = "working", None
+            tx.update(
+                task_id,
+                input_requests=schema.dumps(record.input_requests),
+                updated_at=record.updated_at,
+                status=record.status,
+                status_message=record.status_message,
+            )
+            tx.emit(task_id, "inputs", record.status, {"withdrawn": sorted(keys)})
+            return record
+
+        return await self._run(change)
+
+    async def request_cancel(self, task_id: str) -> TaskRecord | None:
+        def change(tx: _Tx) -> TaskRecord | None:
+            record = tx.load(task_id)
+            if record is None or record.status in TERMINAL_STATUSES:
+                return record
+            record.cancel_requested = True
+            tx.update(task_id, cancel_requested=1)
+            tx.emit(task_id, "cancel_requested", record.status)
+            return record
+
+        return await self._run(change)
+
+    @asynccontextmanager
+    async def changes(
+        self, task_ids: frozenset[str] | None = None
+    ) -> AsyncIterator[AsyncIterator[TaskChange]]:
+        after = await self._run(_last_seq, write=False)
+        feed = _Feed(self, task_ids, after)
+        self._feeds.add(feed)
+        try:
+            yield feed
+        finally:
+            feed.closed = True
+            self._feeds.discard(feed)
+
+    def _poll(self, after: int, seen: int) -> tuple[int, list[tuple[Any, ...]]]:
+        """In a worker thread: change rows past `after`, unless nothing changed since `seen`."""
+        with self._read_lock:
+            reader = self._reader
+            if reader is None:
+                return seen, []
+            try:
+                version = reader.execute("PRAGMA data_version").fetchone()[0]
+                if version != self._data_version:
+                    self._data_version, self._generation = version, self._generation + 1
+                if self._generation == seen:
+                    return seen, []
+                rows = reader.execute(
+                    "SELECT seq, task_id, kind, status, details FROM changes "
+                    "WHERE seq > ? ORDER BY seq LIMIT ?",
+                    (after, _FEED_BATCH),
+                ).fetchall()
+            except sqlite3.Error as exc:
+                if schema.is_busy(exc):
+                    return -1, []  # try again at the next poll
+                raise StoreError(f"SQLite task store {str(self.path)!r}: {exc}") from exc
+            return self._generation, rows
+
+    # --- retention ----------------------------------------------------------------
+
+    async def purge_expired(self, now: float) -> int:
+        def purge(tx: _Tx) -> int:
+            removed = _purge(tx, now)
+            conn, cutoff = tx.conn, time.time() - self.change_retention
+            conn.execute("DELETE FROM changes WHERE created_at < ?", (cutoff,))
+            conn.execute(
+                "DELETE FROM changes WHERE seq <= (SELECT MAX(seq) FROM changes) - ?",
+                (self.max_changes,),
+            )
+            return removed
+
+        return await self._run(purge)
+
+
+def _set_wal(tx: _Tx) -> None:
+    tx.conn.execute("PRAGMA journal_mode = WAL")
+    tx.conn.execute("PRAGMA synchronous = NORMAL")
+
+
+def _count(tx: _Tx) -> int:
+    return tx.conn.execute("SELECT value FROM meta WHERE key = 'task_count'").fetchone()[0]
+
+
+def _purge(tx: _Tx, now: float) -> int:
+    return tx.conn.execute("DELETE FROM tasks WHERE expires_at <= ?", (now,)).rowcount
+
+
+def _last_seq(tx: _Tx) -> int:
+    row = tx.conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'changes'").fetchone()
+    return 0 if row is None else row[0]
+
+
+def path_from_url(url: str) -> str:
+    """The file a `sqlite:///relative.db` or `sqlite:////absolute.db` URL names."""
+    prefix = "sqlite:///"
+    if ":memory:" in url:
+        raise ConfigurationError(
+            f"SQLite task store URL {url!r} names an in-memory database, which cannot be "
+            "shared between processes or survive a restart; give a file path"
+        )
+    if not url.startswith(prefix) or "?" in url or "#" in url:
+        raise ConfigurationError(
+            f"SQLite task store URL must be sqlite:///relative.db or sqlite:////abs/path.db "
+            f"(no host, query or fragment), got {url!r}"
+        )
+    path = unquote(url[len(prefix) :])
+    if not path:
+        raise ConfigurationError(f"SQLite task store URL {url!r} names no file")
+    return path
