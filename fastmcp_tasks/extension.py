@@ -21,6 +21,7 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
+import mcp_types
 from fastmcp.server.context import Context
 from fastmcp.server.dependencies import _is_client_tool_call
 from fastmcp.server.extensions import MethodBinding, ServerExtension, ToolCallContinuation
@@ -29,6 +30,7 @@ from fastmcp.utilities.versions import VersionSpec
 from mcp.shared.exceptions import MCPError
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, INTERNAL_ERROR, CallToolRequestParams
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import TypeAdapter
 
 from fastmcp_tasks.errors import (
     ConfigurationError,
@@ -74,6 +76,9 @@ class TasksExtension(ServerExtension):
             (`ctx.elicit`, a returned `InputRequiredResult`) before it counts as
             unanswered; `None` waits while the task lives. Per tool:
             `task_options(input_timeout=...)`.
+        lease: how long a running or queued task stays leased to this process
+            without a heartbeat; on a durable store another process recovers
+            tasks whose lease ran out (see `recovery`).
     """
 
     identifier = TASKS_EXTENSION_ID
@@ -88,6 +93,7 @@ class TasksExtension(ServerExtension):
         max_tasks: int | None = DEFAULT_MAX_TASKS,
         sweep_interval: timedelta = timedelta(seconds=60),
         input_timeout: timedelta | None = None,
+        lease: timedelta = timedelta(seconds=30),
     ) -> None:
         if store is not None and url is not None:
             raise ConfigurationError("pass either url= or store=, not both")
@@ -105,7 +111,11 @@ class TasksExtension(ServerExtension):
             "max_tasks": max_tasks,
             "sweep_interval": sweep_interval,
             "input_timeout": input_timeout,
+            "lease": lease,
         }
+        if lease <= timedelta(0):
+            raise ConfigurationError(f"lease must be positive, got {lease}")
+        self.lease_seconds = lease.total_seconds()
         self.input_timeout = input_timeout
         self.url = url if url is not None else os.environ.get(URL_ENV) or DEFAULT_URL
         if store is None:
@@ -142,6 +152,7 @@ class TasksExtension(ServerExtension):
                 self.store,
                 concurrency=self.concurrency,
                 sweep_interval=self.sweep_interval,
+                lease_seconds=self.lease_seconds,
             )
             async with runner.running():
                 self.runner = runner
@@ -204,6 +215,15 @@ class TasksExtension(ServerExtension):
             )
         queued = runner.saturated()
         now = time.time()
+        input_kinds = _declared_input_kinds(context)
+        responses = context.input_responses
+        durable_context: dict[str, Any] = {"inputKinds": sorted(input_kinds)}
+        if responses:
+            durable_context["inputResponses"] = _RESPONSES.dump_python(
+                responses, mode="json", by_alias=True, exclude_none=True
+            )
+        if context.request_state is not None:
+            durable_context["requestState"] = context.request_state
         record = TaskRecord(
             task_id=secrets.token_urlsafe(TASK_ID_BYTES),
             tool=sys.intern(name),  # shared by every retained task of this tool
@@ -214,6 +234,10 @@ class TasksExtension(ServerExtension):
             status_message=QUEUED_MESSAGE if queued else None,
             poll_interval_ms=_milliseconds(tool.task_config.poll_interval),
             retention_ms=self.retention_ms,
+            context=durable_context,
+            attempts=1,
+            lease_owner=runner.owner,
+            lease_expires=now + self.lease_seconds,
         )
         try:
             await self.store.create(record)
@@ -227,13 +251,16 @@ class TasksExtension(ServerExtension):
                 arguments,
                 tool=tool,
                 queued=queued,
-                input_kinds=_declared_input_kinds(context),
+                input_kinds=input_kinds,
                 input_timeout=options.timeout_seconds(self.input_timeout),
-                input_responses=context.input_responses,
+                input_responses=responses,
                 request_state=context.request_state,
             )
         )
         return created
+
+
+_RESPONSES: TypeAdapter[mcp_types.InputResponses] = TypeAdapter(mcp_types.InputResponses)
 
 
 @functools.lru_cache(maxsize=256)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import mcp_types
 from anyio.abc import TaskGroup
 from fastmcp.tools.base import Tool
 
@@ -33,8 +34,9 @@ from fastmcp_tasks.context import RunningTask, _current_task
 from fastmcp_tasks.errors import ConfigurationError, interrupted
 from fastmcp_tasks.execution import Outcome
 from fastmcp_tasks.inputs import InputBroker
+from fastmcp_tasks.recovery import LeaseKeeper, new_owner
 from fastmcp_tasks.rounds import run_rounds
-from fastmcp_tasks.stores.base import TaskStore
+from fastmcp_tasks.stores.base import TaskRecord, TaskStore
 
 logger = logging.getLogger("fastmcp_tasks.runner")
 
@@ -52,6 +54,7 @@ class Job:
     arguments: dict[str, Any]
     tool: Tool | None = None
     queued: bool = False
+    message: str | None = None  # the statusMessage the task shows while it starts
     input_kinds: frozenset[str] = frozenset()
     input_timeout: float | None = None
     input_responses: Any = None
@@ -71,6 +74,7 @@ class TaskRunner:
         *,
         concurrency: int,
         sweep_interval: float = 60.0,
+        lease_seconds: float = 30.0,
     ) -> None:
         if concurrency < 1:
             raise ConfigurationError(f"concurrency must be at least 1, got {concurrency}")
@@ -79,6 +83,8 @@ class TaskRunner:
         self.concurrency = concurrency
         self.sweep_interval = sweep_interval
         self.inputs = InputBroker(store)
+        self.owner = new_owner()
+        self.leases = LeaseKeeper(self, owner=self.owner, lease_seconds=lease_seconds)
         self._jobs: dict[str, Job] = {}
         self._waiting = 0
         self._running = 0
@@ -86,6 +92,7 @@ class TaskRunner:
         self._send, self._receive = anyio.create_memory_object_stream[Job](math.inf)
         self._group: TaskGroup | None = None
         self._stopping = False
+        self._handed_back: set[str] = set()
 
     @property
     def started(self) -> bool:
@@ -96,10 +103,43 @@ class TaskRunner:
         return self._running + self._waiting >= self.concurrency
 
     def submit(self, job: Job) -> None:
-        """Enqueue a job whose task already exists in the store."""
+        """Enqueue a job whose task already exists in the store (leased to `owner`)."""
         self._jobs[job.task_id] = job
         self._waiting += 1
         self._send.send_nowait(job)
+
+    def resubmit(self, record: TaskRecord, tool: Tool, message: str) -> None:
+        """Run a recovered task again from the top (see `recovery`)."""
+        context = record.context or {}
+        responses = context.get("inputResponses")
+        if responses is not None:
+            params = mcp_types.InputResponseRequestParams.model_validate(
+                {"inputResponses": responses}
+            )
+            responses = params.input_responses
+        self.submit(
+            Job(
+                record.task_id,
+                record.tool,
+                dict(record.arguments or {}),
+                tool=tool,
+                message=message,
+                input_kinds=frozenset(context.get("inputKinds", ())),
+                input_responses=responses,
+                request_state=context.get("requestState"),
+            )
+        )
+
+    def job_ids(self) -> set[str]:
+        """The tasks this process is running or has queued."""
+        return set(self._jobs)
+
+    async def find_tool(self, name: str) -> Tool | None:
+        try:
+            return await self.server.get_tool(name)
+        except Exception:
+            logger.exception("Looking up tool %r for a recovered task failed", name)
+            return None
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[TaskRunner]:
@@ -123,6 +163,10 @@ class TaskRunner:
                     await group.start(self._watch_changes)
                     group.start_soon(self._dispatch)
                     group.start_soon(self._sweep)
+                    group.start_soon(self.leases.heartbeat)
+                    if self.store.durable:
+                        await self.leases.scan()  # recover before serving new work
+                        group.start_soon(self.leases.scan_forever, self.leases.lease_seconds / 2)
                     ready.set_result(None)
                     await stop.wait()
                     self._stopping = True
@@ -141,6 +185,9 @@ class TaskRunner:
         finally:
             stop.set()
             await task
+            if self.store.durable:  # hand queued and running tasks back for recovery
+                with anyio.CancelScope(shield=True):
+                    await self.leases.release(frozenset(self._handed_back | set(self._jobs)))
 
     # --- dispatch ------------------------------------------------------------------
 
@@ -182,7 +229,7 @@ class TaskRunner:
             self.store,
             job.task_id,
             job.name,
-            message=QUEUED_MESSAGE if job.queued else None,
+            message=QUEUED_MESSAGE if job.queued else job.message,
             broker=self.inputs,
             input_timeout=job.input_timeout,
             input_kinds=job.input_kinds,
@@ -191,7 +238,7 @@ class TaskRunner:
         failure: dict[str, Any] | None = None
         try:
             with job.scope:
-                await running.status(None)  # clears "Queued"; no write when there was none
+                await running.status(job.message)  # clears "Queued"; no write if unchanged
                 token = _current_task.set(running)
                 try:
                     outcome = await run_rounds(
@@ -222,6 +269,9 @@ class TaskRunner:
         if outcome is None and failure is None:
             if job.cancel_requested:
                 await store.transition(task_id, "cancelled", status_message=CANCELLED_MESSAGE)
+                return
+            if store.durable:  # another process, or the next start, recovers it
+                self._handed_back.add(task_id)
                 return
             failure = interrupted("the server shut down while the task was running")
         if failure is not None:

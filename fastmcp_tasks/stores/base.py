@@ -89,6 +89,8 @@ class TaskRecord:
     owner: str | None = None
     context: dict[str, Any] | None = None
     attempts: int = 0
+    lease_owner: str | None = None
+    lease_expires: float | None = None
 
     @property
     def result(self) -> dict[str, Any] | None:
@@ -127,6 +129,9 @@ class TaskStore(Protocol):
 
     #: The URL scheme this store is selected by (`memory`, `sqlite`, `redis`).
     scheme: str
+
+    #: Whether tasks outlive this process (another process or a restart can pick them up).
+    durable: bool
 
     async def open(self) -> None:
         """Acquire connections and background resources (called from the server lifespan)."""
@@ -223,4 +228,23 @@ class TaskStore(Protocol):
 
     async def purge_expired(self, now: float) -> int:
         """Delete terminal tasks whose retention has run out; return how many."""
+        ...
+
+    async def claim(
+        self, task_id: str, owner: str, until: float, *, expect_owner: str | None = None
+    ) -> TaskRecord | None:
+        """Take the run lease of an active task for `owner` until `until`; count an attempt.
+
+        Granted when the task is active and its lease is free, expired, already
+        `owner`'s, or held by `expect_owner` (a recovery taking over a dead
+        owner's task). `None` when refused: absent, terminal, or leased to another.
+        """
+        ...
+
+    async def renew(self, owner: str, task_ids: frozenset[str], until: float) -> None:
+        """Extend `owner`'s leases on these tasks (the heartbeat of a live runner)."""
+        ...
+
+    async def active_tasks(self) -> list[TaskRecord]:
+        """Every task in `working` or `input_required` (for recovery scans)."""
         ...

@@ -44,6 +44,7 @@ class MemoryTaskStore:
     """
 
     scheme = "memory"
+    durable = False
 
     def __init__(self, *, max_tasks: int | None = DEFAULT_MAX_TASKS) -> None:
         if max_tasks is not None and max_tasks < 1:
@@ -216,6 +217,32 @@ class MemoryTaskStore:
         finally:
             self._subscribers.pop(send, None)
             send.close()
+
+    # --- leases (one process: a formality, kept for the shared contract) ----------
+
+    async def claim(
+        self, task_id: str, owner: str, until: float, *, expect_owner: str | None = None
+    ) -> TaskRecord | None:
+        record = await self.get(task_id)
+        if record is None or record.status not in ACTIVE_STATUSES:
+            return None
+        holder = record.lease_owner
+        free = holder is None or holder == owner or holder == expect_owner
+        if not free and (record.lease_expires or 0) > time.time():
+            return None
+        record.lease_owner = owner
+        record.lease_expires = until
+        record.attempts += 1
+        return record
+
+    async def renew(self, owner: str, task_ids: frozenset[str], until: float) -> None:
+        for task_id in task_ids:
+            record = self._tasks.get(task_id)
+            if record is not None and record.lease_owner == owner and record.is_active:
+                record.lease_expires = until
+
+    async def active_tasks(self) -> list[TaskRecord]:
+        return [r for r in self._tasks.values() if r.status in ACTIVE_STATUSES]
 
     # --- retention ----------------------------------------------------------------
 

@@ -1,0 +1,160 @@
+"""Who runs a task, and what happens to a task whose runner died.
+
+Every task carries a run lease: the owner (`host:pid:token` of the process that
+runs or queues it) and an expiry the owner's runner keeps renewing. On a
+durable store (SQLite, Redis), a task is *orphaned* when its lease has expired,
+or when its owner is a process on this host that no longer exists (so a
+restart recovers at once instead of waiting out the lease).
+
+The recovery rule, applied by whichever process finds an orphan first (the
+lease is taken with compare-and-set, so exactly one does):
+
+- a tool whose annotations say `idempotentHint=True` is run again from the top
+  (at-least-once), with `statusMessage` "Restarted after an interruption
+  (attempt N)"; a task parked in `input_required` drops its outstanding
+  requests and asks again;
+- any other tool ends `failed` with -32603 "Task interrupted: ..." saying the
+  run was lost and the tool is not marked idempotent.
+
+Nothing is left in `working` forever.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+import time
+from typing import Any
+
+import anyio
+
+from fastmcp_tasks.errors import interrupted
+from fastmcp_tasks.stores.base import TaskRecord
+
+logger = logging.getLogger("fastmcp_tasks.recovery")
+
+HOST = socket.gethostname()
+
+
+def new_owner() -> str:
+    """A lease owner id for this process: `host:pid:token`."""
+    return f"{HOST}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+def _dead_here(owner: str) -> bool:
+    """True when `owner` names a process on this host that is gone."""
+    host, _, rest = owner.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != HOST or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def is_orphan(record: TaskRecord, now: float, me: str) -> bool:
+    """Whether an active task has lost the runner that leased it."""
+    owner = record.lease_owner
+    if owner == me:
+        return False
+    if owner is None or record.lease_expires is None:
+        return True
+    return record.lease_expires <= now or _dead_here(owner)
+
+
+def is_idempotent(tool: Any) -> bool:
+    annotations = getattr(tool, "annotations", None)
+    return bool(getattr(annotations, "idempotentHint", None))
+
+
+def restarted_message(attempt: int) -> str:
+    return f"Restarted after an interruption (attempt {attempt})"
+
+
+def lost_error(tool_name: str, found: bool) -> dict[str, Any]:
+    if not found:
+        return interrupted(f"its runner stopped and tool {tool_name!r} no longer exists")
+    return interrupted(
+        f"the process running it stopped (crash or restart); tool {tool_name!r} is not "
+        "marked idempotentHint=True, so it is not run again"
+    )
+
+
+class LeaseKeeper:
+    """Renews this process's leases and recovers orphaned tasks (durable stores only)."""
+
+    def __init__(self, runner: Any, *, owner: str, lease_seconds: float) -> None:
+        self.runner = runner
+        self.store = runner.store
+        self.owner = owner
+        self.lease_seconds = lease_seconds
+
+    def until(self) -> float:
+        return time.time() + self.lease_seconds
+
+    async def heartbeat(self) -> None:
+        """Keep the leases of every job of this process (queued or running) alive."""
+        while True:
+            await anyio.sleep(self.lease_seconds / 3)
+            held = frozenset(self.runner.job_ids())
+            if held:
+                try:
+                    await self.store.renew(self.owner, held, self.until())
+                except Exception:
+                    logger.exception("Renewing task leases failed; will retry")
+
+    async def release(self, task_ids: frozenset[str]) -> None:
+        """Hand tasks back (graceful shutdown): their leases expire now."""
+        if task_ids:
+            await self.store.renew(self.owner, task_ids, time.time())
+
+    async def scan_forever(self, interval: float) -> None:
+        while True:
+            try:
+                await self.scan()
+            except Exception:
+                logger.exception("Recovery scan failed; will retry")
+            await anyio.sleep(interval)
+
+    async def scan(self) -> int:
+        """Recover every orphaned task found now; return how many."""
+        now = time.time()
+        recovered = 0
+        for record in await self.store.active_tasks():
+            if record.task_id in self.runner.job_ids() or not is_orphan(record, now, self.owner):
+                continue
+            if await self.recover(record):
+                recovered += 1
+        return recovered
+
+    async def recover(self, record: TaskRecord) -> bool:
+        claimed = await self.store.claim(
+            record.task_id, self.owner, self.until(), expect_owner=record.lease_owner
+        )
+        if claimed is None:
+            return False  # another process took it first
+        tool = await self.runner.find_tool(record.tool)
+        if tool is None or not is_idempotent(tool):
+            error = lost_error(record.tool, tool is not None)
+            await self.store.transition(
+                record.task_id, "failed", error=error, status_message=error["message"]
+            )
+            logger.warning("Task %s (%s) was interrupted: failed", record.task_id, record.tool)
+            return True
+        message = restarted_message(claimed.attempts)
+        if claimed.status == "input_required":
+            await self.store.transition(record.task_id, "working", status_message=message)
+        else:
+            await self.store.set_status_message(record.task_id, message)
+        self.runner.resubmit(claimed, tool, message)
+        logger.warning("Task %s (%s) restarted: %s", record.task_id, record.tool, message)
+        return True
