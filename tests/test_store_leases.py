@@ -1,0 +1,93 @@
+"""The lease part of the `TaskStore` contract (claim, renew, active tasks), every store."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+import anyio
+import pytest
+
+from fastmcp_tasks import TaskStore
+from tests.test_store_contract import STORE_FACTORIES, record
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(params=sorted(STORE_FACTORIES))
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[TaskStore]:
+    instance = STORE_FACTORIES[request.param]()
+    await instance.open()
+    try:
+        yield instance
+    finally:
+        await instance.close()
+
+
+async def test_claim_is_exclusive_while_the_lease_lives(store: TaskStore) -> None:
+    task = record()
+    await store.create(task)
+    later = time.time() + 60
+    first = await store.claim(task.task_id, "a", later)
+    assert first is not None and first.lease_owner == "a" and first.attempts == 1
+    assert await store.claim(task.task_id, "b", later) is None
+    again = await store.claim(task.task_id, "a", later)  # the owner may re-claim
+    assert again is not None and again.attempts == 2
+    taken = await store.claim(task.task_id, "b", later, expect_owner="a")  # recovery
+    assert taken is not None and taken.lease_owner == "b"
+
+
+async def test_an_expired_lease_can_be_taken(store: TaskStore) -> None:
+    task = record()
+    await store.create(task)
+    await store.claim(task.task_id, "a", time.time() - 1)
+    taken = await store.claim(task.task_id, "b", time.time() + 60)
+    assert taken is not None and taken.lease_owner == "b"
+
+
+async def test_terminal_tasks_cannot_be_claimed(store: TaskStore) -> None:
+    task = record()
+    await store.create(task)
+    await store.transition(task.task_id, "completed", result={})
+    assert await store.claim(task.task_id, "a", time.time() + 60) is None
+    assert await store.claim("missing", "a", time.time() + 60) is None
+
+
+async def test_renew_extends_only_the_owners_leases(store: TaskStore) -> None:
+    mine, theirs = record(), record()
+    await store.create(mine)
+    await store.create(theirs)
+    soon = time.time() + 1
+    await store.claim(mine.task_id, "me", soon)
+    await store.claim(theirs.task_id, "them", soon)
+    await store.renew("me", frozenset({mine.task_id, theirs.task_id}), soon + 100)
+    a, b = await store.get(mine.task_id), await store.get(theirs.task_id)
+    assert a is not None and a.lease_expires == pytest.approx(soon + 100)
+    assert b is not None and b.lease_expires == pytest.approx(soon)
+
+
+async def test_active_tasks_lists_working_and_parked(store: TaskStore) -> None:
+    working, parked, done = record(), record(), record()
+    for task in (working, parked, done):
+        await store.create(task)
+    await store.request_input(parked.task_id, {"k": {"method": "elicitation/create"}})
+    await store.transition(done.task_id, "failed", error={"code": 1, "message": "x"})
+    active = {r.task_id: r.status for r in await store.active_tasks()}
+    assert active.get(working.task_id) == "working"
+    assert active.get(parked.task_id) == "input_required"
+    assert done.task_id not in active
+
+
+async def test_concurrent_claims_have_one_winner(store: TaskStore) -> None:
+    task = record()
+    await store.create(task)
+    winners: list[str] = []
+
+    async def attempt(owner: str) -> None:
+        if await store.claim(task.task_id, owner, time.time() + 60) is not None:
+            winners.append(owner)
+
+    async with anyio.create_task_group() as group:
+        for owner in "abcdefgh":
+            group.start_soon(attempt, owner)
+    assert len(winners) == 1
