@@ -41,6 +41,7 @@ from fastmcp_tasks.errors import (
 from fastmcp_tasks.handlers import TaskMethods
 from fastmcp_tasks.listen import ListenService
 from fastmcp_tasks.options import TaskOptions, options_of
+from fastmcp_tasks.ownership import current_principal
 from fastmcp_tasks.progress import install_core_progress_adapter
 from fastmcp_tasks.runner import QUEUED_MESSAGE, Job, TaskRunner
 from fastmcp_tasks.stores import store_from_url
@@ -236,6 +237,7 @@ class TasksExtension(ServerExtension):
             retention_ms=self.retention_ms,
             context=durable_context,
             attempts=1,
+            owner=current_principal(),
             lease_owner=runner.owner,
             lease_expires=now + self.lease_seconds,
         )

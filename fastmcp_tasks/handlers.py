@@ -7,7 +7,8 @@ Each handler first applies the two gates every task method shares:
 2. over Streamable HTTP, an `Mcp-Name` header that names another task than
    `params.taskId` gets -32020 (C50). A missing header is accepted.
 
-Unknown, expired and purged ids all get the same -32602 (C24). Handlers never
+Unknown, expired and purged ids, and tasks of another principal, all get the
+same -32602 (C14, C24). Handlers never
 talk to the runner: a cancel is a store write that the runner hears about.
 """
 
@@ -27,7 +28,8 @@ from fastmcp_tasks.errors import (
     task_not_found,
 )
 from fastmcp_tasks.inputs import answer_problem
-from fastmcp_tasks.stores.base import TaskStore
+from fastmcp_tasks.ownership import current_principal, may_access
+from fastmcp_tasks.stores.base import TaskRecord, TaskStore
 from fastmcp_tasks.wire import (
     ACK,
     METHOD_CANCEL,
@@ -77,19 +79,14 @@ class TaskMethods:
     ) -> dict[str, Any]:
         """`tasks/get`: the DetailedTask for the current status (C22, C23). No side effects."""
         check_request(ctx, params.task_id)
-        record = await self.store.get(params.task_id)
-        if record is None:
-            raise task_not_found(params.task_id)
-        return render_get_result(record)
+        return render_get_result(await self._visible(params.task_id))
 
     async def update(
         self, ctx: ServerRequestContext[Any, Any], params: UpdateTaskParams
     ) -> dict[str, Any]:
         """`tasks/update`: accept answers for outstanding keys, ignore the rest (C32-C37)."""
         check_request(ctx, params.task_id)
-        record = await self.store.get(params.task_id)
-        if record is None:
-            raise task_not_found(params.task_id)
+        record = await self._visible(params.task_id)
         outstanding = record.input_requests or {}
         for key, answer in params.input_responses.items():
             request = outstanding.get(key)
@@ -108,7 +105,14 @@ class TaskMethods:
     ) -> dict[str, Any]:
         """`tasks/cancel`: record the request and ack; terminal tasks are left as they are."""
         check_request(ctx, params.task_id)
-        record = await self.store.request_cancel(params.task_id)
-        if record is None:
+        await self._visible(params.task_id)
+        if await self.store.request_cancel(params.task_id) is None:
             raise task_not_found(params.task_id)
         return dict(ACK)
+
+    async def _visible(self, task_id: str) -> TaskRecord:
+        """The task, if it exists and the caller may see it; else the same -32602 (C14, C24)."""
+        record = await self.store.get(task_id)
+        if record is None or not may_access(record, current_principal()):
+            raise task_not_found(task_id)
+        return record

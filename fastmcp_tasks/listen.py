@@ -39,6 +39,7 @@ from typing import Any, Literal
 
 import anyio
 from anyio.abc import TaskStatus
+from fastmcp.server.dependencies import bind_request_context
 from fastmcp.server.extensions import read_client_extension_settings
 from mcp.server.context import ServerRequestContext
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
@@ -63,6 +64,7 @@ from mcp_types import (
 from pydantic import BaseModel, PrivateAttr, model_serializer
 
 from fastmcp_tasks.errors import missing_capability
+from fastmcp_tasks.ownership import current_principal, may_access
 from fastmcp_tasks.stores.base import TaskStore
 from fastmcp_tasks.wire import NOTIFICATION_TASKS, TASKS_EXTENSION_ID, render_task
 
@@ -179,6 +181,8 @@ class ListenService:
         task_ids = _requested_task_ids(requested)
         if task_ids is None:
             return await self._core(ctx, params)
+        with bind_request_context(ctx):  # for the caller's principal
+            principal = current_principal()
         if read_client_extension_settings(ctx, TASKS_EXTENSION_ID) is None:
             raise missing_capability()
         subscription_id = ctx.request_id
@@ -186,7 +190,11 @@ class ListenService:
             raise MCPError(INVALID_REQUEST, "subscriptions/listen requires a request id")
         if len(self._streams) >= self.max_subscriptions:
             raise MCPError(INTERNAL_ERROR, "Subscription limit reached")
-        acked = [task_id for task_id in task_ids if await self.store.get(task_id) is not None]
+        acked = []
+        for task_id in task_ids:
+            record = await self.store.get(task_id)
+            if record is not None and may_access(record, principal):
+                acked.append(task_id)
         return await self._serve(ctx, subscription_id, requested, acked)
 
     async def _serve(

@@ -106,17 +106,20 @@ def _listen_params(task_ids: list[str] | None, *, opt_in: bool = True, **core: A
 
 
 @asynccontextmanager
-async def http_listen(url: str, params: dict, request_id: str = "L1") -> AsyncIterator[Frames]:
+async def http_listen(
+    url: str, params: dict, request_id: str = "L1", headers: dict[str, str] | None = None
+) -> AsyncIterator[Frames]:
     frames = Frames()
     body = {"jsonrpc": "2.0", "id": request_id, "method": METHOD_LISTEN, "params": params}
-    headers = {
+    request_headers = {
         "Accept": "application/json, text/event-stream",
         "MCP-Protocol-Version": MODERN,
         "Mcp-Method": METHOD_LISTEN,
+        **(headers or {}),
     }
 
     async def pump(http: httpx.AsyncClient) -> None:
-        async with http.stream("POST", url, json=body, headers=headers) as response:
+        async with http.stream("POST", url, json=body, headers=request_headers) as response:
             if not response.headers.get("content-type", "").startswith("text/event-stream"):
                 await response.aread()
                 frames.send.send_nowait(response.json())

@@ -143,24 +143,29 @@ class Wire:
         return await self.request("tasks/cancel", {"taskId": task_id}, **kw)
 
     async def wait(
-        self, task_id: str, statuses: Iterable[str] = TERMINAL, *, within: float = 10.0
+        self,
+        task_id: str,
+        statuses: Iterable[str] = TERMINAL,
+        *,
+        within: float = 10.0,
+        **kw: Any,
     ) -> dict[str, Any]:
         """Poll `tasks/get` until the status is one of `statuses` (bounded by `within` seconds)."""
         wanted = frozenset(statuses)
         with anyio.fail_after(within):
             while True:
-                task = await self.get(task_id)
+                task = await self.get(task_id, **kw)
                 if task["status"] in wanted:
                     return task
                 await anyio.sleep(0.005)
 
     async def wait_for(
-        self, task_id: str, predicate: Any, *, within: float = 10.0
+        self, task_id: str, predicate: Any, *, within: float = 10.0, **kw: Any
     ) -> dict[str, Any]:
         """Poll `tasks/get` until `predicate(task)` holds (bounded by `within` seconds)."""
         with anyio.fail_after(within):
             while True:
-                task = await self.get(task_id)
+                task = await self.get(task_id, **kw)
                 if predicate(task):
                     return task
                 await anyio.sleep(0.005)
