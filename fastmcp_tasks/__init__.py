@@ -16,7 +16,13 @@ from fastmcp_tasks.errors import ConfigurationError, TaskLimitExceeded, TasksErr
 from fastmcp_tasks.extension import TasksExtension
 from fastmcp_tasks.options import task_options
 from fastmcp_tasks.progress import Progress
-from fastmcp_tasks.stores import MemoryTaskStore, TaskRecord, TaskStore, store_from_url
+from fastmcp_tasks.stores import (
+    MemoryTaskStore,
+    SQLiteTaskStore,
+    TaskRecord,
+    TaskStore,
+    store_from_url,
+)
 from fastmcp_tasks.wire import TASKS_EXTENSION_ID
 
 __version__ = "0.1.0.dev0"
@@ -26,6 +32,7 @@ __all__ = [
     "ConfigurationError",
     "MemoryTaskStore",
     "Progress",
+    "SQLiteTaskStore",
     "TaskLimitExceeded",
     "TaskRecord",
     "TaskStore",

@@ -15,6 +15,7 @@ def test_public_names_are_pinned() -> None:
         "ConfigurationError",
         "MemoryTaskStore",
         "Progress",
+        "SQLiteTaskStore",
         "TASKS_EXTENSION_ID",
         "TaskLimitExceeded",
         "TaskRecord",
@@ -30,7 +31,7 @@ def test_public_names_are_pinned() -> None:
 
 
 def test_unknown_scheme_names_the_supported_ones() -> None:
-    with pytest.raises(ValueError, match=r"supported schemes are memory://") as info:
+    with pytest.raises(ValueError, match=r"supported schemes are memory://, sqlite://") as info:
         TasksExtension("postgres://db/tasks")
     assert isinstance(info.value, ConfigurationError)
     with pytest.raises(ValueError, match="Unsupported task store URL"):

@@ -6,19 +6,23 @@ adds itself to `STORE_FACTORIES` and inherits the whole suite.
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 import anyio
 import pytest
 
 from fastmcp_tasks import MemoryTaskStore, TaskLimitExceeded, TaskRecord, TaskStore
 from fastmcp_tasks.stores.base import UNCHANGED, TaskChange
+from fastmcp_tasks.stores.sqlite import SQLiteTaskStore
 
 pytestmark = pytest.mark.anyio
 
 STORE_FACTORIES: dict[str, Callable[[], TaskStore]] = {
     "memory": lambda: MemoryTaskStore(max_tasks=50),
+    "sqlite": lambda: SQLiteTaskStore(Path(tempfile.mkdtemp()) / "tasks.db", max_tasks=50),
 }
 
 

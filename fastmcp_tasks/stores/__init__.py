@@ -1,6 +1,7 @@
 """Task stores, and choosing one from a URL.
 
-`store_from_url("memory://")` is the in-memory store. Each backend registers its
+`store_from_url("memory://")` is the in-memory store, `store_from_url("sqlite:///tasks.db")`
+the SQLite store (durable, shared by the processes of one host). Each backend registers its
 URL scheme in `SCHEMES`; an unknown scheme is a `ConfigurationError` (a
 `ValueError`) naming the schemes this installation supports.
 """
@@ -14,6 +15,7 @@ from urllib.parse import urlsplit
 from fastmcp_tasks.errors import ConfigurationError
 from fastmcp_tasks.stores.base import TaskChange, TaskRecord, TaskStore
 from fastmcp_tasks.stores.memory import MemoryTaskStore
+from fastmcp_tasks.stores.sqlite import SQLiteTaskStore, path_from_url
 
 
 def _memory(url: str, options: dict[str, Any]) -> TaskStore:
@@ -24,8 +26,6 @@ def _memory(url: str, options: dict[str, Any]) -> TaskStore:
 
 
 def _sqlite(url: str, options: dict[str, Any]) -> TaskStore:
-    from fastmcp_tasks.stores.sqlite import SQLiteTaskStore, path_from_url
-
     known = ("max_tasks", "poll_interval", "busy_timeout", "busy_retries")
     return SQLiteTaskStore(path_from_url(url), **{k: options[k] for k in known if k in options})
 
@@ -38,7 +38,7 @@ SCHEMES: dict[str, Callable[[str, dict[str, Any]], TaskStore]] = {
 
 
 def store_from_url(url: str, **options: Any) -> TaskStore:
-    """Build the store a URL names (`memory://`)."""
+    """Build the store a URL names (`memory://`, `sqlite:///path/to/tasks.db`)."""
     scheme = urlsplit(url).scheme if "://" in url else ""
     factory = SCHEMES.get(scheme)
     if factory is None:
@@ -49,4 +49,12 @@ def store_from_url(url: str, **options: Any) -> TaskStore:
     return factory(url, options)
 
 
-__all__ = ["SCHEMES", "MemoryTaskStore", "TaskChange", "TaskRecord", "TaskStore", "store_from_url"]
+__all__ = [
+    "SCHEMES",
+    "MemoryTaskStore",
+    "SQLiteTaskStore",
+    "TaskChange",
+    "TaskRecord",
+    "TaskStore",
+    "store_from_url",
+]

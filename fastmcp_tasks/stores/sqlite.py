@@ -23,7 +23,11 @@ transaction that makes the change, so subscribers in other processes see it.
 A subscriber reads rows past the highest `seq` at subscription time; it polls
 every `poll_interval` seconds (an idle poll is one `PRAGMA data_version`) and
 is woken at once by writes made through this store instance. `purge_expired`
-trims rows older than `change_retention` seconds, keeping at most `max_changes`.
+trims rows older than `change_retention` seconds, keeping at most `max_changes`;
+a subscriber that falls further behind than that misses the trimmed rows.
+
+Leases (`durable = True`). `claim` is a read-check-write in one `BEGIN IMMEDIATE`
+transaction, so of two processes claiming one task exactly one wins.
 """
 
 from __future__ import annotations
@@ -38,7 +42,6 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import unquote
 
 import anyio
 import anyio.to_thread
@@ -53,50 +56,19 @@ from fastmcp_tasks.stores.base import (
     _Unchanged,
     encode_result,
 )
+from fastmcp_tasks.stores.sqlite_schema import Tx, path_from_url
 from fastmcp_tasks.wire import ACTIVE_STATUSES, TERMINAL_STATUSES, TaskStatus
 
 T = TypeVar("T")
 
 DEFAULT_MAX_TASKS = 100_000
 _FEED_BATCH = 500
-_LIVE = "task_id = ? AND (expires_at IS NULL OR expires_at > ?)"
-_ACTIVE_SQL = ", ".join(f"'{status}'" for status in sorted(ACTIVE_STATUSES))
-
-
-class _Tx:
-    """One transaction's connection, and whether it wrote to the change feed."""
-
-    __slots__ = ("conn", "emitted")
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self.conn = conn
-        self.emitted = False
-
-    def load(self, task_id: str, *, live: bool = True) -> TaskRecord | None:
-        """The task; with `live`, `None` once it has expired."""
-        if live:
-            query, params = f"{schema.SELECT_TASK} WHERE {_LIVE}", (task_id, time.time())
-        else:
-            query, params = f"{schema.SELECT_TASK} WHERE task_id = ?", (task_id,)
-        row = self.conn.execute(query, params).fetchone()
-        return None if row is None else schema.from_row(row)
-
-    def update(self, task_id: str, **columns: Any) -> None:
-        sets = ", ".join(f"{name} = ?" for name in columns)
-        self.conn.execute(f"UPDATE tasks SET {sets} WHERE task_id = ?", (*columns.values(), task_id))
-
-    def emit(self, task_id: str, kind: str, status: str | None, details: Any = None) -> None:
-        self.conn.execute(
-            "INSERT INTO changes (task_id, kind, status, details, created_at) VALUES (?,?,?,?,?)",
-            (task_id, kind, status, json.dumps(details or {}), time.time()),
-        )
-        self.emitted = True
 
 
 class _Feed:
     """One subscription: an async iterator over change rows past `after`."""
 
-    def __init__(self, store: SQLiteTaskStore, task_ids: frozenset[str] | None, after: int):
+    def __init__(self, store: SQLiteTaskStore, task_ids: frozenset[str] | None, after: int) -> None:
         self._store = store
         self._task_ids = task_ids
         self.after = after
@@ -139,6 +111,7 @@ class SQLiteTaskStore:
     """
 
     scheme = "sqlite"
+    durable = True
 
     def __init__(
         self,
@@ -195,7 +168,7 @@ class SQLiteTaskStore:
         conn = self._connect()
         try:
             self._locked(conn, lambda tx: schema.prepare(tx.conn, path), write=True)
-            self._locked(conn, _set_wal, write=False)
+            self._locked(conn, Tx.use_wal, write=False)
             reader = self._connect()
             reader.execute("PRAGMA query_only = ON")
         except StoreError as exc:
@@ -235,7 +208,7 @@ class SQLiteTaskStore:
 
     # --- running SQL off the event loop -------------------------------------------
 
-    async def _run(self, fn: Callable[[_Tx], T], *, write: bool = True) -> T:
+    async def _run(self, fn: Callable[[Tx], T], *, write: bool = True) -> T:
         value, emitted = await anyio.to_thread.run_sync(
             self._transaction, fn, write, limiter=self._limiter
         )
@@ -243,16 +216,16 @@ class SQLiteTaskStore:
             self._notify()
         return value
 
-    def _transaction(self, fn: Callable[[_Tx], T], write: bool) -> tuple[T, bool]:
+    def _transaction(self, fn: Callable[[Tx], T], write: bool) -> tuple[T, bool]:
         with self._lock:
             if self._conn is None:
                 raise StoreError(f"SQLite task store {str(self.path)!r} is not open")
             return self._locked(self._conn, fn, write=write)
 
-    def _locked(self, conn: sqlite3.Connection, fn: Callable[[_Tx], T], *, write: bool) -> Any:
+    def _locked(self, conn: sqlite3.Connection, fn: Callable[[Tx], T], *, write: bool) -> Any:
         delay = 0.01
         for attempt in range(self.busy_retries + 1):
-            tx = _Tx(conn)
+            tx = Tx(conn)
             try:
                 if not write:
                     return fn(tx), False
@@ -284,10 +257,10 @@ class SQLiteTaskStore:
     # --- reads and creation -------------------------------------------------------
 
     async def create(self, record: TaskRecord) -> None:
-        def create(tx: _Tx) -> bool:
-            if self.max_tasks is not None and _count(tx) >= self.max_tasks:
-                _purge(tx, time.time())
-                if _count(tx) >= self.max_tasks:
+        def create(tx: Tx) -> bool:
+            if self.max_tasks is not None and tx.count() >= self.max_tasks:
+                tx.purge(time.time())
+                if tx.count() >= self.max_tasks:
                     return False
             try:
                 tx.conn.execute(schema.INSERT_TASK, schema.to_row(record))
@@ -304,13 +277,13 @@ class SQLiteTaskStore:
     # --- changes ------------------------------------------------------------------
 
     async def set_status_message(self, task_id: str, message: str | None) -> TaskRecord | None:
-        def change(tx: _Tx) -> TaskRecord | None:
+        def change(tx: Tx) -> TaskRecord | None:
             record = tx.load(task_id)
             if record is None or record.status not in ACTIVE_STATUSES:
                 return None
             if record.status_message != message:
                 record.status_message, record.updated_at = message, time.time()
-                tx.update(task_id, status_message=message, updated_at=record.updated_at)
+                tx.save(record)
                 tx.emit(task_id, "message", record.status)
             return record
 
@@ -334,16 +307,16 @@ class SQLiteTaskStore:
         if not sources:
             return None
 
-        def change(tx: _Tx) -> TaskRecord | None:
+        def change(tx: Tx) -> TaskRecord | None:
             now = time.time()
             columns: dict[str, Any] = {"status": status, "updated_at": now}
             if not isinstance(status_message, _Unchanged):
                 columns["status_message"] = status_message
             if status in TERMINAL_STATUSES:
-                completed = status == "completed" and result is not None
+                kept = result if status == "completed" else None
                 columns.update(
                     terminal_at=now,
-                    result_json=encode_result(result) if completed else None,  # type: ignore[arg-type]
+                    result_json=None if kept is None else encode_result(kept),
                     error=schema.dumps(error) if status == "failed" else None,
                     arguments=None,
                     input_requests=None,
@@ -369,27 +342,21 @@ class SQLiteTaskStore:
     async def request_input(
         self, task_id: str, requests: dict[str, Any], *, status_message: str | None = None
     ) -> TaskRecord | None:
-        def change(tx: _Tx) -> TaskRecord | None:
+        def change(tx: Tx) -> TaskRecord | None:
             record = tx.load(task_id)
             if record is None or record.status not in ACTIVE_STATUSES:
                 return None
             record.input_requests = {**(record.input_requests or {}), **requests}
             record.status, record.status_message = "input_required", status_message
             record.updated_at = time.time()
-            tx.update(
-                task_id,
-                input_requests=schema.dumps(record.input_requests),
-                status=record.status,
-                status_message=status_message,
-                updated_at=record.updated_at,
-            )
+            tx.save(record)
             tx.emit(task_id, "inputs", "input_required", {"keys": list(requests)})
             return record
 
         return await self._run(change)
 
     async def answer_input(self, task_id: str, responses: dict[str, Any]) -> dict[str, Any] | None:
-        def change(tx: _Tx) -> dict[str, Any] | None:
+        def change(tx: Tx) -> dict[str, Any] | None:
             record = tx.load(task_id)
             if record is None:
                 return None
@@ -400,34 +367,31 @@ class SQLiteTaskStore:
             if not accepted:
                 return {}
             remaining = {k: v for k, v in outstanding.items() if k not in accepted}
-            columns: dict[str, Any] = {
-                "answers": schema.dumps({**(record.answers or {}), **accepted}),
-                "input_requests": schema.dumps(remaining or None),
-                "updated_at": time.time(),
-            }
+            record.answers = {**(record.answers or {}), **accepted}
+            record.input_requests = remaining or None
+            record.updated_at = time.time()
             if not remaining:
-                columns.update(status="working", status_message=None)
-            tx.update(task_id, **columns)
-            tx.emit(task_id, "answered", columns.get("status", record.status), {"keys": list(accepted)})
+                record.status, record.status_message = "working", None
+            tx.save(record)
+            tx.emit(task_id, "answered", record.status, {"keys": list(accepted)})
             return accepted
 
         return await self._run(change)
 
     async def take_answers(self, task_id: str, keys: frozenset[str]) -> dict[str, Any]:
-        def change(tx: _Tx) -> dict[str, Any]:
+        def change(tx: Tx) -> dict[str, Any]:
             record = tx.load(task_id)
             if record is None or not record.answers:
                 return {}
-            answers = record.answers
-            taken = {key: answers.pop(key) for key in keys if key in answers}
+            taken = {key: record.answers.pop(key) for key in keys if key in record.answers}
             if taken:
-                tx.update(task_id, answers=schema.dumps(answers))
+                tx.save(record)
             return taken
 
         return await self._run(change)
 
     async def withdraw_input(self, task_id: str, keys: frozenset[str]) -> TaskRecord | None:
-        def change(tx: _Tx) -> TaskRecord | None:
+        def change(tx: Tx) -> TaskRecord | None:
             record = tx.load(task_id)
             if record is None or record.status not in ACTIVE_STATUSES:
                 return None
@@ -439,25 +403,19 @@ class SQLiteTaskStore:
             record.updated_at = time.time()
             if not remaining and record.status == "input_required":
                 record.status, record.status_message = "working", None
-            tx.update(
-                task_id,
-                input_requests=schema.dumps(record.input_requests),
-                updated_at=record.updated_at,
-                status=record.status,
-                status_message=record.status_message,
-            )
+            tx.save(record)
             tx.emit(task_id, "inputs", record.status, {"withdrawn": sorted(keys)})
             return record
 
         return await self._run(change)
 
     async def request_cancel(self, task_id: str) -> TaskRecord | None:
-        def change(tx: _Tx) -> TaskRecord | None:
+        def change(tx: Tx) -> TaskRecord | None:
             record = tx.load(task_id)
             if record is None or record.status in TERMINAL_STATUSES:
                 return record
             record.cancel_requested = True
-            tx.update(task_id, cancel_requested=1)
+            tx.save(record)
             tx.emit(task_id, "cancel_requested", record.status)
             return record
 
@@ -467,7 +425,7 @@ class SQLiteTaskStore:
     async def changes(
         self, task_ids: frozenset[str] | None = None
     ) -> AsyncIterator[AsyncIterator[TaskChange]]:
-        after = await self._run(_last_seq, write=False)
+        after = await self._run(Tx.last_seq, write=False)
         feed = _Feed(self, task_ids, after)
         self._feeds.add(feed)
         try:
@@ -499,54 +457,49 @@ class SQLiteTaskStore:
                 raise StoreError(f"SQLite task store {str(self.path)!r}: {exc}") from exc
             return self._generation, rows
 
+    # --- leases -------------------------------------------------------------------
+
+    async def claim(
+        self, task_id: str, owner: str, until: float, *, expect_owner: str | None = None
+    ) -> TaskRecord | None:
+        def change(tx: Tx) -> TaskRecord | None:
+            record = tx.load(task_id)
+            if record is None or record.status not in ACTIVE_STATUSES:
+                return None
+            holder = record.lease_owner
+            free = holder is None or holder == owner or holder == expect_owner
+            if not free and (record.lease_expires or 0) > time.time():
+                return None
+            record.lease_owner, record.lease_expires = owner, until
+            record.attempts += 1
+            tx.save(record)
+            return record
+
+        return await self._run(change)
+
+    async def renew(self, owner: str, task_ids: frozenset[str], until: float) -> None:
+        def change(tx: Tx) -> None:
+            tx.conn.executemany(
+                "UPDATE tasks SET lease_expires = ? WHERE task_id = ? AND lease_owner = ? "
+                "AND status IN ('working', 'input_required')",
+                [(until, task_id, owner) for task_id in task_ids],
+            )
+
+        if task_ids:
+            await self._run(change)
+
+    async def active_tasks(self) -> list[TaskRecord]:
+        return await self._run(Tx.active, write=False)
+
     # --- retention ----------------------------------------------------------------
 
     async def purge_expired(self, now: float) -> int:
-        def purge(tx: _Tx) -> int:
-            removed = _purge(tx, now)
-            conn, cutoff = tx.conn, time.time() - self.change_retention
-            conn.execute("DELETE FROM changes WHERE created_at < ?", (cutoff,))
-            conn.execute(
-                "DELETE FROM changes WHERE seq <= (SELECT MAX(seq) FROM changes) - ?",
-                (self.max_changes,),
-            )
+        def purge(tx: Tx) -> int:
+            removed = tx.purge(now)
+            tx.trim_changes(time.time() - self.change_retention, self.max_changes)
             return removed
 
         return await self._run(purge)
 
 
-def _set_wal(tx: _Tx) -> None:
-    tx.conn.execute("PRAGMA journal_mode = WAL")
-    tx.conn.execute("PRAGMA synchronous = NORMAL")
-
-
-def _count(tx: _Tx) -> int:
-    return tx.conn.execute("SELECT value FROM meta WHERE key = 'task_count'").fetchone()[0]
-
-
-def _purge(tx: _Tx, now: float) -> int:
-    return tx.conn.execute("DELETE FROM tasks WHERE expires_at <= ?", (now,)).rowcount
-
-
-def _last_seq(tx: _Tx) -> int:
-    row = tx.conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'changes'").fetchone()
-    return 0 if row is None else row[0]
-
-
-def path_from_url(url: str) -> str:
-    """The file a `sqlite:///relative.db` or `sqlite:////absolute.db` URL names."""
-    prefix = "sqlite:///"
-    if ":memory:" in url:
-        raise ConfigurationError(
-            f"SQLite task store URL {url!r} names an in-memory database, which cannot be "
-            "shared between processes or survive a restart; give a file path"
-        )
-    if not url.startswith(prefix) or "?" in url or "#" in url:
-        raise ConfigurationError(
-            f"SQLite task store URL must be sqlite:///relative.db or sqlite:////abs/path.db "
-            f"(no host, query or fragment), got {url!r}"
-        )
-    path = unquote(url[len(prefix) :])
-    if not path:
-        raise ConfigurationError(f"SQLite task store URL {url!r} names no file")
-    return path
+__all__ = ["SQLiteTaskStore", "path_from_url"]

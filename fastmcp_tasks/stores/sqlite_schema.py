@@ -1,4 +1,4 @@
-"""The SQLite store's file format: schema, migrations, the open-time checks, row mapping.
+"""The SQLite store's file format and SQL: schema, migrations, open-time checks, rows.
 
 A task store file is marked twice: `PRAGMA application_id` holds `APPLICATION_ID`
 and `PRAGMA user_version` the schema version, mirrored by the `meta` table
@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from fastmcp_tasks.errors import ConfigurationError
 from fastmcp_tasks.stores.base import TaskRecord
@@ -48,6 +50,8 @@ COLUMNS = (
     "owner",
     "context",
     "attempts",
+    "lease_owner",
+    "lease_expires",
 )
 SELECT_TASK = f"SELECT {', '.join(COLUMNS)} FROM tasks"
 INSERT_TASK = (
@@ -76,9 +80,12 @@ CREATE TABLE tasks (
     cancel_requested INTEGER NOT NULL DEFAULT 0,
     owner TEXT,
     context TEXT,
-    attempts INTEGER NOT NULL DEFAULT 0
+    attempts INTEGER NOT NULL DEFAULT 0,
+    lease_owner TEXT,
+    lease_expires REAL
 );
 CREATE INDEX tasks_expiry ON tasks (expires_at) WHERE expires_at IS NOT NULL;
+CREATE INDEX tasks_active ON tasks (status) WHERE status IN ('working', 'input_required');
 CREATE TABLE changes (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     task_id TEXT NOT NULL,
@@ -214,6 +221,8 @@ def to_row(record: TaskRecord) -> tuple[Any, ...]:
         r.owner,
         dumps(r.context),
         r.attempts,
+        r.lease_owner,
+        r.lease_expires,
         r.expires_at,
     )
 
@@ -239,6 +248,8 @@ def from_row(row: tuple[Any, ...]) -> TaskRecord:
         owner=row[15],
         context=_loads(row[16]),
         attempts=row[17],
+        lease_owner=row[18],
+        lease_expires=row[19],
     )
 
 
@@ -249,3 +260,102 @@ def is_busy(exc: sqlite3.Error) -> bool:
         return code & 0xFF in (5, 6)
     message = str(exc).lower()
     return "locked" in message or "busy" in message
+
+
+def path_from_url(url: str) -> str:
+    """The file a `sqlite:///relative.db` or `sqlite:////absolute.db` URL names.
+
+    Raises:
+        ConfigurationError: an in-memory database, a host, a query or no path.
+    """
+    prefix = "sqlite:///"
+    if ":memory:" in url:
+        raise ConfigurationError(
+            f"SQLite task store URL {url!r} names an in-memory database, which cannot be "
+            "shared between processes or survive a restart; give a file path"
+        )
+    path = unquote(url[len(prefix) :])
+    if not url.startswith(prefix) or "?" in url or "#" in url or not path:
+        raise ConfigurationError(
+            "SQLite task store URL must be sqlite:///relative.db or sqlite:////abs/path.db "
+            f"(no host, query or fragment), got {url!r}"
+        )
+    return path
+
+
+class Tx:
+    """One transaction (or read) on a connection, and whether it wrote to the change feed."""
+
+    __slots__ = ("conn", "emitted")
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.emitted = False
+
+    def load(self, task_id: str, *, live: bool = True) -> TaskRecord | None:
+        """The task by primary key; with `live`, `None` once it has expired."""
+        if live:
+            query = f"{SELECT_TASK} WHERE task_id = ? AND (expires_at IS NULL OR expires_at > ?)"
+            row = self.conn.execute(query, (task_id, time.time())).fetchone()
+        else:
+            row = self.conn.execute(f"{SELECT_TASK} WHERE task_id = ?", (task_id,)).fetchone()
+        return None if row is None else from_row(row)
+
+    def save(self, record: TaskRecord) -> None:
+        """Write back the fields an active task's methods change (not the terminal ones)."""
+        self.conn.execute(
+            "UPDATE tasks SET status = ?, status_message = ?, updated_at = ?, input_requests = ?, "
+            "answers = ?, cancel_requested = ?, attempts = ?, lease_owner = ?, lease_expires = ? "
+            "WHERE task_id = ?",
+            (
+                record.status,
+                record.status_message,
+                record.updated_at,
+                dumps(record.input_requests),
+                dumps(record.answers),
+                int(record.cancel_requested),
+                record.attempts,
+                record.lease_owner,
+                record.lease_expires,
+                record.task_id,
+            ),
+        )
+
+    def active(self) -> list[TaskRecord]:
+        """Every task in `working` or `input_required` (a scan of the partial index)."""
+        query = f"{SELECT_TASK} WHERE status IN ('working', 'input_required')"
+        return [from_row(row) for row in self.conn.execute(query)]
+
+    def emit(self, task_id: str, kind: str, status: str | None, details: Any = None) -> None:
+        """Append a change-feed row (in this transaction)."""
+        self.conn.execute(
+            "INSERT INTO changes (task_id, kind, status, details, created_at) VALUES (?,?,?,?,?)",
+            (task_id, kind, status, json.dumps(details or {}), time.time()),
+        )
+        self.emitted = True
+
+    def count(self) -> int:
+        """Tasks in the file (kept by triggers, so O(1))."""
+        return self.conn.execute("SELECT value FROM meta WHERE key = 'task_count'").fetchone()[0]
+
+    def purge(self, now: float) -> int:
+        """Delete tasks expired by `now` (a range on the expiry index)."""
+        return self.conn.execute("DELETE FROM tasks WHERE expires_at <= ?", (now,)).rowcount
+
+    def trim_changes(self, before: float, keep: int) -> None:
+        """Drop feed rows created before `before`, and all but the last `keep`."""
+        self.conn.execute("DELETE FROM changes WHERE created_at < ?", (before,))
+        self.conn.execute(
+            "DELETE FROM changes WHERE seq <= (SELECT MAX(seq) FROM changes) - ?", (keep,)
+        )
+
+    def last_seq(self) -> int:
+        """The highest change-feed `seq` ever issued (0 for none)."""
+        query = "SELECT seq FROM sqlite_sequence WHERE name = 'changes'"
+        row = self.conn.execute(query).fetchone()
+        return 0 if row is None else row[0]
+
+    def use_wal(self) -> None:
+        """WAL journal, `synchronous=NORMAL` (outside any transaction)."""
+        self.conn.execute("PRAGMA journal_mode = WAL")
+        self.conn.execute("PRAGMA synchronous = NORMAL")
