@@ -1,0 +1,77 @@
+"""A server on a SQLite store, run as a real subprocess by the crash and multi-process tests.
+
+    python tests/durable_server.py --db PATH --port N --dir MARKERS
+
+Tools wait for marker files (`MARKERS/<key>.go`) so a test in another process can
+release them, and write `MARKERS/<key>.started.<pid>` when they start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import anyio
+from fastmcp import Context, FastMCP
+from fastmcp.utilities.tasks import TaskConfig
+from mcp_types import ToolAnnotations
+
+from fastmcp_tasks import TasksExtension
+
+FAST = TaskConfig(poll_interval=timedelta(milliseconds=50))
+
+
+def build(db: str, markers: Path) -> FastMCP:
+    mcp = FastMCP("durable")
+    mcp.add_extension(TasksExtension(url=f"sqlite:///{db}", lease=timedelta(seconds=2)))
+
+    async def hold(key: str) -> None:
+        (markers / f"{key}.started.{os.getpid()}").touch()
+        while not (markers / f"{key}.go").exists():  # noqa: ASYNC110, ASYNC240 - a file signal
+            await anyio.sleep(0.02)
+
+    @mcp.tool(task=FAST)
+    async def quick(text: str) -> str:
+        return f"quick {text}"
+
+    @mcp.tool(task=FAST, annotations=ToolAnnotations(idempotentHint=True))
+    async def idempotent_job(key: str) -> str:
+        await hold(key)
+        return f"idempotent {key} in {os.getpid()}"
+
+    @mcp.tool(task=FAST)
+    async def plain_job(key: str) -> str:
+        await hold(key)
+        return f"plain {key}"
+
+    @mcp.tool(task=FAST)
+    async def ask(question: str, ctx: Context) -> str:
+        answer = await ctx.elicit(question, bool)
+        return f"{question} -> {answer.action}:{getattr(answer, 'data', None)}"
+
+    @mcp.tool(task=FAST, annotations=ToolAnnotations(idempotentHint=True))
+    async def ask_again(question: str, ctx: Context) -> str:
+        answer = await ctx.elicit(question, bool)
+        return f"{question} -> {answer.action}:{getattr(answer, 'data', None)} in {os.getpid()}"
+
+    return mcp
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--db", required=True)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--dir", required=True)
+    args = parser.parse_args()
+    mcp = build(args.db, Path(args.dir))
+    mcp.run(transport="http", host="127.0.0.1", port=args.port, path="/mcp", show_banner=False)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,193 @@
+"""Durability with real processes: SIGKILL and restart, and two servers on one SQLite file."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from tests.wire import Wire, free_port, http_wire_for
+
+pytestmark = pytest.mark.anyio
+
+SERVER = Path(__file__).parent / "durable_server.py"
+
+
+class Server:
+    def __init__(self, db: Path, markers: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                str(SERVER),
+                "--db",
+                str(db),
+                "--port",
+                str(self.port),
+                "--dir",
+                str(markers),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+
+    async def ready(self) -> None:
+        with anyio.fail_after(20):
+            async with httpx.AsyncClient() as http:
+                while True:
+                    assert self.process.poll() is None, self.process.stderr.read().decode()  # type: ignore[union-attr]
+                    try:
+                        await http.get(self.url.replace("/mcp", "/"), timeout=1)
+                        return
+                    except httpx.TransportError:
+                        await anyio.sleep(0.05)
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        if self.process.stderr is not None:
+            self.process.stderr.close()
+
+
+@contextmanager
+def servers(tmp_path: Path, count: int) -> Iterator[list[Server]]:
+    db, markers = tmp_path / "tasks.db", tmp_path / "markers"
+    markers.mkdir(exist_ok=True)
+    started = [Server(db, markers) for _ in range(count)]
+    try:
+        yield started
+    finally:
+        for server in started:
+            server.stop()
+
+
+@asynccontextmanager
+async def wire_to(server: Server) -> AsyncIterator[Wire]:
+    await server.ready()
+    async with http_wire_for(server.url) as wire:
+        yield wire
+
+
+def _started(markers: Path, key: str, pid: int | None) -> bool:
+    names = [p.name for p in markers.glob(f"{key}.started.*")]
+    return any(pid is None or name.endswith(f".{pid}") for name in names)
+
+
+async def started_in(markers: Path, key: str, pid: int | None = None) -> None:
+    """Wait (bounded) until the tool wrote its start marker: a cross-process signal."""
+    with anyio.fail_after(10):
+        while not _started(markers, key, pid):  # noqa: ASYNC110 - the signal is a file
+            await anyio.sleep(0.02)
+
+
+def release(markers: Path, key: str) -> None:
+    (markers / f"{key}.go").touch()
+
+
+def answer(key: str, value: bool = True) -> dict[str, Any]:
+    return {key: {"action": "accept", "content": {"value": value}}}
+
+
+async def test_sigkill_then_restart_keeps_every_task(tmp_path: Path) -> None:
+    markers = tmp_path / "markers"
+    with servers(tmp_path, 1) as (first,):
+        async with wire_to(first) as wire:
+            quick = await wire.call_tool("quick", {"text": "hi"})
+            quick_done = await wire.wait(quick["taskId"])
+            idem = (await wire.call_tool("idempotent_job", {"key": "idem"}))["taskId"]
+            plain = (await wire.call_tool("plain_job", {"key": "plain"}))["taskId"]
+            await started_in(markers, "idem")
+            await started_in(markers, "plain")
+            asked = (await wire.call_tool("ask", {"question": "ship?"}))["taskId"]
+            again = (await wire.call_tool("ask_again", {"question": "retry?"}))["taskId"]
+            parked = await wire.wait(again, {"input_required"})
+            (old_key,) = parked["inputRequests"]
+            await wire.wait(asked, {"input_required"})
+        first.kill()
+
+    with servers(tmp_path, 1) as (second,):
+        async with wire_to(second) as wire:
+            # a finished task: identical after the crash
+            assert await wire.get(quick["taskId"]) == quick_done
+            # not idempotent: failed, with a JSON-RPC error saying why
+            for task_id in (plain, asked):
+                lost = await wire.wait(task_id, {"failed"})
+                assert lost["error"]["code"] == -32603
+                assert "not marked idempotentHint=True" in lost["error"]["message"]
+            # idempotent: run again, attempt visible, then completes on the new process
+            rerun = await wire.wait_for(idem, lambda t: "attempt 2" in t.get("statusMessage", ""))
+            assert rerun["status"] == "working"
+            await started_in(markers, "idem", second.process.pid)
+            release(markers, "idem")
+            done = await wire.wait(idem)
+            assert (
+                done["result"]["content"][0]["text"] == f"idempotent idem in {second.process.pid}"
+            )
+            # an idempotent parked task asks again, under a new key
+            reparked = await wire.wait_for(
+                again,
+                lambda t: t["status"] == "input_required" and old_key not in t["inputRequests"],
+            )
+            (new_key,) = reparked["inputRequests"]
+            await wire.update(again, answer(old_key))  # the old key is ignored
+            await wire.update(again, answer(new_key))
+            finished = await wire.wait(again)
+            assert finished["result"]["content"][0]["text"].startswith("retry? -> accept:True")
+
+
+async def test_two_processes_share_one_file(tmp_path: Path) -> None:
+    markers = tmp_path / "markers"
+    with servers(tmp_path, 2) as (a, b):
+        async with wire_to(a) as on_a, wire_to(b) as on_b:
+            # created on A, read on B
+            created = await on_a.call_tool("quick", {"text": "shared"})
+            done = await on_b.wait(created["taskId"])
+            assert done["result"]["content"][0]["text"] == "quick shared"
+            # running on A, cancelled through B: A's tool is stopped
+            running = (await on_a.call_tool("plain_job", {"key": "cancel-me"}))["taskId"]
+            await started_in(markers, "cancel-me", a.process.pid)
+            await on_b.cancel(running)
+            cancelled = await on_b.wait(running)
+            assert cancelled["status"] == "cancelled"
+            # parked on A, answered through B
+            asked = (await on_a.call_tool("ask", {"question": "go?"}))["taskId"]
+            parked = await on_b.wait(asked, {"input_required"})
+            (key,) = parked["inputRequests"]
+            await on_b.update(asked, answer(key, False))
+            answered = await on_a.wait(asked)
+            assert answered["result"]["content"][0]["text"] == "go? -> accept:False"
+
+
+async def test_a_dead_process_tasks_are_recovered_by_the_live_one(tmp_path: Path) -> None:
+    markers = tmp_path / "markers"
+    with servers(tmp_path, 2) as (a, b):
+        async with wire_to(a) as on_a, wire_to(b) as on_b:
+            idem = (await on_a.call_tool("idempotent_job", {"key": "move"}))["taskId"]
+            plain = (await on_a.call_tool("plain_job", {"key": "lost"}))["taskId"]
+            await started_in(markers, "move", a.process.pid)
+            await started_in(markers, "lost", a.process.pid)
+            a.kill()
+            failed = await on_b.wait(plain, {"failed"}, within=15)
+            assert "interrupted" in failed["error"]["message"]
+            await started_in(markers, "move", b.process.pid)
+            release(markers, "move")
+            moved = await on_b.wait(idem, within=15)
+            assert moved["result"]["content"][0]["text"] == f"idempotent move in {b.process.pid}"
+    assert (tmp_path / "tasks.db").stat().st_size > 0  # noqa: ASYNC240
