@@ -33,7 +33,7 @@ def build(db: str, markers: Path) -> FastMCP:
 
     async def hold(key: str) -> None:
         (markers / f"{key}.started.{os.getpid()}").touch()
-        while not (markers / f"{key}.go").exists():  # noqa: ASYNC110, ASYNC240 - a file signal
+        while not (markers / f"{key}.go").exists():  # noqa: ASYNC110 - a file signal
             await anyio.sleep(0.02)
 
     @mcp.tool(task=FAST)

@@ -190,4 +190,4 @@ async def test_a_dead_process_tasks_are_recovered_by_the_live_one(tmp_path: Path
             release(markers, "move")
             moved = await on_b.wait(idem, within=15)
             assert moved["result"]["content"][0]["text"] == f"idempotent move in {b.process.pid}"
-    assert (tmp_path / "tasks.db").stat().st_size > 0  # noqa: ASYNC240
+    assert (tmp_path / "tasks.db").stat().st_size > 0
