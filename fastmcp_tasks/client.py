@@ -13,7 +13,9 @@ change it), reports each new state to `on_status`, returns the inline
 `CallToolResult` when `completed` (C71), raises `MCPError` with the task's
 JSON-RPC error when `failed`, and sends `tasks/cancel` once if the caller is
 cancelled or times out while waiting (C69). `tasks/*` requests carry
-`Mcp-Name: <taskId>` through the request types' `name_param` (C73).
+`Mcp-Name: <taskId>` through the request types' `name_param` (C73). When the
+server serves `subscriptions/listen`, the resolver subscribes to the task
+(C72) and waits for pushed states, polling only as a slow safety net.
 
 When a task waits in `input_required`, each outstanding request is handed
 once to `on_input(key, request)` (keys are de-duplicated across polls, C67)
@@ -32,10 +34,19 @@ from typing import Any, Literal
 
 import anyio
 import mcp_types
+from anyio.streams.memory import MemoryObjectSendStream
 from fastmcp.client.elicitation import ElicitationHandler, create_elicitation_callback
-from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
+from mcp.client.extension import ClaimContext, ClientExtension, NotificationBinding, ResultClaim
 from mcp.shared.exceptions import MCPError
-from mcp_types import Request, Result
+from mcp_types import (
+    NotificationParams,
+    Request,
+    Result,
+    SubscriptionFilter,
+    SubscriptionsListenRequest,
+    SubscriptionsListenRequestParams,
+    SubscriptionsListenResult,
+)
 from pydantic import ConfigDict
 
 from fastmcp_tasks.wire import (
@@ -50,6 +61,11 @@ InputHandler = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any] | None]]
 
 #: Poll interval used when the server gives none (the spec's default is the server's).
 DEFAULT_POLL_SECONDS = 1.0
+#: While push works, polls still happen at least this far apart, as a safety net.
+SAFETY_POLL = 30.0
+#: How long one listen stream may stay open.
+LISTEN_TIMEOUT = 24 * 3600.0
+TERMINAL = frozenset({"completed", "failed", "cancelled"})
 
 
 class GetTaskRequest(Request[TaskIdParams, Literal["tasks/get"]]):
@@ -65,6 +81,29 @@ class CancelTaskRequest(Request[TaskIdParams, Literal["tasks/cancel"]]):
 class UpdateTaskRequest(Request[UpdateTaskParams, Literal["tasks/update"]]):
     method: Literal["tasks/update"] = "tasks/update"
     name_param = "taskId"
+
+
+def _outcome(task_id: str, state: dict[str, Any]) -> mcp_types.CallToolResult:
+    """The final result of a terminal task, or the error it ended with (C71)."""
+    status = state.get("status")
+    if status == "completed":
+        return mcp_types.CallToolResult.model_validate(state["result"])
+    if status == "failed":
+        error = state.get("error") or {}
+        raise MCPError(
+            code=int(error.get("code", mcp_types.INTERNAL_ERROR)),
+            message=str(error.get("message", "Task failed")),
+            data=error.get("data"),
+        )
+    raise MCPError(
+        code=mcp_types.INTERNAL_ERROR,
+        message=f"Task {task_id} was cancelled",
+        data={"taskId": task_id},
+    )
+
+
+class _TaskNotificationParams(NotificationParams):
+    model_config = ConfigDict(extra="allow")
 
 
 class TaskState(Result):
@@ -85,6 +124,8 @@ class TasksClientExtension(ClientExtension):
             to leave it unanswered.
         elicitation_handler: a FastMCP elicitation handler for in-task elicitations
             (used when `on_input` is not given).
+        push: follow the task over `subscriptions/listen` when the server offers it,
+            polling only as a slow safety net (every `SAFETY_POLL` seconds at most).
     """
 
     identifier = TASKS_EXTENSION_ID
@@ -96,7 +137,10 @@ class TasksClientExtension(ClientExtension):
         min_poll_interval: float = 0.0,
         on_input: InputHandler | None = None,
         elicitation_handler: ElicitationHandler | None = None,
+        push: bool = True,
     ) -> None:
+        self.push = push
+        self._watchers: dict[str, MemoryObjectSendStream[dict[str, Any]]] = {}
         self.on_status = on_status
         self.min_poll_interval = min_poll_interval
         self.on_input = on_input
@@ -114,40 +158,73 @@ class TasksClientExtension(ClientExtension):
         state: dict[str, Any] = created.model_dump(by_alias=True, exclude_none=True)
         state.pop("resultType", None)
         handled: set[str] = set()
+        pushes_in, pushes = anyio.create_memory_object_stream[dict[str, Any]](math.inf)
+        self._watchers[task_id] = pushes_in
         try:
-            await self._report(state)
-            last_seen = (state.get("status"), state.get("statusMessage"))
-            while True:
-                if state.get("status") != "input_required":
-                    await anyio.sleep(self._interval(state))
-                state = await self._get(ctx, task_id)
-                seen = (state.get("status"), state.get("statusMessage"))
-                if seen != last_seen:
-                    last_seen = seen
-                    await self._report(state)
-                status = state.get("status")
-                if status == "input_required":
-                    await self._answer(ctx, task_id, state.get("inputRequests") or {}, handled)
-                    await anyio.sleep(self._interval(state))
-                if status == "completed":
-                    return mcp_types.CallToolResult.model_validate(state["result"])
-                if status == "failed":
-                    error = state.get("error") or {}
-                    raise MCPError(
-                        code=int(error.get("code", mcp_types.INTERNAL_ERROR)),
-                        message=str(error.get("message", "Task failed")),
-                        data=error.get("data"),
-                    )
-                if status == "cancelled":
-                    raise MCPError(
-                        code=mcp_types.INTERNAL_ERROR,
-                        message=f"Task {task_id} was cancelled",
-                        data={"taskId": task_id},
-                    )
+            async with anyio.create_task_group() as group:
+                if self.push:
+                    group.start_soon(self._listen, ctx, task_id)
+                await self._report(state)
+                if state.get("status") in TERMINAL:  # C76: fetch the outcome once
+                    state = await self._get(ctx, task_id)
+                pushed = False
+                while state.get("status") not in TERMINAL:
+                    if state.get("status") == "input_required":
+                        await self._answer(ctx, task_id, state.get("inputRequests") or {}, handled)
+                    wait = self._interval(state)
+                    fresh: dict[str, Any] | None = None
+                    with anyio.move_on_after(max(wait, SAFETY_POLL) if pushed else wait):
+                        fresh = await pushes.receive()
+                        pushed = True
+                    if fresh is None:
+                        fresh = await self._get(ctx, task_id)
+                    if (fresh.get("status"), fresh.get("statusMessage")) != (
+                        state.get("status"),
+                        state.get("statusMessage"),
+                    ) or fresh.get("inputRequests") != state.get("inputRequests"):
+                        await self._report(fresh)
+                    state = fresh
+                group.cancel_scope.cancel()
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                 await self._cancel(ctx, task_id)
             raise
+        finally:
+            self._watchers.pop(task_id, None)
+            pushes_in.close()
+        return _outcome(task_id, state)
+
+    async def _listen(self, ctx: ClaimContext, task_id: str) -> None:
+        """Subscribe to the task's changes; on any refusal, polling carries on alone."""
+        notifications = SubscriptionFilter.model_validate({"taskIds": [task_id]})
+        request = SubscriptionsListenRequest(
+            params=SubscriptionsListenRequestParams(notifications=notifications)
+        )
+        try:
+            await ctx.session.send_request(
+                request, SubscriptionsListenResult, request_read_timeout_seconds=LISTEN_TIMEOUT
+            )
+        except Exception:  # -32601 from a server without push, a dropped stream, ...
+            return
+
+    async def _on_task_notification(self, params: _TaskNotificationParams) -> None:
+        state = params.model_dump(by_alias=True, exclude_none=True)
+        state.pop("_meta", None)
+        stream = self._watchers.get(str(state.get("taskId")))
+        if stream is not None:
+            try:
+                stream.send_nowait(state)
+            except anyio.ClosedResourceError:
+                pass
+
+    def notifications(self) -> Sequence[NotificationBinding[Any]]:
+        return [
+            NotificationBinding(
+                method="notifications/tasks",
+                params_type=_TaskNotificationParams,
+                handler=self._on_task_notification,
+            )
+        ]
 
     async def _answer(
         self, ctx: ClaimContext, task_id: str, requests: dict[str, Any], handled: set[str]

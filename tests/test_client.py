@@ -18,6 +18,7 @@ from mcp.shared.exceptions import MCPError
 from fastmcp_tasks import TasksExtension
 from fastmcp_tasks.client import TasksClientExtension
 from tests.servers import make_server
+from tests.wire import http_server
 
 pytestmark = pytest.mark.anyio
 
@@ -45,30 +46,52 @@ async def test_failed_task_raises_the_json_rpc_error() -> None:
     assert info.value.error.data == {"retryAfter": 3}
 
 
-async def test_poll_interval_is_a_floor() -> None:
+def napping_server() -> tuple[FastMCP, list[float]]:
+    """A 1 s tool polled every 300 ms; counts the tasks/get requests it serves."""
     mcp = FastMCP("slow-poll")
     extension = TasksExtension()
+    gets: list[float] = []
+    real_get = extension._methods.get
+
+    async def counting_get(ctx, params):  # type: ignore[no-untyped-def]
+        gets.append(anyio.current_time())
+        return await real_get(ctx, params)
+
+    extension._methods.get = counting_get  # type: ignore[method-assign]
     mcp.add_extension(extension)
-    polls: list[float] = []
-    real_get = extension.store.get
-
-    async def counting_get(task_id: str):  # type: ignore[no-untyped-def]
-        polls.append(anyio.current_time())
-        return await real_get(task_id)
-
-    extension.store.get = counting_get  # type: ignore[method-assign]
 
     @mcp.tool(task=TaskConfig(poll_interval=timedelta(milliseconds=300)))
     async def nap() -> str:
         await anyio.sleep(1.0)
         return "rested"
 
-    async with Client(mcp, extensions=[TasksClientExtension()]) as client:
+    return mcp, gets
+
+
+async def test_poll_interval_is_a_floor() -> None:
+    mcp, polls = napping_server()
+    async with Client(mcp, extensions=[TasksClientExtension(push=False)]) as client:
         result = await client.call_tool("nap", {})
     assert result.data == "rested"
     # 1 s of work polled no faster than every 300 ms: 3 or 4 polls, never more
     assert 3 <= len(polls) <= 4
     assert all(b - a >= 0.29 for a, b in itertools.pairwise(polls))
+
+
+@pytest.mark.parametrize("transport", ["memory", "http"])
+async def test_push_replaces_polling_when_the_server_offers_it(transport: str) -> None:
+    mcp, polls = napping_server()
+    seen: list[str] = []
+    tasks = TasksClientExtension(on_status=lambda t: seen.append(t["status"]))
+    if transport == "http":
+        async with http_server(mcp) as url, Client(url, extensions=[tasks]) as client:
+            result = await client.call_tool("nap", {})
+    else:
+        async with Client(mcp, extensions=[tasks]) as client:
+            result = await client.call_tool("nap", {})
+    assert result.data == "rested"
+    assert polls == []  # every state arrived as a notification
+    assert seen[-1] == "completed"
 
 
 async def test_caller_cancellation_cancels_the_task() -> None:
