@@ -91,3 +91,30 @@ async def test_concurrent_claims_have_one_winner(store: TaskStore) -> None:
         for owner in "abcdefgh":
             group.start_soon(attempt, owner)
     assert len(winners) == 1
+
+
+async def test_claim_queued_hands_each_unleased_task_to_one_caller(store: TaskStore) -> None:
+    unleased = [record() for _ in range(3)]
+    leased = record()
+    for task in [*unleased, leased]:
+        await store.create(task)
+    await store.claim(leased.task_id, "front", time.time() + 60)
+    later = time.time() + 60
+    first = await store.claim_queued("w1", later, 2)
+    second = await store.claim_queued("w2", later, 5)
+    assert [r.task_id for r in first] == [t.task_id for t in unleased[:2]]  # oldest first
+    assert [r.task_id for r in second] == [unleased[2].task_id]
+    assert await store.claim_queued("w3", later, 5) == []
+    got = await store.get(unleased[0].task_id)
+    assert got is not None and got.lease_owner == "w1" and got.attempts == 1
+
+
+async def test_requeue_gives_a_held_task_back(store: TaskStore) -> None:
+    task = record()
+    await store.create(task)
+    await store.claim(task.task_id, "a", time.time() + 60)
+    assert await store.requeue(task.task_id, "b") is None  # not b's to give back
+    back = await store.requeue(task.task_id, "a")
+    assert back is not None and back.lease_owner is None
+    (taken,) = await store.claim_queued("w", time.time() + 60, 5)
+    assert taken.task_id == task.task_id and taken.attempts == 2

@@ -248,3 +248,19 @@ class TaskStore(Protocol):
     async def active_tasks(self) -> list[TaskRecord]:
         """Every task in `working` or `input_required` (for recovery scans)."""
         ...
+
+    async def requeue(self, task_id: str, owner: str) -> TaskRecord | None:
+        """Give an active task held by `owner` back to the queue (`lease_owner` unset).
+
+        `None` when the task is absent, terminal or leased to someone else.
+        """
+        ...
+
+    async def claim_queued(self, owner: str, until: float, limit: int) -> list[TaskRecord]:
+        """Lease up to `limit` tasks nobody has taken yet (`lease_owner` unset), oldest first.
+
+        Front ends that run nothing themselves (`concurrency=0`) create tasks
+        unleased; worker processes take them here. Each task is handed to exactly
+        one caller; its `attempts` goes up by one.
+        """
+        ...

@@ -244,6 +244,26 @@ class MemoryTaskStore:
     async def active_tasks(self) -> list[TaskRecord]:
         return [r for r in self._tasks.values() if r.status in ACTIVE_STATUSES]
 
+    async def requeue(self, task_id: str, owner: str) -> TaskRecord | None:
+        record = await self.get(task_id)
+        if record is None or record.status not in ACTIVE_STATUSES or record.lease_owner != owner:
+            return None
+        record.lease_owner = None
+        record.lease_expires = None
+        return record
+
+    async def claim_queued(self, owner: str, until: float, limit: int) -> list[TaskRecord]:
+        taken: list[TaskRecord] = []
+        for record in self._tasks.values():  # insertion order: oldest first
+            if len(taken) >= limit:
+                break
+            if record.lease_owner is None and record.status in ACTIVE_STATUSES:
+                record.lease_owner = owner
+                record.lease_expires = until
+                record.attempts += 1
+                taken.append(record)
+        return taken
+
     # --- retention ----------------------------------------------------------------
 
     async def purge_expired(self, now: float) -> int:

@@ -491,6 +491,31 @@ class SQLiteTaskStore:
     async def active_tasks(self) -> list[TaskRecord]:
         return await self._run(Tx.active, write=False)
 
+    async def requeue(self, task_id: str, owner: str) -> TaskRecord | None:
+        def give_back(tx: Tx) -> TaskRecord | None:
+            record = tx.load(task_id)
+            if record is None or record.status not in ACTIVE_STATUSES:
+                return None
+            if record.lease_owner != owner:
+                return None
+            record.lease_owner, record.lease_expires = None, None
+            tx.save(record)
+            return record
+
+        return await self._run(give_back)
+
+    async def claim_queued(self, owner: str, until: float, limit: int) -> list[TaskRecord]:
+        def take(tx: Tx) -> list[TaskRecord]:
+            taken = []
+            for record in tx.unclaimed(limit):
+                record.lease_owner, record.lease_expires = owner, until
+                record.attempts += 1
+                tx.save(record)
+                taken.append(record)
+            return taken
+
+        return await self._run(take)
+
     # --- retention ----------------------------------------------------------------
 
     async def purge_expired(self, now: float) -> int:

@@ -326,6 +326,14 @@ class Tx:
         query = f"{SELECT_TASK} WHERE status IN ('working', 'input_required')"
         return [from_row(row) for row in self.conn.execute(query)]
 
+    def unclaimed(self, limit: int) -> list[TaskRecord]:
+        """Active tasks nobody has leased, oldest first (a scan of the partial index)."""
+        query = (
+            f"{SELECT_TASK} WHERE status IN ('working', 'input_required') "
+            "AND lease_owner IS NULL ORDER BY created_at LIMIT ?"
+        )
+        return [from_row(row) for row in self.conn.execute(query, (limit,))]
+
     def emit(self, task_id: str, kind: str, status: str | None, details: Any = None) -> None:
         """Append a change-feed row (in this transaction)."""
         self.conn.execute(
