@@ -68,7 +68,9 @@ class TasksExtension(ServerExtension):
         store: a ready store object (anything implementing `TaskStore`);
             excludes `url`.
         concurrency: most tasks running at once in this process; the rest wait
-            in order, `working` with a "Queued" status message.
+            in order, `working` with a "Queued" status message. `0` makes a front
+            end that runs nothing: its tasks wait in a durable store for worker
+            processes (`fastmcp-tasks worker`).
         retention: how long a finished task stays readable. `None` keeps
             finished tasks until `max_tasks` forces them out (ttlMs `null`).
         max_tasks: most tasks a store built from `url` retains at once.
@@ -80,6 +82,8 @@ class TasksExtension(ServerExtension):
         lease: how long a running or queued task stays leased to this process
             without a heartbeat; on a durable store another process recovers
             tasks whose lease ran out (see `recovery`).
+        shutdown_grace: at shutdown, how long running tasks may finish before they
+            are interrupted (then handed back on a durable store).
     """
 
     identifier = TASKS_EXTENSION_ID
@@ -95,11 +99,12 @@ class TasksExtension(ServerExtension):
         sweep_interval: timedelta = timedelta(seconds=60),
         input_timeout: timedelta | None = None,
         lease: timedelta = timedelta(seconds=30),
+        shutdown_grace: timedelta = timedelta(0),
     ) -> None:
         if store is not None and url is not None:
             raise ConfigurationError("pass either url= or store=, not both")
-        if concurrency < 1:
-            raise ConfigurationError(f"concurrency must be at least 1, got {concurrency}")
+        if concurrency < 0:
+            raise ConfigurationError(f"concurrency must not be negative, got {concurrency}")
         if retention is not None and retention < timedelta(0):
             raise ConfigurationError(f"retention must not be negative, got {retention}")
         if sweep_interval <= timedelta(0):
@@ -113,7 +118,9 @@ class TasksExtension(ServerExtension):
             "sweep_interval": sweep_interval,
             "input_timeout": input_timeout,
             "lease": lease,
+            "shutdown_grace": shutdown_grace,
         }
+        self.shutdown_grace = max(0.0, shutdown_grace.total_seconds())
         if lease <= timedelta(0):
             raise ConfigurationError(f"lease must be positive, got {lease}")
         self.lease_seconds = lease.total_seconds()
@@ -123,6 +130,11 @@ class TasksExtension(ServerExtension):
             store = store_from_url(self.url, max_tasks=max_tasks)
         else:
             self.url = f"{getattr(store, 'scheme', 'custom')}://"
+        if concurrency == 0 and not store.durable:
+            raise ConfigurationError(
+                f"concurrency=0 runs nothing in this process, and {self.url} is not shared "
+                "with other processes: use a durable store (sqlite:///..., redis://...)"
+            )
         self.store: TaskStore = store
         self.concurrency = concurrency
         self.retention_ms = None if retention is None else int(retention.total_seconds() * 1000)
@@ -154,6 +166,7 @@ class TasksExtension(ServerExtension):
                 concurrency=self.concurrency,
                 sweep_interval=self.sweep_interval,
                 lease_seconds=self.lease_seconds,
+                shutdown_grace=self.shutdown_grace,
             )
             async with runner.running():
                 self.runner = runner
@@ -241,11 +254,16 @@ class TasksExtension(ServerExtension):
             lease_owner=runner.owner,
             lease_expires=now + self.lease_seconds,
         )
+        if not runner.concurrency:  # a front end: the task waits for a worker
+            record.lease_owner = record.lease_expires = None
+            record.attempts = 0
         try:
             await self.store.create(record)
         except TaskLimitExceeded as exc:
             raise limit_exceeded(exc.limit, exc.value) from None
         created = render_create_result(record)
+        if not runner.concurrency:
+            return created
         runner.submit(
             Job(
                 record.task_id,

@@ -33,6 +33,8 @@ import anyio
 from fastmcp_tasks.errors import interrupted
 from fastmcp_tasks.stores.base import TaskRecord
 
+QUEUED_MESSAGE = "Queued: waiting for a free worker slot"
+
 logger = logging.getLogger("fastmcp_tasks.recovery")
 
 HOST = socket.gethostname()
@@ -64,9 +66,9 @@ def _dead_here(owner: str) -> bool:
 def is_orphan(record: TaskRecord, now: float, me: str) -> bool:
     """Whether an active task has lost the runner that leased it."""
     owner = record.lease_owner
-    if owner == me:
-        return False
-    if owner is None or record.lease_expires is None:
+    if owner is None or owner == me:
+        return False  # unleased: queued for any worker (`claim_queued`), not lost
+    if record.lease_expires is None:
         return True
     return record.lease_expires <= now or _dead_here(owner)
 
@@ -112,18 +114,47 @@ class LeaseKeeper:
                 except Exception:
                     logger.exception("Renewing task leases failed; will retry")
 
-    async def release(self, task_ids: frozenset[str]) -> None:
-        """Hand tasks back (graceful shutdown): their leases expire now."""
-        if task_ids:
-            await self.store.renew(self.owner, task_ids, time.time())
+    async def hand_back(self, queued: set[str], interrupted: set[str]) -> None:
+        """Graceful shutdown: queued tasks go back to the queue for any worker; runs that
+        were interrupted have their lease expire now, for the recovery rule."""
+        for task_id in queued - interrupted:
+            await self.store.requeue(task_id, self.owner)
+        if interrupted:
+            await self.store.renew(self.owner, frozenset(interrupted), time.time())
+
+    async def take_queued_forever(self, interval: float = 0.05) -> None:
+        """Lease tasks nobody runs yet (a `concurrency=0` front end's, or requeued ones)."""
+        while True:
+            free = self.runner.free_slots()
+            if free:
+                try:
+                    for record in await self.store.claim_queued(self.owner, self.until(), free):
+                        await self._start(record)
+                except Exception:
+                    logger.exception("Taking queued tasks failed; will retry")
+            await anyio.sleep(interval)
+
+    async def _start(self, record: TaskRecord) -> None:
+        tool = await self.runner.find_tool(record.tool)
+        if tool is None:
+            error = interrupted(f"tool {record.tool!r} does not exist on this worker")
+            await self.store.transition(
+                record.task_id, "failed", error=error, status_message=error["message"]
+            )
+            return
+        waiting = record.status_message == QUEUED_MESSAGE  # cleared when it starts
+        self.runner.resubmit(
+            record, tool, None if waiting else record.status_message, queued=waiting
+        )
 
     async def scan_forever(self, interval: float) -> None:
+        """Scan for orphans every `interval` (the first scan ran at startup)."""
         while True:
+            await anyio.sleep(interval)
             try:
                 await self.scan()
             except Exception:
                 logger.exception("Recovery scan failed; will retry")
-            await anyio.sleep(interval)
 
     async def scan(self) -> int:
         """Recover every orphaned task found now; return how many."""
@@ -155,6 +186,6 @@ class LeaseKeeper:
             await self.store.transition(record.task_id, "working", status_message=message)
         else:
             await self.store.set_status_message(record.task_id, message)
-        self.runner.resubmit(claimed, tool, message)
+        await self.store.requeue(record.task_id, self.owner)  # any worker may take it
         logger.warning("Task %s (%s) restarted: %s", record.task_id, record.tool, message)
         return True

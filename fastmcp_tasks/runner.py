@@ -34,13 +34,12 @@ from fastmcp_tasks.context import RunningTask, _current_task
 from fastmcp_tasks.errors import ConfigurationError, interrupted
 from fastmcp_tasks.execution import Outcome
 from fastmcp_tasks.inputs import InputBroker
-from fastmcp_tasks.recovery import LeaseKeeper, new_owner
+from fastmcp_tasks.recovery import QUEUED_MESSAGE, LeaseKeeper, new_owner
 from fastmcp_tasks.rounds import run_rounds
 from fastmcp_tasks.stores.base import TaskRecord, TaskStore
 
 logger = logging.getLogger("fastmcp_tasks.runner")
 
-QUEUED_MESSAGE = "Queued: waiting for a free worker slot"
 CANCELLED_MESSAGE = "Cancelled at the client's request"
 CANCELLED_BEFORE_START = "Cancelled before it started"
 
@@ -75,13 +74,15 @@ class TaskRunner:
         concurrency: int,
         sweep_interval: float = 60.0,
         lease_seconds: float = 30.0,
+        shutdown_grace: float = 0.0,
     ) -> None:
-        if concurrency < 1:
-            raise ConfigurationError(f"concurrency must be at least 1, got {concurrency}")
+        if concurrency < 0:
+            raise ConfigurationError(f"concurrency must not be negative, got {concurrency}")
         self.server = server
         self.store = store
         self.concurrency = concurrency
         self.sweep_interval = sweep_interval
+        self.shutdown_grace = shutdown_grace
         self.inputs = InputBroker(store)
         self.owner = new_owner()
         self.leases = LeaseKeeper(self, owner=self.owner, lease_seconds=lease_seconds)
@@ -89,6 +90,7 @@ class TaskRunner:
         self._waiting = 0
         self._running = 0
         self._slots = anyio.Semaphore(concurrency)
+        self._idle = anyio.Event()
         self._send, self._receive = anyio.create_memory_object_stream[Job](math.inf)
         self._group: TaskGroup | None = None
         self._stopping = False
@@ -102,14 +104,20 @@ class TaskRunner:
         """True when a job submitted now would have to wait for a slot."""
         return self._running + self._waiting >= self.concurrency
 
+    def free_slots(self) -> int:
+        """How many more jobs could start now."""
+        return max(0, self.concurrency - self._running - self._waiting)
+
     def submit(self, job: Job) -> None:
         """Enqueue a job whose task already exists in the store (leased to `owner`)."""
         self._jobs[job.task_id] = job
         self._waiting += 1
         self._send.send_nowait(job)
 
-    def resubmit(self, record: TaskRecord, tool: Tool, message: str) -> None:
-        """Run a recovered task again from the top (see `recovery`)."""
+    def resubmit(
+        self, record: TaskRecord, tool: Tool, message: str | None, *, queued: bool = False
+    ) -> None:
+        """Run a task leased from the store (queued by a front end, or recovered)."""
         context = record.context or {}
         responses = context.get("inputResponses")
         if responses is not None:
@@ -124,6 +132,7 @@ class TaskRunner:
                 dict(record.arguments or {}),
                 tool=tool,
                 message=message,
+                queued=queued,
                 input_kinds=frozenset(context.get("inputKinds", ())),
                 input_responses=responses,
                 request_state=context.get("requestState"),
@@ -167,9 +176,15 @@ class TaskRunner:
                     if self.store.durable:
                         await self.leases.scan()  # recover before serving new work
                         group.start_soon(self.leases.scan_forever, self.leases.lease_seconds / 2)
+                        if self.concurrency:
+                            group.start_soon(self.leases.take_queued_forever)
                     ready.set_result(None)
                     await stop.wait()
-                    self._stopping = True
+                    self._stopping = True  # start nothing new
+                    with anyio.move_on_after(self.shutdown_grace):
+                        while self._running:
+                            self._idle = anyio.Event()
+                            await self._idle.wait()
                     group.cancel_scope.cancel()
             except BaseException as exc:
                 if not ready.done():
@@ -185,9 +200,9 @@ class TaskRunner:
         finally:
             stop.set()
             await task
-            if self.store.durable:  # hand queued and running tasks back for recovery
+            if self.store.durable:  # queued: back to the queue; interrupted: to recovery
                 with anyio.CancelScope(shield=True):
-                    await self.leases.release(frozenset(self._handed_back | set(self._jobs)))
+                    await self.leases.hand_back(set(self._jobs), self._handed_back)
 
     # --- dispatch ------------------------------------------------------------------
 
@@ -210,8 +225,8 @@ class TaskRunner:
 
     async def _start(self, job: Job) -> None:
         assert self._group is not None
-        if job.cancel_requested:
-            return  # cancelled while queued: already recorded
+        if job.cancel_requested or self._stopping:
+            return  # cancelled while queued (already recorded), or shutting down
         try:
             self._slots.acquire_nowait()
         except anyio.WouldBlock:
@@ -258,6 +273,8 @@ class TaskRunner:
         finally:
             self._running -= 1
             self._slots.release()
+            if not self._running:
+                self._idle.set()
             self._jobs.pop(job.task_id, None)
             with anyio.CancelScope(shield=True):
                 await self._finish(job, outcome, failure)
@@ -289,7 +306,7 @@ class TaskRunner:
     # --- the change feed: cancel requests and input answers ------------------
 
     async def _watch_changes(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
-        async with self.store.changes() as feed:
+        async with self.store.changes(kinds=frozenset({"cancel_requested", "answered"})) as feed:
             task_status.started()
             async for change in feed:
                 if change.kind == "cancel_requested":
