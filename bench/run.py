@@ -1,9 +1,10 @@
-"""fastmcp-tasks benchmark: sync vs. task latency, tasks/get cost, throughput, memory.
+"""fastmcp-tasks benchmark: sync vs. task latency, tasks/get cost, throughput, memory,
+input round trips, push (subscriptions/listen) vs. polling, and a progress flood.
 
 Run from the repo root:
 
     .venv/bin/python -m bench.run            # full run (~2-3 min on 2 cores)
-    .venv/bin/python -m bench.run --quick    # smoke run (~20 s)
+    .venv/bin/python -m bench.run --quick    # smoke run (~30 s)
 
 Prints a table and writes JSON to bench/results/latest.json. See bench/README.md.
 
@@ -30,6 +31,7 @@ import socket
 import subprocess
 import sys
 import time
+import tracemalloc
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -41,12 +43,17 @@ if __package__ in (None, ""):  # `python bench/run.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import anyio
+import anyio.lowlevel
 import httpx
 import uvicorn
-from fastmcp import Client, FastMCP
+from fastmcp import Client, Context, FastMCP
+from mcp.client.extension import ClientExtension, NotificationBinding
 from mcp.shared.exceptions import MCPError
+from mcp_types import NotificationParams
+from pydantic import ConfigDict
 
-from fastmcp_tasks import TasksExtension
+from fastmcp_tasks import Progress, TasksExtension
+from fastmcp_tasks.listen import METHOD_LISTEN
 from fastmcp_tasks.stores.base import TaskRecord
 
 TASKS = "io.modelcontextprotocol/tasks"
@@ -55,19 +62,76 @@ TERMINAL = frozenset({"completed", "failed", "cancelled"})
 TOOL = "noop"
 RESULTS = Path(__file__).resolve().parent / "results"
 
-Send = Callable[[str, dict[str, Any], bool], Awaitable[dict[str, Any]]]
+SUB = "io.modelcontextprotocol/subscriptionId"
+#: The client capabilities a request declares so that `ctx.elicit()` may park its task.
+ELICITATION: dict[str, Any] = {"elicitation": {}}
+
+# `opt_in`: False (no tasks opt-in), True (the opt-in), or a dict of client
+# capabilities to declare along with the opt-in (e.g. `ELICITATION`).
+OptIn = bool | dict[str, Any]
+Send = Callable[[str, dict[str, Any], OptIn], Awaitable[dict[str, Any]]]
 
 
 # --- server ---------------------------------------------------------------------------
 
 
-def make_server(max_tasks: int = 200_000) -> FastMCP:
+@dataclass
+class Probe:
+    """What the probe tools report back to the harness (same process, same clock)."""
+
+    gates: dict[str, anyio.Event]
+    started_ns: dict[str, int]
+    done_ns: dict[str, int]
+    finished: dict[str, anyio.Event]
+
+    def __init__(self) -> None:
+        self.gates, self.started_ns, self.done_ns, self.finished = {}, {}, {}, {}
+
+    def gate(self, key: str) -> anyio.Event:
+        return self.gates.setdefault(key, anyio.Event())
+
+    def finish(self, key: str) -> anyio.Event:
+        return self.finished.setdefault(key, anyio.Event())
+
+
+def make_server(max_tasks: int = 200_000, probe: Probe | None = None) -> FastMCP:
+    """The bench server: `noop`; with a `probe`, also `asker`, `waiter` and `flood`."""
     mcp = FastMCP("bench")
     mcp.add_extension(TasksExtension(max_tasks=max_tasks))
 
     @mcp.tool(task=True)
     async def noop() -> str:
         return "ok"
+
+    if probe is None:
+        return mcp
+
+    @mcp.tool(task=True)
+    async def asker(rounds: int, ctx: Context) -> str:
+        """Park on `ctx.elicit()` `rounds` times in a row."""
+        for _ in range(rounds):
+            await ctx.elicit("go?", bool)
+        return "asked"
+
+    @mcp.tool(task=True)
+    async def waiter(key: str) -> str:
+        """Wait for the harness to open gate `key`, then complete (time taken just before)."""
+        await probe.gate(key).wait()
+        probe.done_ns[key] = time.perf_counter_ns()
+        return key
+
+    @mcp.tool(task=True)
+    async def flood(key: str, n: int, progress: Progress = Progress()) -> str:
+        """After gate `key`, set the status message `n` times, yielding every 100."""
+        await probe.gate(key).wait()
+        probe.started_ns[key] = time.perf_counter_ns()
+        for i in range(n):
+            await progress.set_message(f"item {i}")
+            if i % 100 == 99:
+                await anyio.lowlevel.checkpoint()  # = `await anyio.sleep(0)`
+        probe.done_ns[key] = time.perf_counter_ns()
+        probe.finish(key).set()
+        return "flooded"
 
     return mcp
 
@@ -83,25 +147,105 @@ class RpcError(Exception):
     pass
 
 
-def _caps(opt_in: bool) -> dict[str, Any]:
+def _caps(opt_in: OptIn) -> dict[str, Any]:
+    if isinstance(opt_in, dict):
+        return {**opt_in, "extensions": {TASKS: {}}}
     return {"extensions": {TASKS: {}}} if opt_in else {}
+
+
+class Stream:
+    """The messages of one `subscriptions/listen` stream, each stamped when it arrived.
+
+    A message is the JSON-RPC notification (`notifications/subscriptions/acknowledged`,
+    `notifications/tasks`) or, last, the listen request's answer (`result` or `error`).
+    The stamp is `time.perf_counter_ns()` taken by the reader as soon as it has parsed it.
+    """
+
+    def __init__(self) -> None:
+        self._send, self._receive = anyio.create_memory_object_stream[tuple[int, dict[str, Any]]](
+            math.inf
+        )
+
+    def put(self, message: dict[str, Any]) -> None:
+        self._send.send_nowait((time.perf_counter_ns(), message))
+
+    async def next(self, limit_s: float = 30) -> tuple[int, dict[str, Any]]:
+        with anyio.fail_after(limit_s):
+            return await self._receive.receive()
+
+    async def task_frame(self, limit_s: float = 30) -> tuple[int, dict[str, Any]]:
+        """The next `notifications/tasks` params (the ack is skipped; an end is an error)."""
+        while True:
+            stamp, message = await self.next(limit_s)
+            if message.get("method") == "notifications/tasks":
+                return stamp, message["params"]
+            if "result" in message or "error" in message:
+                raise RpcError(f"listen stream ended: {message}")
+
+
+Listen = Callable[[list[str]], contextlib.AbstractAsyncContextManager[Stream]]
 
 
 @dataclass
 class Conn:
-    """A connected transport: `send` for one sequential caller, `channel()` for concurrent ones."""
+    """A connected transport: `send` for one sequential caller, `channel()` for concurrent ones.
+
+    `listen(task_ids)` opens a `subscriptions/listen` stream on those tasks (memory:
+    only when the transport was opened with `listen=True`).
+    """
 
     send: Send
     channel: Callable[[], contextlib.AbstractAsyncContextManager[Send]]
     clock: ServerClock | None = None  # HTTP only: server-side time per request
+    listen: Listen | None = None
+
+
+class _AnyParams(NotificationParams):
+    model_config = ConfigDict(extra="allow")
+
+
+class _ListenRouter(ClientExtension):
+    """In memory: hands each `notifications/tasks` to the stream of its subscription id."""
+
+    identifier = "io.modelcontextprotocol/tasks-bench-listener"
+
+    def __init__(self) -> None:
+        self.streams: dict[Any, Stream] = {}
+
+    def route(self, method: str, params: dict[str, Any]) -> None:
+        stream = self.streams.get((params.get("_meta") or {}).get(SUB))
+        if stream is not None:
+            stream.put({"method": method, "params": params})
+
+    def notifications(self) -> list[NotificationBinding[Any]]:
+        async def handle(params: _AnyParams) -> None:
+            self.route("notifications/tasks", params.model_dump(by_alias=True, exclude_none=True))
+
+        return [
+            NotificationBinding(
+                method="notifications/tasks", params_type=_AnyParams, handler=handle
+            )
+        ]
+
+    async def on_message(self, message: Any) -> None:
+        method = getattr(message, "method", None)
+        if method == "notifications/subscriptions/acknowledged":
+            self.route(method, message.params.model_dump(by_alias=True, exclude_none=True))
 
 
 @asynccontextmanager
-async def memory_transport(server: FastMCP) -> AsyncIterator[Conn]:
-    async with Client(server) as client:
+async def memory_transport(server: FastMCP, listen: bool = False) -> AsyncIterator[Conn]:
+    """`listen=True` gives the client a notification binding for `notifications/tasks`
+    (used only by the push and flood phases, so the other phases' client is unchanged)."""
+    router = _ListenRouter() if listen else None
+    extra: dict[str, Any] = {}
+    if router is not None:
+        extra = {"extensions": [router], "message_handler": router.on_message}
+    listens = 0
+    async with Client(server, **extra) as client:
         session = client.session
 
-        async def send(method: str, params: dict[str, Any], opt_in: bool) -> dict[str, Any]:
+        async def send(method: str, params: dict[str, Any], opt_in: OptIn) -> dict[str, Any]:
             data: dict[str, Any] = {"method": method, "params": dict(params)}
             opts: dict[str, Any] = {}
             session._stamp(data, opts)
@@ -116,7 +260,41 @@ async def memory_transport(server: FastMCP) -> AsyncIterator[Conn]:
         async def channel() -> AsyncIterator[Send]:
             yield send  # in-process dispatch: one session serves any number of callers
 
-        yield Conn(send, channel)
+        @asynccontextmanager
+        async def open_listen(task_ids: list[str]) -> AsyncIterator[Stream]:
+            nonlocal listens
+            assert router is not None, "memory_transport(..., listen=True) for listen streams"
+            listens += 1
+            sub = f"bench-listen-{listens}"
+            stream = router.streams[sub] = Stream()
+
+            async def drive() -> None:
+                data: dict[str, Any] = {
+                    "method": METHOD_LISTEN,
+                    "params": {"notifications": {"taskIds": task_ids}},
+                }
+                opts: dict[str, Any] = {"request_id": sub}
+                session._stamp(data, opts)
+                meta = data["params"].setdefault("_meta", {})
+                meta["io.modelcontextprotocol/clientCapabilities"] = _caps(True)
+                try:
+                    result = await session._dispatcher.send_raw_request(
+                        METHOD_LISTEN, data["params"], opts
+                    )
+                    stream.put({"id": sub, "result": result})
+                except MCPError as exc:
+                    error = {"code": exc.error.code, "message": exc.error.message}
+                    stream.put({"id": sub, "error": error})
+
+            try:
+                async with anyio.create_task_group() as group:
+                    group.start_soon(drive)
+                    yield stream
+                    group.cancel_scope.cancel()
+            finally:
+                router.streams.pop(sub, None)
+
+        yield Conn(send, channel, listen=open_listen if router is not None else None)
 
 
 def _free_port() -> int:
@@ -186,6 +364,60 @@ class RawHttp:
         self.reader = self.writer = None
 
 
+async def raw_sse(
+    host: str, port: int, path: str, body: bytes, headers: dict[str, str], stream: Stream
+) -> None:
+    """POST on a fresh connection and put every JSON-RPC message of the SSE answer on `stream`.
+
+    Like `RawHttp`, only what this benchmark needs: uvicorn answers a listen with
+    a chunked `text/event-stream` whose events carry one `data:` line of JSON
+    each (or, for an error, a plain JSON body).
+    """
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        head = [
+            f"POST {path} HTTP/1.1",
+            f"Host: {host}:{port}",
+            "Content-Type: application/json",
+            f"Content-Length: {len(body)}",
+        ]
+        head += [f"{k}: {v}" for k, v in headers.items()]
+        writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
+        lines = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+        rheaders = {}
+        for line in lines[1:]:
+            if line:
+                k, _, v = line.partition(":")
+                rheaders[k.strip().lower()] = v.strip()
+        chunked = rheaders.get("transfer-encoding", "").lower() == "chunked"
+        if not rheaders.get("content-type", "").startswith("text/event-stream"):
+            if "content-length" in rheaders:
+                payload = await reader.readexactly(int(rheaders["content-length"]))
+            else:
+                payload = await reader.read()
+            stream.put(json.loads(payload))
+            return
+        pending = b""
+        while True:
+            if chunked:
+                size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+                data = (await reader.readexactly(size + 2))[:-2]
+                if size == 0:
+                    return
+            else:
+                data = await reader.read(65536)
+                if not data:
+                    return
+            *complete, pending = (pending + data).split(b"\n")
+            for line in complete:
+                if line.startswith(b"data:") and line[5:].strip():
+                    stream.put(json.loads(line[5:]))
+    finally:
+        writer.close()
+        with contextlib.suppress(Exception):
+            await writer.wait_closed()
+
+
 def _parse_http(content_type: str, payload: bytes) -> dict[str, Any]:
     """The JSON-RPC message of a response, JSON or a single-message SSE stream."""
     if content_type.startswith("text/event-stream"):
@@ -225,14 +457,14 @@ class ServerClock:
 
 
 @asynccontextmanager
-async def http_transport(server: FastMCP) -> AsyncIterator[Conn]:
+async def http_transport(server: FastMCP, listen: bool = False) -> AsyncIterator[Conn]:
     port = _free_port()
     clock = ServerClock(server.http_app())
     config = uvicorn.Config(clock, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
     uv = uvicorn.Server(config)
     counter = 0
 
-    def frame(method: str, params: dict[str, Any], opt_in: bool) -> tuple[bytes, dict[str, str]]:
+    def frame(method: str, params: dict[str, Any], opt_in: OptIn) -> tuple[bytes, dict[str, str]]:
         nonlocal counter
         counter += 1
         params = dict(params)
@@ -270,7 +502,9 @@ async def http_transport(server: FastMCP) -> AsyncIterator[Conn]:
                 timeout=30, limits=httpx.Limits(max_connections=1)
             ) as http:
 
-                async def send(method: str, params: dict[str, Any], opt_in: bool) -> dict[str, Any]:
+                async def send(
+                    method: str, params: dict[str, Any], opt_in: OptIn
+                ) -> dict[str, Any]:
                     body, headers = frame(method, params, opt_in)
                     headers["Content-Type"] = "application/json"
                     r = await http.post(url, content=body, headers=headers)
@@ -281,7 +515,9 @@ async def http_transport(server: FastMCP) -> AsyncIterator[Conn]:
             raw = RawHttp("127.0.0.1", port)
             try:
 
-                async def send(method: str, params: dict[str, Any], opt_in: bool) -> dict[str, Any]:
+                async def send(
+                    method: str, params: dict[str, Any], opt_in: OptIn
+                ) -> dict[str, Any]:
                     body, headers = frame(method, params, opt_in)
                     status, rheaders, payload = await raw.post("/mcp", body, headers)
                     return answer(status, rheaders.get("content-type", ""), payload)
@@ -290,6 +526,35 @@ async def http_transport(server: FastMCP) -> AsyncIterator[Conn]:
             finally:
                 await raw.aclose()
 
+    @asynccontextmanager
+    async def open_listen(task_ids: list[str]) -> AsyncIterator[Stream]:
+        # Each listen stream is one long POST on a connection of its own.
+        stream = Stream()
+        params = {"notifications": {"taskIds": task_ids}}
+        body, headers = frame(METHOD_LISTEN, params, True)
+
+        async def pump() -> None:
+            if HTTP_CLIENT == "httpx":
+                headers["Content-Type"] = "application/json"
+                url = f"http://127.0.0.1:{port}/mcp"
+                async with (
+                    httpx.AsyncClient(timeout=60) as http,
+                    http.stream("POST", url, content=body, headers=headers) as response,
+                ):
+                    if not response.headers.get("content-type", "").startswith("text/event"):
+                        stream.put(json.loads(await response.aread()))
+                        return
+                    async for line in response.aiter_lines():
+                        if line.startswith("data:") and line[5:].strip():
+                            stream.put(json.loads(line[5:]))
+            else:
+                await raw_sse("127.0.0.1", port, "/mcp", body, headers, stream)
+
+        async with anyio.create_task_group() as listener:
+            listener.start_soon(pump)
+            yield stream
+            listener.cancel_scope.cancel()
+
     async with anyio.create_task_group() as group:
         group.start_soon(uv.serve)
         with anyio.fail_after(10):
@@ -297,7 +562,7 @@ async def http_transport(server: FastMCP) -> AsyncIterator[Conn]:
                 await anyio.sleep(0.01)
         try:
             async with channel() as send:
-                yield Conn(send, channel, clock)
+                yield Conn(send, channel, clock, open_listen)
         finally:
             uv.should_exit = True
 
@@ -444,6 +709,12 @@ class Config:
     poll_sleep_ms: float
     memory_tasks: int
     transports: list[str]
+    input_rounds: int = 200
+    push_tasks: int = 100
+    poll_tasks: int = 20
+    poll_transports: tuple[str, ...] = ("memory", "http")
+    flood_updates: int = 10_000
+    flood_runs: int = 3
 
 
 async def bench_latency(kind: str, cfg: Config) -> dict[str, Any]:
@@ -609,6 +880,322 @@ async def bench_throughput(kind: str, cfg: Config) -> dict[str, Any]:
     }
 
 
+# --- input, push and flood (tools of a `Probe` server) ------------------------------------
+
+YES = {"action": "accept", "content": {"value": True}}
+
+
+async def call_probe(send: Send, name: str, arguments: dict[str, Any], opt_in: OptIn = True) -> str:
+    result = await send("tools/call", {"name": name, "arguments": arguments}, opt_in)
+    assert result["resultType"] == "task", result
+    return result["taskId"]  # type: ignore[no-any-return]
+
+
+async def parked_key(send: Send, task_id: str, previous: str | None = None) -> str:
+    """Untimed: poll until the task is parked on one key other than `previous`; that key."""
+    with anyio.fail_after(10):
+        while True:
+            task = await get_task(send, task_id)
+            requests = task.get("inputRequests") or {}
+            if task["status"] == "input_required" and requests and previous not in requests:
+                (key,) = requests
+                return key  # type: ignore[no-any-return]
+
+
+async def bench_input(kind: str, cfg: Config) -> dict[str, Any]:
+    """Metric 5: the `ctx.elicit()` round trip, `tasks/update` until the run has resumed.
+
+    One task (`asker`) parks on `ctx.elicit("go?", bool)` round after round. Each
+    round: a sync `tools/call` (the interleaved reference), then the clock starts,
+    `tasks/update` answers the outstanding key and `tasks/get` polls in a tight
+    loop. `applied`: the first get showing the update took effect (`working`, or
+    parked on the next key); `next_key`: the first get showing the task parked on
+    the next key, i.e. the coroutine resumed and asked again.
+    """
+    server = make_server(probe=Probe())
+    warm = min(cfg.warmup, 50)
+    total = warm + cfg.input_rounds
+    async with TRANSPORTS[kind](server) as conn:
+        send = conn.send
+        task_id = await call_probe(send, "asker", {"rounds": total + 1}, ELICITATION)
+        key = await parked_key(send, task_id)
+        samples: dict[str, list[int]] = {"sync": [], "applied": [], "next_key": []}
+        gets: list[int] = []
+        gc.collect()
+        for i in range(total):
+            sync_ns = await timed(lambda: sync_call(send))
+            start = time.perf_counter_ns()
+            await send("tasks/update", {"taskId": task_id, "inputResponses": {key: YES}}, True)
+            applied_ns, polls = 0, 0
+            while True:
+                task = await get_task(send, task_id)
+                now = time.perf_counter_ns()
+                polls += 1
+                status, requests = task["status"], task.get("inputRequests") or {}
+                assert status in ("working", "input_required"), task
+                moved = key not in requests
+                if not applied_ns and moved:
+                    applied_ns = now - start
+                if status == "input_required" and requests and moved:
+                    (key,) = requests
+                    break
+            if i >= warm:
+                samples["sync"].append(sync_ns)
+                samples["applied"].append(applied_ns)
+                samples["next_key"].append(now - start)
+                gets.append(polls)
+        await send("tasks/update", {"taskId": task_id, "inputResponses": {key: YES}}, True)
+        with anyio.fail_after(10):
+            while (await get_task(send, task_id))["status"] != "completed":
+                pass
+    return {
+        "rounds": cfg.input_rounds,
+        "sync_reference": summary(samples["sync"]),
+        "applied": summary(samples["applied"]),
+        "next_key": summary(samples["next_key"]),
+        "gets_per_round_mean": sum(gets) / len(gets),
+    }
+
+
+async def bench_push(kind: str, cfg: Config) -> dict[str, Any]:
+    """Metric 6: completion-to-observed latency, pushed (`subscriptions/listen`) vs. polled.
+
+    Push: `push_tasks` tasks one after another; each `waiter` task gets a listen
+    stream of its own, and once its current state has arrived the harness opens
+    the tool's gate. Latency: from the tool's clock reading just before it
+    returns to the subscriber's parsing of the `completed` frame.
+
+    Poll (when `kind` is in `poll_transports`): `poll_tasks` tasks at once, each
+    with a client that polls `tasks/get` every `pollIntervalMs` (the tool's
+    default) from a random phase (stratified over the interval); every gate opens
+    0.1 s after the polling starts. Latency: from the tool's clock reading to the
+    client's receipt of the `tasks/get` that shows `completed`.
+    """
+    probe = Probe()
+    server = make_server(probe=probe)
+    out: dict[str, Any] = {}
+    async with TRANSPORTS[kind](server, listen=True) as conn:
+        assert conn.listen is not None
+        send = conn.send
+        warm = min(cfg.warmup, 20)
+        push_ns: list[int] = []
+        frames_per_task: list[int] = []
+        for i in range(warm + cfg.push_tasks):
+            key = f"push-{i}"
+            task_id = await call_probe(send, "waiter", {"key": key})
+            async with conn.listen([task_id]) as stream:
+                _, first = await stream.task_frame()
+                assert first["status"] == "working", first
+                probe.gate(key).set()
+                frames, end = 1, {}
+                while True:
+                    stamp, task = await stream.task_frame()
+                    frames += 1
+                    if task["status"] in TERMINAL:
+                        break
+                assert task["status"] == "completed", task
+                while "result" not in end and "error" not in end:  # frames may follow
+                    _, end = await stream.next()
+                assert end.get("result", {}).get("resultType") == "complete", end
+            if i >= warm:
+                push_ns.append(stamp - probe.done_ns[key])
+                frames_per_task.append(frames)
+        out["push"] = summary(push_ns)
+        out["push_frames_per_task_max"] = max(frames_per_task)
+        if kind in cfg.poll_transports and cfg.poll_tasks > 0:
+            out["poll"] = await _poll_baseline(conn, probe, cfg.poll_tasks)
+    return out
+
+
+async def _poll_baseline(conn: Conn, probe: Probe, count: int) -> dict[str, Any]:
+    rng = random.Random(2663)
+    keys = [f"poll-{i}" for i in range(count)]
+    task_ids: dict[str, str] = {}
+    interval_ms = None
+    for key in keys:
+        created = await conn.send("tools/call", {"name": "waiter", "arguments": {"key": key}}, True)
+        task_ids[key] = created["taskId"]
+        interval_ms = created.get("pollIntervalMs")
+    assert isinstance(interval_ms, int), "the waiter tool's tasks carry no pollIntervalMs"
+    interval = interval_ms / 1000
+    phases = [(i + rng.random()) / count * interval for i in range(count)]
+    rng.shuffle(phases)
+    observed: dict[str, int] = {}
+    polls: list[int] = []
+    release_after = 0.1
+
+    async def poller(key: str, phase: float, t0: float) -> None:
+        async with conn.channel() as send:
+            await anyio.sleep_until(t0 + phase)
+            n = 0
+            while True:
+                task = await get_task(send, task_ids[key])
+                n += 1
+                if task["status"] in TERMINAL:
+                    observed[key] = time.perf_counter_ns()
+                    polls.append(n)
+                    return
+                await anyio.sleep(interval)
+
+    started = time.perf_counter()
+    async with anyio.create_task_group() as group:
+        t0 = anyio.current_time() + 0.05
+        for key, phase in zip(keys, phases, strict=True):
+            group.start_soon(poller, key, phase, t0)
+        await anyio.sleep_until(t0 + release_after)
+        for key in keys:
+            probe.gate(key).set()
+    return {
+        **summary([observed[key] - probe.done_ns[key] for key in keys]),
+        "poll_interval_ms": interval_ms,
+        "tasks": count,
+        "gets_per_task_mean": sum(polls) / len(polls),
+        "seconds": round(time.perf_counter() - started, 2),
+    }
+
+
+def feed_backlogs(server: FastMCP) -> list[int]:
+    """Changes queued, unread, in each subscription to the memory store's change feed."""
+    subscribers = getattr(extension(server).store, "_subscribers", {})
+    return sorted(s.statistics().current_buffer_used for s in subscribers)
+
+
+async def quiesce(server: FastMCP) -> None:
+    """Untimed: wait until every change-feed reader has caught up (no run disturbs the next)."""
+    with anyio.fail_after(60):
+        while any(feed_backlogs(server)):  # noqa: ASYNC110
+            await asyncio.sleep(0.001)
+    gc.collect()
+
+
+async def _flood_once(
+    server: FastMCP,
+    conn: Conn,
+    probe: Probe,
+    key: str,
+    n: int,
+    subscribe: bool,
+    trace: bool = False,
+) -> dict[str, Any]:
+    """One `flood` task, with or without a subscriber; durations from the gate opening."""
+    send = conn.send
+    task_id = await call_probe(send, "flood", {"key": key, "n": n})
+    await quiesce(server)
+    if not subscribe:
+        if trace:
+            tracemalloc.start()
+        opened = time.perf_counter_ns()
+        probe.gate(key).set()
+        with anyio.fail_after(120):
+            await probe.finish(key).wait()
+        out = {
+            "tool_s": (probe.done_ns[key] - opened) / 1e9,
+            "feed_backlogs_at_done": feed_backlogs(server),
+        }
+        if trace:
+            with anyio.fail_after(30):  # until the run has been recorded as completed
+                while (await get_task(send, task_id))["status"] not in TERMINAL:
+                    pass
+            out["traced_peak_kib"] = tracemalloc.get_traced_memory()[1] / 1024
+            tracemalloc.stop()
+        return out
+    assert conn.listen is not None
+    async with conn.listen([task_id]) as stream:
+        _, first = await stream.task_frame()
+        assert first["status"] == "working", first
+        statuses: list[str] = []
+        terminal_at: int | None = None
+        ended_at: int | None = None
+        backlogs: list[int] = []
+        gc.collect()
+        rss_before = _rss_bytes()
+        if trace:
+            tracemalloc.start()
+        opened = time.perf_counter_ns()
+        probe.gate(key).set()
+        # In memory the listen answer may overtake the last notifications (the client
+        # dispatches them through its binding queue): read until both have arrived.
+        while terminal_at is None or ended_at is None:
+            stamp, message = await stream.next(limit_s=120)
+            if message.get("method") == "notifications/tasks":
+                statuses.append(message["params"]["status"])
+                if terminal_at is None and statuses[-1] in TERMINAL:
+                    terminal_at = stamp
+                    backlogs = feed_backlogs(server)
+                    if trace:  # traced until the subscriber has seen the outcome
+                        _, peak = tracemalloc.get_traced_memory()
+                        tracemalloc.stop()
+            elif "result" in message or "error" in message:
+                ended_at = stamp
+        rss_after = _rss_bytes()
+    out = {
+        # task frames after the gate opened (the current state before it is not counted)
+        "frames": len(statuses),
+        "frames_active": sum(1 for s in statuses if s not in TERMINAL),
+        "frames_terminal": sum(1 for s in statuses if s in TERMINAL),
+        "last_status": statuses[-1],
+        "tool_s": (probe.done_ns[key] - opened) / 1e9,
+        "observed_s": (terminal_at - opened) / 1e9,  # first terminal frame
+        "stream_end_s": (max(ended_at, terminal_at) - opened) / 1e9,
+        "rss_delta_kib": (rss_after - rss_before) / 1024,
+        "feed_backlogs_at_terminal_frame": backlogs,
+    }
+    if trace:
+        out["traced_peak_kib"] = peak / 1024
+    return out
+
+
+async def bench_flood(kind: str, cfg: Config) -> dict[str, Any]:
+    """Metric 7: a task setting its status message `flood_updates` times, one subscriber.
+
+    Runs alternate with and without a subscriber (`flood_runs` each, medians
+    reported), then one more run of each under `tracemalloc`: with a subscriber,
+    started once the stream has delivered the current state and stopped when
+    the subscriber receives the terminal frame; without, from the gate opening
+    until the task is completed. The peak is the traced growth of the whole
+    process (server included). Timings come from runs without tracemalloc.
+    """
+    probe = Probe()
+    server = make_server(probe=probe)
+    n = cfg.flood_updates
+    async with TRANSPORTS[kind](server, listen=True) as conn:
+        await _flood_once(server, conn, probe, "warm-sub", min(n, 1000), True)
+        await _flood_once(server, conn, probe, "warm-nosub", min(n, 1000), False)
+        with_sub: list[dict[str, Any]] = []
+        without: list[dict[str, Any]] = []
+        for i in range(cfg.flood_runs):
+            with_sub.append(await _flood_once(server, conn, probe, f"sub-{i}", n, True))
+            without.append(await _flood_once(server, conn, probe, f"nosub-{i}", n, False))
+        traced = await _flood_once(server, conn, probe, "traced", n, True, trace=True)
+        traced_alone = await _flood_once(server, conn, probe, "traced-alone", n, False, trace=True)
+
+    def median(values: list[float]) -> float:
+        return sorted(values)[(len(values) - 1) // 2]
+
+    worst = max([*with_sub, traced], key=lambda r: r["frames"])
+
+    return {
+        "updates": n,
+        "runs": cfg.flood_runs,
+        "frames_max": worst["frames"],
+        "frames_median": median([r["frames"] for r in with_sub]),
+        "frames_active_of_max": worst["frames_active"],
+        "frames_terminal_of_max": worst["frames_terminal"],
+        "last_statuses": sorted({str(r["last_status"]) for r in [*with_sub, traced]}),
+        "subscribed_tool_s": median([r["tool_s"] for r in with_sub]),
+        "subscribed_observed_s": median([r["observed_s"] for r in with_sub]),
+        "subscribed_stream_end_s": median([r["stream_end_s"] for r in with_sub]),
+        "unsubscribed_tool_s": median([r["tool_s"] for r in without]),
+        "rss_delta_kib_max": max(r["rss_delta_kib"] for r in with_sub),
+        "traced_peak_kib": traced["traced_peak_kib"],
+        "traced_peak_kib_no_subscriber": traced_alone["traced_peak_kib"],
+        "traced_run": traced,
+        "traced_run_no_subscriber": traced_alone,
+        "with_subscriber": with_sub,
+        "without_subscriber": without,
+    }
+
+
 # --- memory (in a fresh interpreter, memory transport only) -----------------------------------
 
 
@@ -741,6 +1328,10 @@ def ratios_and_rows(results: dict[str, Any]) -> tuple[dict[str, Any], list[tuple
         if ratio is None:
             rows.append((kind, metric, value, "", "", ""))
             return
+        if target is None:  # informational: no target, no verdict
+            ratios.setdefault(kind, {})[name] = {"value": ratio, "target": None, "pass": None}
+            rows.append((kind, metric, value, _ratio(ratio), "", "info"))
+            return
         ratios.setdefault(kind, {})[name] = {
             "value": ratio,
             "target": f"{op} {target}",
@@ -803,6 +1394,88 @@ def ratios_and_rows(results: dict[str, Any]) -> tuple[dict[str, Any], list[tuple
                 ">=",
                 0.5,
             )
+        inp, push, flood = r.get("input"), r.get("push"), r.get("flood")
+        if inp:
+            ref, applied, resumed = inp["sync_reference"], inp["applied"], inp["next_key"]
+            row(
+                kind,
+                "sync tools/call p50 / p99 (interleaved with updates)",
+                f"{ref['p50_us']:.0f} / {ref['p99_us']:.0f} us",
+            )
+            row(
+                kind,
+                f"input: tasks/update -> resumed p50 / p99 ({inp['rounds']} rounds, "
+                f"{inp['gets_per_round_mean']:.1f} gets)",
+                f"{applied['p50_us']:.0f} / {applied['p99_us']:.0f} us",
+                applied["p50_us"] / ref["p50_us"],
+                "input_applied_p50/sync_p50",
+            )
+            if resumed != applied:  # the first get did not already show the next key
+                row(
+                    kind,
+                    "input: tasks/update -> parked on next key p50 / p99",
+                    f"{resumed['p50_us']:.0f} / {resumed['p99_us']:.0f} us",
+                    resumed["p50_us"] / ref["p50_us"],
+                    "input_next_key_p50/sync_p50",
+                )
+        if push:
+            p = push["push"]
+            row(
+                kind,
+                f"push: completion -> listen frame p50 / p99 ({p['n']} tasks)",
+                f"{p['p50_us']:.0f} / {p['p99_us']:.0f} us",
+            )
+            poll = push.get("poll")
+            if poll:
+                row(
+                    kind,
+                    f"poll every {poll['poll_interval_ms']} ms: completion -> tasks/get "
+                    f"p50 / p99 ({poll['tasks']} tasks)",
+                    f"{poll['p50_us'] / 1000:.0f} / {poll['p99_us'] / 1000:.0f} ms",
+                    p["p50_us"] / poll["p50_us"],
+                    "push_p50/poll_p50",
+                )
+        if flood:
+            frames, n = flood["frames_max"], flood["updates"]
+            last_ok = flood["last_statuses"] == ["completed"]
+            verdict = "PASS" if frames / n <= 0.1 and last_ok else "MISS"
+            ratios.setdefault(kind, {})["flood_frames/updates"] = {
+                "value": frames / n,
+                "target": "<= 0.1 and last frame completed",
+                "pass": verdict == "PASS",
+            }
+            rows.append(
+                (
+                    kind,
+                    f"flood: frames to 1 subscriber for {n:,} messages (max run)",
+                    f"{frames} = {flood['frames_active_of_max']} working + "
+                    f"{flood['frames_terminal_of_max']} terminal"
+                    + ("" if last_ok else f"; last: {'/'.join(flood['last_statuses'])}"),
+                    _ratio(frames / n),
+                    "<= 0.1",
+                    verdict,
+                )
+            )
+            row(
+                kind,
+                "flood, subscribed: tool done / 1st completed frame / stream end",
+                f"{flood['subscribed_tool_s'] * 1000:.0f} / "
+                f"{flood['subscribed_observed_s'] * 1000:.0f} / "
+                f"{flood['subscribed_stream_end_s'] * 1000:.0f} ms",
+            )
+            row(
+                kind,
+                "flood, no subscriber: tool done (subscribed/unsubscribed)",
+                f"{flood['unsubscribed_tool_s'] * 1000:.0f} ms",
+                flood["subscribed_tool_s"] / flood["unsubscribed_tool_s"],
+                "flood_tool_s_subscribed/unsubscribed",
+            )
+            row(
+                kind,
+                "flood: traced peak growth while subscriber reads (whole process)",
+                f"{flood['traced_peak_kib']:.0f} KiB "
+                f"(no subscriber: {flood['traced_peak_kib_no_subscriber']:.0f} KiB)",
+            )
     mem = results.get("memory")
     if mem:
         value = mem["kib_per_task"]
@@ -822,6 +1495,10 @@ def ratios_and_rows(results: dict[str, Any]) -> tuple[dict[str, Any], list[tuple
             )
         )
     return ratios, rows
+
+
+def _ratio(value: float) -> str:
+    return f"{value:.2f}" if value >= 0.01 else f"{value:.1e}"
 
 
 def print_table(rows: list[tuple[str, ...]]) -> None:
@@ -846,7 +1523,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--quick",
         action="store_true",
-        help="smoke run (~20 s): 300 samples, 20,000 retained, 300 calls, 5,000 memory tasks",
+        help="smoke run (~35 s): 300 samples, 20,000 retained, 300 calls, 5,000 memory tasks, "
+        "50 input rounds, 20 pushed and 5 polled tasks (HTTP only), 1 flood run",
     )
     p.add_argument("--transports", default="memory,http", help="comma list of memory,http")
     p.add_argument("--warmup", type=int, help="warm-up iterations before each measurement (200)")
@@ -873,6 +1551,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--memory-tasks", type=int, help="tasks created for the memory metric (50000); 0 skips"
+    )
+    p.add_argument("--input-rounds", type=int, help="tasks/update round trips per transport (200)")
+    p.add_argument("--push-tasks", type=int, help="tasks observed through listen (100)")
+    p.add_argument(
+        "--poll-tasks",
+        type=int,
+        help="tasks polled at the default pollIntervalMs, concurrently (20); 0 skips",
+    )
+    p.add_argument(
+        "--poll-transports",
+        help="transports that run the ~5 s polling baseline (memory,http; quick: http)",
+    )
+    p.add_argument(
+        "--flood-updates", type=int, default=10_000, help="status messages of the flood task"
+    )
+    p.add_argument(
+        "--flood-runs", type=int, help="flood runs with and without a subscriber, each (3)"
     )
     p.add_argument(
         "--http-client",
@@ -903,6 +1598,16 @@ def config(args: argparse.Namespace) -> Config:
         poll_sleep_ms=args.poll_sleep_ms,
         memory_tasks=pick(args.memory_tasks, 50_000, 5_000),
         transports=[t.strip() for t in args.transports.split(",") if t.strip()],
+        input_rounds=pick(args.input_rounds, 200, 50),
+        push_tasks=pick(args.push_tasks, 100, 20),
+        poll_tasks=pick(args.poll_tasks, 20, 5),
+        poll_transports=tuple(
+            t.strip()
+            for t in (args.poll_transports or ("http" if quick else "memory,http")).split(",")
+            if t.strip()
+        ),
+        flood_updates=args.flood_updates,
+        flood_runs=pick(args.flood_runs, 3, 1),
     )
 
 
@@ -916,6 +1621,9 @@ async def run_all(cfg: Config) -> dict[str, Any]:
             ("latency", bench_latency),
             ("get", bench_get),
             ("throughput", bench_throughput),
+            ("input", bench_input),
+            ("push", bench_push),
+            ("flood", bench_flood),
         ):
             t0 = time.perf_counter()
             r[name] = await fn(kind, cfg)
@@ -950,7 +1658,9 @@ def main(argv: list[str] | None = None) -> None:
         "loadavg_1_5_15": {"before": load_before, "after": os.getloadavg()},
         "results": results,
         "ratios": ratios,
-        "all_pass": all(v["pass"] for group in ratios.values() for v in group.values()),
+        "all_pass": all(
+            v["pass"] for group in ratios.values() for v in group.values() if v["pass"] is not None
+        ),
         "total_seconds": round(time.perf_counter() - started, 1),
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
@@ -963,6 +1673,7 @@ def main(argv: list[str] | None = None) -> None:
     print("the sync p50 measured interleaved with the gets. Client and server share one process.")
     print(f"HTTP client: {HTTP_CLIENT}. Task throughput polls tasks/get {polling}.")
     print("Memory: in-memory transport only, measured in a fresh interpreter.")
+    print("Input, push and flood: see bench/README.md; 'info' ratios have no target.")
     print(f"Total {report['total_seconds']} s; JSON written to {args.output}")
 
 

@@ -66,7 +66,12 @@ from pydantic import BaseModel, PrivateAttr, model_serializer
 from fastmcp_tasks.errors import missing_capability
 from fastmcp_tasks.ownership import current_principal, may_access
 from fastmcp_tasks.stores.base import TaskStore
-from fastmcp_tasks.wire import NOTIFICATION_TASKS, TASKS_EXTENSION_ID, render_task
+from fastmcp_tasks.wire import (
+    NOTIFICATION_TASKS,
+    TASKS_EXTENSION_ID,
+    TERMINAL_STATUSES,
+    render_task,
+)
 
 logger = logging.getLogger("fastmcp_tasks.listen")
 
@@ -249,11 +254,10 @@ class ListenService:
     async def _follow(
         self, task_ids: frozenset[str], stream: _Stream, *, task_status: TaskStatus[None]
     ) -> None:
-        async with self.store.changes(task_ids) as feed:
+        async with self.store.changes(task_ids, _PUSHED_CHANGES) as feed:
             task_status.started()
             async for change in feed:
-                if change.kind in _PUSHED_CHANGES:
-                    stream.mark(change.task_id)
+                stream.mark(change.task_id)
 
     async def _write(
         self,
@@ -276,16 +280,19 @@ class ListenService:
             while stream.dirty:
                 task_id = next(iter(stream.dirty))
                 del stream.dirty[task_id]
+                if task_id not in watched:
+                    continue  # its terminal state was sent: later marks are stale
                 record = await self.store.get(task_id)
                 if record is None:
                     watched.discard(task_id)
                     continue
+                task = render_task(record)  # read before the send: records may be live
+                if task["status"] in TERMINAL_STATUSES:
+                    watched.discard(task_id)
                 await session.send_notification(
-                    task_notification(render_task(record), meta),  # type: ignore[arg-type]
+                    task_notification(task, meta),  # type: ignore[arg-type]
                     related_request_id=subscription_id,
                 )
-                if record.is_terminal:
-                    watched.discard(task_id)
             if stream.overflowed:
                 logger.warning("listen stream %r backlog full; ending it", subscription_id)
                 return

@@ -332,7 +332,8 @@ async def test_a_flood_of_progress_is_coalesced(transport: str) -> None:
             await frames.until(lambda f: "result" in f)
     tasks = task_frames(frames)
     assert tasks[-1]["status"] == "completed"
-    assert len(tasks) < 10_000  # at most one pending state per task
+    assert [t["status"] for t in tasks].count("completed") == 1  # sent once, last
+    assert len(tasks) <= 1_000  # at most one pending state per task: far below 10,000
     messages = [t.get("statusMessage") for t in tasks]
     indexes = [int(m.split()[1]) for m in messages if m and m.startswith("item")]
     assert indexes == sorted(indexes)  # never an older state after a newer one

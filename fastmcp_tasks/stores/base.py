@@ -217,9 +217,9 @@ class TaskStore(Protocol):
         ...
 
     def changes(
-        self, task_ids: frozenset[str] | None = None
+        self, task_ids: frozenset[str] | None = None, kinds: frozenset[str] | None = None
     ) -> AbstractAsyncContextManager[AsyncIterator[TaskChange]]:
-        """Subscribe to the change feed: every change to the tasks named (default: all).
+        """Subscribe to the change feed: the changes of these kinds to these tasks (default: all).
 
         Changes made after the context is entered are delivered in order; the
         subscription never blocks the writer (a slow reader only delays itself).

@@ -52,8 +52,10 @@ class MemoryTaskStore:
         self.max_tasks = max_tasks
         self._tasks: dict[str, TaskRecord] = {}
         self._expiry: list[tuple[float, str]] = []
-        # each feed subscriber, with the task ids it follows (None: all)
-        self._subscribers: dict[ObjectSendStream[TaskChange], frozenset[str] | None] = {}
+        # each feed subscriber, with the task ids and change kinds it follows (None: all)
+        self._subscribers: dict[
+            ObjectSendStream[TaskChange], tuple[frozenset[str] | None, frozenset[str] | None]
+        ] = {}
 
     async def open(self) -> None:
         return None
@@ -207,10 +209,10 @@ class MemoryTaskStore:
 
     @asynccontextmanager
     async def changes(
-        self, task_ids: frozenset[str] | None = None
+        self, task_ids: frozenset[str] | None = None, kinds: frozenset[str] | None = None
     ) -> AsyncIterator[AsyncIterator[TaskChange]]:
         send, receive = anyio.create_memory_object_stream[TaskChange](math.inf)
-        self._subscribers[send] = task_ids
+        self._subscribers[send] = (task_ids, kinds)
         try:
             async with receive:
                 yield receive
@@ -288,8 +290,10 @@ class MemoryTaskStore:
     def _emit(self, change: TaskChange) -> None:
         if not self._subscribers:
             return
-        for stream, wanted in list(self._subscribers.items()):
+        for stream, (wanted, kinds) in list(self._subscribers.items()):
             if wanted is not None and change.task_id not in wanted:
+                continue
+            if kinds is not None and change.kind not in kinds:
                 continue
             try:
                 stream.send_nowait(change)

@@ -68,7 +68,14 @@ _FEED_BATCH = 500
 class _Feed:
     """One subscription: an async iterator over change rows past `after`."""
 
-    def __init__(self, store: SQLiteTaskStore, task_ids: frozenset[str] | None, after: int) -> None:
+    def __init__(
+        self,
+        store: SQLiteTaskStore,
+        task_ids: frozenset[str] | None,
+        after: int,
+        kinds: frozenset[str] | None = None,
+    ) -> None:
+        self._kinds = kinds
         self._store = store
         self._task_ids = task_ids
         self.after = after
@@ -89,7 +96,9 @@ class _Feed:
             self.seen = -1 if len(rows) == _FEED_BATCH else seen
             for seq, task_id, kind, status, details in rows:
                 self.after = seq
-                if self._task_ids is None or task_id in self._task_ids:
+                if (self._task_ids is None or task_id in self._task_ids) and (
+                    self._kinds is None or kind in self._kinds
+                ):
                     self._buffer.append(TaskChange(task_id, kind, status, json.loads(details)))
             if not rows:
                 with anyio.move_on_after(store.poll_interval):
@@ -423,10 +432,10 @@ class SQLiteTaskStore:
 
     @asynccontextmanager
     async def changes(
-        self, task_ids: frozenset[str] | None = None
+        self, task_ids: frozenset[str] | None = None, kinds: frozenset[str] | None = None
     ) -> AsyncIterator[AsyncIterator[TaskChange]]:
         after = await self._run(Tx.last_seq, write=False)
-        feed = _Feed(self, task_ids, after)
+        feed = _Feed(self, task_ids, after, kinds)
         self._feeds.add(feed)
         try:
             yield feed
