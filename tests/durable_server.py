@@ -27,9 +27,11 @@ from fastmcp_tasks import TasksExtension
 FAST = TaskConfig(poll_interval=timedelta(milliseconds=50))
 
 
-def build(db: str, markers: Path) -> FastMCP:
+def build(db: str, markers: Path, concurrency: int = 100) -> FastMCP:
     mcp = FastMCP("durable")
-    mcp.add_extension(TasksExtension(url=f"sqlite:///{db}", lease=timedelta(seconds=2)))
+    mcp.add_extension(
+        TasksExtension(url=f"sqlite:///{db}", lease=timedelta(seconds=2), concurrency=concurrency)
+    )
 
     async def hold(key: str) -> None:
         (markers / f"{key}.started.{os.getpid()}").touch()
@@ -63,13 +65,24 @@ def build(db: str, markers: Path) -> FastMCP:
     return mcp
 
 
+# `fastmcp-tasks worker tests/durable_server.py` imports this module: the server is
+# then built from the environment.
+if "DURABLE_DB" in os.environ:
+    mcp = build(
+        os.environ["DURABLE_DB"],
+        Path(os.environ["DURABLE_MARKERS"]),
+        int(os.environ.get("DURABLE_CONCURRENCY", "100")),
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--db", required=True)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--dir", required=True)
+    parser.add_argument("--concurrency", type=int, default=100)
     args = parser.parse_args()
-    mcp = build(args.db, Path(args.dir))
+    mcp = build(args.db, Path(args.dir), args.concurrency)
     mcp.run(transport="http", host="127.0.0.1", port=args.port, path="/mcp", show_banner=False)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -22,7 +23,7 @@ SERVER = Path(__file__).parent / "durable_server.py"
 
 
 class Server:
-    def __init__(self, db: Path, markers: Path) -> None:
+    def __init__(self, db: Path, markers: Path, concurrency: int = 100) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         self.process = subprocess.Popen(
@@ -35,6 +36,8 @@ class Server:
                 str(self.port),
                 "--dir",
                 str(markers),
+                "--concurrency",
+                str(concurrency),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -67,10 +70,10 @@ class Server:
 
 
 @contextmanager
-def servers(tmp_path: Path, count: int) -> Iterator[list[Server]]:
+def servers(tmp_path: Path, count: int, concurrency: int = 100) -> Iterator[list[Server]]:
     db, markers = tmp_path / "tasks.db", tmp_path / "markers"
     markers.mkdir(exist_ok=True)
-    started = [Server(db, markers) for _ in range(count)]
+    started = [Server(db, markers, concurrency) for _ in range(count)]
     try:
         yield started
     finally:
@@ -83,6 +86,29 @@ async def wire_to(server: Server) -> AsyncIterator[Wire]:
     await server.ready()
     async with http_wire_for(server.url) as wire:
         yield wire
+
+
+class Worker(Server):
+    """`python -m fastmcp_tasks worker tests/durable_server.py`, the real command line."""
+
+    def __init__(self, db: Path, markers: Path, grace: float = 10.0) -> None:
+        env = {**os.environ, "DURABLE_DB": str(db), "DURABLE_MARKERS": str(markers)}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "fastmcp_tasks", "worker", str(SERVER), "--grace", str(grace)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=Path(__file__).parent.parent,
+        )
+
+    async def ready(self) -> None:
+        line = await anyio.to_thread.run_sync(self.process.stdout.readline)  # type: ignore[union-attr]
+        assert line.startswith(b"fastmcp-tasks worker: sqlite://"), line
+
+    def stop(self) -> None:
+        super().stop()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
 
 
 def _started(markers: Path, key: str, pid: int | None) -> bool:
@@ -191,3 +217,61 @@ async def test_a_dead_process_tasks_are_recovered_by_the_live_one(tmp_path: Path
             moved = await on_b.wait(idem, within=15)
             assert moved["result"]["content"][0]["text"] == f"idempotent move in {b.process.pid}"
     assert (tmp_path / "tasks.db").stat().st_size > 0
+
+
+async def test_front_end_and_workers_through_the_command_line(tmp_path: Path) -> None:
+    markers = tmp_path / "markers"
+    with servers(tmp_path, 1, concurrency=0) as (front,):
+        workers = [Worker(tmp_path / "tasks.db", markers) for _ in range(2)]
+        try:
+            for worker in workers:
+                await worker.ready()
+            async with wire_to(front) as wire:
+                quick = await wire.call_tool("quick", {"text": "far"})
+                assert quick["statusMessage"].startswith("Queued")
+                done = await wire.wait(quick["taskId"])
+                assert done["result"]["content"][0]["text"] == "quick far"
+                # SIGTERM drains: the running task may finish within the grace period
+                drained = (await wire.call_tool("plain_job", {"key": "drain"}))["taskId"]
+                await started_in(markers, "drain")
+                runner = next(w for w in workers if _started(markers, "drain", w.process.pid))
+                runner.process.send_signal(signal.SIGTERM)
+                release(markers, "drain")
+                assert (await wire.wait(drained))["status"] == "completed"
+                assert await anyio.to_thread.run_sync(runner.process.wait, 15) == 0
+                # SIGKILL a worker mid-task: the idempotent task moves to the survivor
+                survivor = next(w for w in workers if w is not runner)
+                other = Worker(tmp_path / "tasks.db", markers)
+                workers.append(other)
+                await other.ready()
+                moved = (await wire.call_tool("idempotent_job", {"key": "hop"}))["taskId"]
+                await started_in(markers, "hop")
+                victim = next(
+                    w for w in (survivor, other) if _started(markers, "hop", w.process.pid)
+                )
+                heir = survivor if victim is other else other
+                victim.kill()
+                await started_in(markers, "hop", heir.process.pid)
+                release(markers, "hop")
+                final = await wire.wait(moved, within=20)
+                text = final["result"]["content"][0]["text"]
+                assert text == f"idempotent hop in {heir.process.pid}"
+        finally:
+            for worker in workers:
+                worker.stop()
+
+
+def test_a_worker_refuses_the_memory_store(tmp_path: Path) -> None:
+    app = tmp_path / "app.py"
+    app.write_text(
+        "from fastmcp import FastMCP\nfrom fastmcp_tasks import TasksExtension\n"
+        "mcp = FastMCP('m')\nmcp.add_extension(TasksExtension('memory://'))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "fastmcp_tasks", "worker", str(app)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "memory:// keeps tasks inside one process" in done.stderr
