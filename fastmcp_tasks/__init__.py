@@ -12,6 +12,7 @@ async def render(pages: int) -> str: ...
 
 from __future__ import annotations
 
+from fastmcp_tasks.client import register_transparent_client
 from fastmcp_tasks.errors import ConfigurationError, TaskLimitExceeded, TasksError
 from fastmcp_tasks.extension import TasksExtension
 from fastmcp_tasks.options import task_options
@@ -26,6 +27,8 @@ from fastmcp_tasks.stores import (
 from fastmcp_tasks.wire import TASKS_EXTENSION_ID
 
 __version__ = "0.1.0.dev0"
+
+register_transparent_client()
 
 __all__ = [
     "TASKS_EXTENSION_ID",

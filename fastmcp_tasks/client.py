@@ -6,6 +6,10 @@
     async with Client(url, extensions=[TasksClientExtension(on_status=print)]) as client:
         result = await client.call_tool("render", {"pages": 3})   # waits for the task
 
+Importing `fastmcp_tasks` also registers a default `TasksClientExtension` with
+FastMCP's client-extension hook, so any `fastmcp.Client` resolves tasks
+transparently, answering in-task elicitations with its `elicitation_handler`.
+
 `TasksClientExtension` declares the tasks extension on every request (C58) and
 claims `resultType: "task"` on `tools/call` (C59). Its resolver polls
 `tasks/get` no faster than the latest `pollIntervalMs` (C62; the server may
@@ -36,7 +40,9 @@ import anyio
 import mcp_types
 from anyio.streams.memory import MemoryObjectSendStream
 from fastmcp.client.elicitation import ElicitationHandler, create_elicitation_callback
+from fastmcp.client.extension_hooks import register_internal_client_extension_factory
 from mcp.client.extension import ClaimContext, ClientExtension, NotificationBinding, ResultClaim
+from mcp.client.session import ElicitationFnT
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
     NotificationParams,
@@ -126,6 +132,8 @@ class TasksClientExtension(ClientExtension):
             (used when `on_input` is not given).
         push: follow the task over `subscriptions/listen` when the server offers it,
             polling only as a slow safety net (every `SAFETY_POLL` seconds at most).
+        elicitation_callback: the SDK-level elicitation callback (what a `Client`
+            builds from its `elicitation_handler`); used by the transparent mode.
     """
 
     identifier = TASKS_EXTENSION_ID
@@ -138,6 +146,7 @@ class TasksClientExtension(ClientExtension):
         on_input: InputHandler | None = None,
         elicitation_handler: ElicitationHandler | None = None,
         push: bool = True,
+        elicitation_callback: ElicitationFnT | None = None,
     ) -> None:
         self.push = push
         self._watchers: dict[str, MemoryObjectSendStream[dict[str, Any]]] = {}
@@ -145,7 +154,9 @@ class TasksClientExtension(ClientExtension):
         self.min_poll_interval = min_poll_interval
         self.on_input = on_input
         self._elicit = (
-            create_elicitation_callback(elicitation_handler) if elicitation_handler else None
+            create_elicitation_callback(elicitation_handler)
+            if elicitation_handler
+            else elicitation_callback
         )
 
     def claims(self) -> Sequence[ResultClaim[Any]]:
@@ -291,3 +302,17 @@ class TasksClientExtension(ClientExtension):
             )
         except Exception:  # best effort: the caller is already leaving
             return
+
+
+def _transparent(elicitation_callback: ElicitationFnT | None) -> ClientExtension:
+    """The extension every `fastmcp.Client` folds in once `fastmcp_tasks` is imported."""
+    return TasksClientExtension(elicitation_callback=elicitation_callback)
+
+
+def register_transparent_client() -> None:
+    """Make every `fastmcp.Client` resolve tasks in `call_tool()` (idempotent).
+
+    Called when `fastmcp_tasks` is imported. A `Client(extensions=[TasksClientExtension(...)])`
+    of your own takes precedence over this default one.
+    """
+    register_internal_client_extension_factory(_transparent)

@@ -161,3 +161,23 @@ async def test_in_task_input_is_answered_once_per_key_in_one_update() -> None:
     assert result.data in ("AB", "BA") and sorted(result.data) == ["A", "B"]
     assert len(asked) == len(set(asked)) == 2
     assert sum(len(u) for u in updates) == 2
+
+
+async def test_any_client_resolves_tasks_once_fastmcp_tasks_is_imported() -> None:
+    mcp, _ = make_server(poll=FAST)
+
+    async def approve(message, response_type, params, context):  # type: ignore[no-untyped-def]
+        return True
+
+    mcp_asks = FastMCP("asks")
+    mcp_asks.add_extension(TasksExtension())
+
+    @mcp_asks.tool(task=TaskConfig(poll_interval=FAST))
+    async def confirm(ctx: Context) -> str:
+        answer = await ctx.elicit("sure?", bool)
+        return f"{answer.action}:{answer.data}"
+
+    async with Client(mcp) as client:  # no extensions passed: the default one is folded in
+        assert (await client.call_tool("echo", {"text": "plain client"})).data == "plain client"
+    async with Client(mcp_asks, elicitation_handler=approve) as client:
+        assert (await client.call_tool("confirm", {})).data == "accept:True"

@@ -139,7 +139,7 @@ class _AnyParams(NotificationParams):
 
 
 class _Collect(ClientExtension):
-    identifier = "io.modelcontextprotocol/tasks-test-collector"
+    identifier = TASKS  # replaces the transparent client extension for this client
 
     def __init__(self, frames: Frames) -> None:
         self.frames = frames

@@ -8,6 +8,7 @@ import pytest
 
 import fastmcp_tasks
 from fastmcp_tasks import ConfigurationError, MemoryTaskStore, TasksExtension, store_from_url
+from fastmcp_tasks.stores import SCHEMES
 
 
 def test_public_names_are_pinned() -> None:
@@ -31,9 +32,12 @@ def test_public_names_are_pinned() -> None:
 
 
 def test_unknown_scheme_names_the_supported_ones() -> None:
-    with pytest.raises(ValueError, match=r"supported schemes are memory://, sqlite://") as info:
+    with pytest.raises(ValueError, match=r"supported schemes are ") as info:
         TasksExtension("postgres://db/tasks")
     assert isinstance(info.value, ConfigurationError)
+    for scheme in SCHEMES:
+        assert f"{scheme}://" in str(info.value)
+    assert {"memory", "sqlite"} <= set(SCHEMES)
     with pytest.raises(ValueError, match="Unsupported task store URL"):
         store_from_url("not a url")
 
