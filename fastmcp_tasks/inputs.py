@@ -72,7 +72,7 @@ def answer_problem(request: Mapping[str, Any], answer: Any) -> str | None:
     method = request.get("method")
     if method == ELICIT:
         action = answer.get("action")
-        if action not in _ACTIONS:
+        if not isinstance(action, str) or action not in _ACTIONS:
             return f"action must be one of accept, decline, cancel; got {action!r}"
         if action != "accept":
             return None
@@ -124,7 +124,7 @@ def _value_problem(spec: Mapping[str, Any], value: Any) -> str | None:
     if kind in ("number", "integer"):
         if isinstance(value, bool) or not isinstance(value, int | float):
             return f"must be a {kind}"
-        if kind == "integer" and not float(value).is_integer():
+        if kind == "integer" and isinstance(value, float) and not value.is_integer():
             return "must be an integer"
         if "minimum" in spec and value < spec["minimum"]:
             return f"must be >= {spec['minimum']}"

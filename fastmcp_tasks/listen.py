@@ -270,6 +270,8 @@ class ListenService:
     ) -> None:
         session = ctx.session
         while True:
+            if not watched and not wants_core and not stream.events:
+                return  # nothing (left) to follow: end gracefully
             await stream.wake.wait()
             stream.wake = anyio.Event()
             while stream.events:
