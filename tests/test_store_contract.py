@@ -6,23 +6,70 @@ adds itself to `STORE_FACTORIES` and inherits the whole suite.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import os
 import tempfile
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
 from fastmcp_tasks import MemoryTaskStore, TaskLimitExceeded, TaskRecord, TaskStore
+from fastmcp_tasks.errors import StoreError
 from fastmcp_tasks.stores.base import UNCHANGED, TaskChange
 from fastmcp_tasks.stores.sqlite import SQLiteTaskStore
 
 pytestmark = pytest.mark.anyio
 
+REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/15")
+
+
+@functools.cache
+def _redis_problem() -> str | None:
+    try:
+        import redis
+
+        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1, socket_timeout=2).ping()
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def redis_store(**options: Any) -> TaskStore:
+    """A Redis store under a fresh key prefix; its `close()` deletes the prefix's keys.
+
+    Skips when no Redis answers at `REDIS_URL`, and fails instead when `CI=true`.
+    """
+    problem = _redis_problem()
+    if problem is not None:
+        message = f"REDIS UNREACHABLE at REDIS_URL={REDIS_URL} ({problem}): Redis store untested"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    from fastmcp_tasks.stores.redis import RedisTaskStore
+
+    options.setdefault("prefix", f"test-{uuid.uuid4().hex[:16]}")
+    store = RedisTaskStore(REDIS_URL, **options)
+    close = store.close
+
+    async def clean_then_close() -> None:
+        with contextlib.suppress(StoreError):  # never opened: nothing to delete
+            await store.clear()
+        await close()
+
+    store.close = clean_then_close  # type: ignore[method-assign]
+    return store
+
+
 STORE_FACTORIES: dict[str, Callable[[], TaskStore]] = {
     "memory": lambda: MemoryTaskStore(max_tasks=50),
     "sqlite": lambda: SQLiteTaskStore(Path(tempfile.mkdtemp()) / "tasks.db", max_tasks=50),
+    "redis": lambda: redis_store(max_tasks=50),
 }
 
 

@@ -30,10 +30,25 @@ def _sqlite(url: str, options: dict[str, Any]) -> TaskStore:
     return SQLiteTaskStore(path_from_url(url), **{k: options[k] for k in known if k in options})
 
 
+def _redis(url: str, options: dict[str, Any]) -> TaskStore:
+    try:  # imported here: `redis` is an optional dependency (the `redis` extra)
+        from fastmcp_tasks.stores.redis import RedisTaskStore
+    except ImportError as exc:
+        if (exc.name or "").partition(".")[0] != "redis":
+            raise
+        raise ConfigurationError(
+            f"Task store URL {url!r} needs the redis package: pip install 'fastmcp-tasks[redis]'"
+        ) from exc
+    known = ("prefix", "max_tasks", "timeout", "max_connections", "max_changes", "block_ms")
+    return RedisTaskStore(url, **{k: options[k] for k in known if k in options})
+
+
 #: URL scheme -> factory(url, options).
 SCHEMES: dict[str, Callable[[str, dict[str, Any]], TaskStore]] = {
     "memory": _memory,
     "sqlite": _sqlite,
+    "redis": _redis,
+    "rediss": _redis,
 }
 
 

@@ -1,0 +1,525 @@
+"""The Redis store (`redis://host:port/db`, `rediss://`): tasks shared by every process.
+
+This module owns `RedisTaskStore`: its connections, the calls of the Lua scripts
+(`redis_scripts`), error mapping and the change-feed reader. The key space and the
+layout of a task hash are `redis_keys`; several applications share one Redis by
+giving each its own `prefix`.
+
+Connections. `open()` creates a blocking connection pool for commands, with a finite
+`socket_connect_timeout` and `socket_timeout` (`timeout`), and checks that Redis
+answers; an unreachable or hung Redis is a `StoreError` within that bound, for
+`open()` and for every operation, instead of a hung request. redis-py
+does not retry: a script whose reply was lost may already have run, and running it
+twice is not always harmless (`claim` counts attempts). The change feed reads on
+its own dedicated connection with `socket_timeout=None`: `XREAD BLOCK` waits up to
+`block_ms` for new entries, and redis-py's default 5 s socket timeout (or any
+finite timeout shorter than the block) would abort such a read with a spurious
+`TimeoutError`. TCP keepalive is on instead, to notice a dead peer.
+
+Atomicity. Every read-modify-write is one Lua script (registered once per `open`),
+which also keeps the indexes consistent and appends to the change feed.
+
+Expiry. A finished task gets a Redis TTL of its `retention_ms`; `get` also checks
+`terminal_at + retention_ms` on the client, so a task is never returned once
+expired even before Redis evicts it. `purge_expired` (and `create` at the cap)
+removes the index entries of expired tasks.
+
+Change feed. One Redis Stream per store, trimmed to about `max_changes` entries.
+Each store instance runs at most one reader (while it has subscribers), which reads
+with `XREAD BLOCK` past the newest entry at the time of the first subscription and
+fans entries out to in-process subscribers; every subscriber resolves the newest
+id when it subscribes and sees exactly the entries after it. A reader that falls
+more than `max_changes` entries behind misses the trimmed ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import time
+from collections.abc import AsyncIterator, Awaitable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import anyio
+import redis.asyncio as aioredis
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from redis.asyncio.connection import parse_url
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.commands.core import AsyncScript
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from fastmcp_tasks.errors import ConfigurationError, StoreError, TaskLimitExceeded
+from fastmcp_tasks.stores.base import (
+    ALLOWED_TRANSITIONS,
+    UNCHANGED,
+    TaskChange,
+    TaskRecord,
+    _Unchanged,
+    encode_result,
+)
+from fastmcp_tasks.stores.redis_keys import (
+    REQUEST_FIELD,
+    decode_task,
+    dumps,
+    encode_task,
+    pairs,
+    parse_store_url,
+)
+from fastmcp_tasks.stores.redis_scripts import SCRIPTS
+from fastmcp_tasks.wire import TERMINAL_STATUSES, TaskStatus
+
+T = TypeVar("T")
+StreamId = tuple[int, int]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_TASKS = 100_000
+_BATCH = 500
+
+
+def _stream_id(text: str) -> StreamId:
+    ms, _, seq = text.partition("-")
+    return int(ms), int(seq or 0)
+
+
+class _Subscriber:
+    """One `changes()` subscription: its filters, its queue and the newest id it skips."""
+
+    __slots__ = ("kinds", "send", "start", "task_ids")
+
+    def __init__(
+        self,
+        task_ids: frozenset[str] | None,
+        kinds: frozenset[str] | None,
+        send: MemoryObjectSendStream[tuple[StreamId, TaskChange]],
+    ) -> None:
+        self.task_ids = task_ids
+        self.kinds = kinds
+        self.send = send
+        self.start: StreamId = (0, 0)
+
+
+class _Feed:
+    """The async iterator a subscriber reads: its queued changes past `start`."""
+
+    def __init__(
+        self, receive: MemoryObjectReceiveStream[tuple[StreamId, TaskChange]], sub: _Subscriber
+    ) -> None:
+        self._receive = receive
+        self._sub = sub
+
+    def __aiter__(self) -> _Feed:
+        return self
+
+    async def __anext__(self) -> TaskChange:
+        while True:
+            try:
+                entry_id, change = await self._receive.receive()
+            except (anyio.EndOfStream, anyio.ClosedResourceError):
+                raise StopAsyncIteration from None
+            if entry_id > self._sub.start:
+                return change
+
+
+class RedisTaskStore:
+    """A `TaskStore` in Redis, shared by every process that uses the same URL and prefix.
+
+    Args:
+        url: `redis://[user:password@]host:port/db` or `rediss://...` (TLS); the query
+            may carry `prefix=...` and redis-py connection options.
+        prefix: sets this store's keys apart on a shared Redis (default
+            `fastmcp-tasks`); also accepted as the URL query `?prefix=...`.
+        max_tasks: most tasks retained at once, as in `MemoryTaskStore`; `None`: no cap.
+        timeout: seconds to connect and to wait for a reply to a command.
+        max_connections: size of the command connection pool.
+        max_changes: about how many change-feed entries the stream keeps.
+        block_ms: longest single `XREAD BLOCK` of the change-feed reader.
+
+    Raises:
+        ConfigurationError: a malformed URL, prefix or option.
+    """
+
+    scheme = "redis"
+    durable = True
+
+    def __init__(
+        self,
+        url: str = "redis://127.0.0.1:6379/0",
+        *,
+        prefix: str | None = None,
+        max_tasks: int | None = DEFAULT_MAX_TASKS,
+        timeout: float = 5.0,
+        max_connections: int = 64,
+        max_changes: int = 100_000,
+        block_ms: int = 10_000,
+    ) -> None:
+        if max_tasks is not None and max_tasks < 1:
+            raise ConfigurationError(f"max_tasks must be at least 1, got {max_tasks}")
+        if timeout <= 0 or max_connections < 1 or max_changes < 1 or block_ms < 1:
+            raise ConfigurationError(
+                "Redis task store needs timeout > 0, max_connections >= 1, max_changes >= 1 "
+                "and block_ms >= 1"
+            )
+        self.url, self._feed_url, self.keys = parse_store_url(url, prefix)
+        try:
+            parse_url(self.url)  # redis-py's own checks (port, query options)
+        except ValueError as exc:
+            raise ConfigurationError(f"Redis task store URL {url!r}: {exc}") from exc
+        parts = urlsplit(self.url)
+        self.where = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}"
+        self.where += f" (prefix {self.keys.prefix!r})"
+        self.max_tasks = max_tasks
+        self.timeout = timeout
+        self.max_connections = max_connections
+        self.max_changes = max_changes
+        self.block_ms = block_ms
+        self._client: aioredis.Redis | None = None
+        self._scripts: dict[str, AsyncScript] = {}
+        self._subscribers: set[_Subscriber] = set()
+        self._subscribe_lock = anyio.Lock()
+        self._reader: asyncio.Task[None] | None = None
+        self._cursor = "0-0"
+
+    # --- lifecycle ----------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Create the connection pool, register the scripts and check that Redis answers.
+
+        Raises:
+            StoreError: Redis is unreachable or refuses the connection (nothing is kept open).
+        """
+        if self._client is not None:
+            return
+        pool = aioredis.BlockingConnectionPool.from_url(
+            self.url,
+            decode_responses=True,
+            socket_connect_timeout=self.timeout,
+            socket_timeout=self.timeout,
+            max_connections=self.max_connections,
+            timeout=self.timeout,
+            retry=Retry(NoBackoff(), 0),
+            client_name=f"fastmcp-tasks:{self.keys.prefix}",
+        )
+        client = aioredis.Redis(connection_pool=pool)
+        try:
+            await self._guard(client.ping())
+        except BaseException:
+            await pool.disconnect()
+            raise
+        self._scripts = {name: client.register_script(text) for name, text in SCRIPTS.items()}
+        self._client = client
+
+    async def close(self) -> None:
+        """End every subscription, stop the feed reader and close the pool. Idempotent."""
+        for sub in self._subscribers:
+            sub.send.close()
+        self._subscribers.clear()
+        await self._stop_reader()
+        client, self._client = self._client, None
+        if client is not None:
+            await client.connection_pool.disconnect()
+
+    async def clear(self) -> int:
+        """Delete every key under this store's prefix (tests, decommissioning); how many."""
+        client = self._require()
+        removed = 0
+        async for batch in self._scan():
+            removed += await self._guard(client.unlink(*batch))
+        return removed
+
+    async def _scan(self) -> AsyncIterator[list[str]]:
+        client = self._require()
+        cursor = 0
+        while True:
+            cursor, keys = await self._guard(
+                client.scan(cursor, match=self.keys.pattern, count=_BATCH)
+            )
+            if keys:
+                yield keys
+            if cursor == 0:
+                return
+
+    # --- calling Redis --------------------------------------------------------------
+
+    def _require(self) -> aioredis.Redis:
+        if self._client is None:
+            raise StoreError(f"Redis task store {self.where} is not open")
+        return self._client
+
+    async def _guard(self, call: Awaitable[T]) -> T:
+        try:
+            return await call
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            raise StoreError(f"Redis task store {self.where} is unreachable: {exc}") from exc
+        except RedisError as exc:
+            raise StoreError(f"Redis task store {self.where}: {exc}") from exc
+
+    async def _script(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        client = self._require()
+        return await self._guard(self._scripts[name](keys=keys, args=args, client=client))
+
+    async def _task_script(self, name: str, task_id: str, *args: Any) -> Any:
+        keys = [self.keys.task(task_id), *self.keys.indexes()]
+        return await self._script(name, keys, [task_id, repr(time.time()), self.max_changes, *args])
+
+    async def _record(self, name: str, task_id: str, *args: Any) -> TaskRecord | None:
+        flat = await self._task_script(name, task_id, *args)
+        return None if not flat else decode_task(task_id, pairs(flat))
+
+    # --- reads and creation -------------------------------------------------------
+
+    async def create(self, record: TaskRecord) -> None:
+        now = time.time()
+        expires_at = record.expires_at
+        pexpire = None if expires_at is None else max(0, math.ceil((expires_at - now) * 1000))
+        outcome = await self._script(
+            "create",
+            [self.keys.task(record.task_id), *self.keys.indexes()],
+            [
+                record.task_id,
+                repr(now),
+                self.max_changes,
+                "" if self.max_tasks is None else self.max_tasks,
+                self.keys.task_base,
+                "terminal" if record.is_terminal else "active",
+                repr(float(record.created_at)),
+                "1" if record.lease_owner is None else "0",
+                "+inf" if expires_at is None else repr(expires_at),
+                "" if pexpire is None else pexpire,
+                *encode_task(record),
+            ],
+        )
+        if outcome == "exists":
+            raise ValueError(f"task {record.task_id!r} already exists")
+        if outcome == "limit" and self.max_tasks is not None:
+            raise TaskLimitExceeded("max_tasks", self.max_tasks)
+
+    async def get(self, task_id: str) -> TaskRecord | None:
+        fields = await self._guard(self._require().hgetall(self.keys.task(task_id)))
+        return self._live(task_id, fields)
+
+    def _live(self, task_id: str, fields: dict[str, str]) -> TaskRecord | None:
+        if not fields or "status" not in fields:
+            return None
+        record = decode_task(task_id, fields)
+        expires_at = record.expires_at
+        return None if expires_at is not None and expires_at <= time.time() else record
+
+    # --- changes ------------------------------------------------------------------
+
+    async def set_status_message(self, task_id: str, message: str | None) -> TaskRecord | None:
+        mode = "clear" if message is None else "set"
+        return await self._record("set_status_message", task_id, mode, message or "")
+
+    async def transition(
+        self,
+        task_id: str,
+        status: TaskStatus,
+        *,
+        expect: frozenset[str] | None = None,
+        status_message: str | _Unchanged | None = UNCHANGED,
+        result: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+    ) -> TaskRecord | None:
+        sources = [
+            current
+            for current, targets in ALLOWED_TRANSITIONS.items()
+            if status in targets and (expect is None or current in expect)
+        ]
+        if not sources:
+            return None
+        if isinstance(status_message, _Unchanged):
+            mode, message = "keep", ""
+        else:
+            mode, message = ("clear", "") if status_message is None else ("set", status_message)
+        kept = result if status == "completed" else None
+        failure = error if status == "failed" else None
+        return await self._record(
+            "transition",
+            task_id,
+            status,
+            " ".join(sources),
+            mode,
+            message,
+            "1" if status in TERMINAL_STATUSES else "0",
+            "0" if kept is None else "1",
+            "" if kept is None else encode_result(kept),
+            "0" if failure is None else "1",
+            "" if failure is None else dumps(failure),
+        )
+
+    async def request_input(
+        self, task_id: str, requests: dict[str, Any], *, status_message: str | None = None
+    ) -> TaskRecord | None:
+        pairs = [x for k, v in requests.items() for x in (REQUEST_FIELD + k, dumps(v))]
+        mode = "clear" if status_message is None else "set"
+        details = dumps({"keys": list(requests)})
+        return await self._record(
+            "request_input", task_id, mode, status_message or "", details, *pairs
+        )
+
+    async def answer_input(self, task_id: str, responses: dict[str, Any]) -> dict[str, Any] | None:
+        pairs = [x for k, v in responses.items() for x in (k, dumps(v))]
+        accepted = await self._task_script("answer_input", task_id, *pairs)
+        return None if accepted is None else {key: responses[key] for key in accepted}
+
+    async def take_answers(self, task_id: str, keys: frozenset[str]) -> dict[str, Any]:
+        if not keys:
+            return {}
+        flat = await self._script("take_answers", [self.keys.task(task_id)], sorted(keys))
+        return {key: json.loads(value) for key, value in pairs(flat).items()}
+
+    async def withdraw_input(self, task_id: str, keys: frozenset[str]) -> TaskRecord | None:
+        withdrawn = sorted(keys)
+        details = dumps({"withdrawn": withdrawn})
+        return await self._record("withdraw_input", task_id, details, *withdrawn)
+
+    async def request_cancel(self, task_id: str) -> TaskRecord | None:
+        flat = await self._task_script("request_cancel", task_id)
+        return None if not flat else self._live(task_id, pairs(flat))
+
+    @asynccontextmanager
+    async def changes(
+        self, task_ids: frozenset[str] | None = None, kinds: frozenset[str] | None = None
+    ) -> AsyncIterator[AsyncIterator[TaskChange]]:
+        client = self._require()
+        send, receive = anyio.create_memory_object_stream[tuple[StreamId, TaskChange]](math.inf)
+        sub = _Subscriber(task_ids, kinds, send)
+        try:
+            async with self._subscribe_lock:
+                self._subscribers.add(sub)  # first: the reader queues what comes next
+                newest = await self._guard(client.xrevrange(self.keys.changes, count=1))
+                sub.start = _stream_id(newest[0][0]) if newest else (0, 0)
+                if self._reader is None:
+                    self._cursor = f"{sub.start[0]}-{sub.start[1]}"
+                    self._reader = asyncio.get_running_loop().create_task(self._read_feed())
+            async with receive:
+                yield _Feed(receive, sub)
+        finally:
+            send.close()
+            receive.close()
+            self._subscribers.discard(sub)
+            if not self._subscribers:
+                with anyio.CancelScope(shield=True):
+                    await self._stop_reader()
+
+    async def _stop_reader(self) -> None:
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+
+    async def _read_feed(self) -> None:
+        """The feed reader: `XREAD BLOCK` on a dedicated connection, fanned out to subscribers."""
+        pool = aioredis.ConnectionPool.from_url(
+            self._feed_url,
+            decode_responses=True,
+            socket_connect_timeout=self.timeout,
+            socket_timeout=None,  # a finite timeout would abort the blocking read (module doc)
+            socket_keepalive=True,
+            retry=Retry(NoBackoff(), 0),
+            client_name=f"fastmcp-tasks-feed:{self.keys.prefix}",
+        )
+        conn = aioredis.Redis(connection_pool=pool, single_connection_client=True)
+        delay = 0.0
+        try:
+            while True:
+                try:
+                    reply = await conn.xread(
+                        {self.keys.changes: self._cursor}, count=_BATCH, block=self.block_ms
+                    )
+                except Exception as exc:  # keep reading: subscribers wait, nothing is lost
+                    if not delay:
+                        logger.warning("%r: change feed read failed, retrying: %s", self, exc)
+                    delay = min(max(delay * 2, 0.05), 2.0)
+                    await asyncio.sleep(delay)
+                    continue
+                if delay:
+                    logger.info("%r: change feed reads again", self)
+                    delay = 0.0
+                for _stream, entries in reply or []:
+                    for entry_id, fields in entries:
+                        self._cursor = entry_id
+                        self._dispatch(_stream_id(entry_id), fields)
+        finally:
+            await pool.disconnect()
+
+    def _dispatch(self, entry_id: StreamId, fields: dict[str, str]) -> None:
+        try:
+            status: Any = fields.get("s") or None
+            change = TaskChange(fields["t"], fields["k"], status, json.loads(fields.get("d", "{}")))  # type: ignore[arg-type]
+        except (KeyError, ValueError):
+            logger.warning("%r: skipping malformed change feed entry %s", self, entry_id)
+            return
+        for sub in list(self._subscribers):
+            if (sub.task_ids is None or change.task_id in sub.task_ids) and (
+                sub.kinds is None or change.kind in sub.kinds
+            ):
+                try:
+                    sub.send.send_nowait((entry_id, change))
+                except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    self._subscribers.discard(sub)
+
+    # --- leases -------------------------------------------------------------------
+
+    async def claim(
+        self, task_id: str, owner: str, until: float, *, expect_owner: str | None = None
+    ) -> TaskRecord | None:
+        expect = ("0", "") if expect_owner is None else ("1", expect_owner)
+        return await self._record("claim", task_id, owner, repr(float(until)), *expect)
+
+    async def renew(self, owner: str, task_ids: frozenset[str], until: float) -> None:
+        ids = sorted(task_ids)
+        for start in range(0, len(ids), _BATCH):
+            keys = [self.keys.task(task_id) for task_id in ids[start : start + _BATCH]]
+            await self._script("renew", keys, [owner, repr(float(until))])
+
+    async def active_tasks(self) -> list[TaskRecord]:
+        client = self._require()
+        ids: list[str] = await self._guard(client.zrange(self.keys.active, 0, -1))
+        records: list[TaskRecord] = []
+        for start in range(0, len(ids), _BATCH):
+            chunk = ids[start : start + _BATCH]
+            async with client.pipeline(transaction=False) as pipe:
+                for task_id in chunk:
+                    pipe.hgetall(self.keys.task(task_id))
+                replies = await self._guard(pipe.execute())
+            for task_id, fields in zip(chunk, replies, strict=True):
+                record = self._live(task_id, fields)
+                if record is not None and record.is_active:
+                    records.append(record)
+        return records
+
+    async def requeue(self, task_id: str, owner: str) -> TaskRecord | None:
+        return await self._record("requeue", task_id, owner)
+
+    async def claim_queued(self, owner: str, until: float, limit: int) -> list[TaskRecord]:
+        if limit < 1:
+            return []
+        args = [self.keys.task_base, owner, repr(float(until)), limit]
+        taken = await self._script("claim_queued", [self.keys.queued], args)
+        return [decode_task(task_id, pairs(flat)) for task_id, flat in taken]
+
+    # --- retention ----------------------------------------------------------------
+
+    async def purge_expired(self, now: float) -> int:
+        removed = 0
+        while True:
+            args = [self.keys.task_base, repr(float(now)), _BATCH]
+            batch: int = await self._script("purge", [self.keys.terminal], args)
+            removed += batch
+            if batch < _BATCH:
+                return removed
+
+    def __repr__(self) -> str:
+        return f"RedisTaskStore({self.where})"
+
+
+__all__ = ["RedisTaskStore"]

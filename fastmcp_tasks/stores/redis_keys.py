@@ -1,0 +1,226 @@
+"""The Redis store's key space: every key `RedisTaskStore` uses, and what each holds.
+
+This module owns the key names (`RedisKeys`), the choice of prefix from the store URL
+(`parse_store_url`) and the layout of a task hash (`encode_task`, `decode_task`).
+
+All keys of one store start with its prefix in a hash tag, `{<prefix>}:`, so
+
+- several applications share one Redis by choosing different prefixes: the closing
+  brace ends the prefix, so `{app}:...` and `{app:x}:...` can never collide;
+- every key of a store hashes to one Redis Cluster slot, which the Lua scripts need
+  (they reach task hashes named by index members, not only by declared keys).
+
+The keys of the prefix `P`:
+
+- `{P}:task:<task_id>`   hash, one per task. Scalar fields hold text (`status`, `tool`,
+  `owner`, ...), numbers as decimal text, dict fields as JSON text (`arguments`,
+  `error`, `context`), `result_json` the compact result JSON. Outstanding input
+  requests are fields `r:<key>`, stored answers `a:<key>` (JSON text each), so the
+  scripts add and remove them without re-encoding JSON. A missing field is `None`.
+  A finished task carries a Redis TTL of its `retention_ms`.
+- `{P}:active`           sorted set of active task ids (`working`, `input_required`),
+  scored by creation time.
+- `{P}:queued`           sorted set of active task ids nobody holds the lease of,
+  scored by creation time: `claim_queued` takes the lowest scores first.
+- `{P}:terminal`         sorted set of finished task ids, scored by expiry time
+  (`+inf` when kept forever): `purge_expired` takes a score range. The retained
+  task count (`max_tasks`) is `ZCARD active + ZCARD terminal`.
+- `{P}:changes`          the change feed: one Redis Stream, fields `t` (task id),
+  `k` (kind), `s` (status, empty for none), `d` (details JSON).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from fastmcp_tasks.errors import ConfigurationError
+from fastmcp_tasks.stores.base import TaskRecord
+
+DEFAULT_PREFIX = "fastmcp-tasks"
+
+#: Prefix characters: no braces (the hash tag), no glob characters (the cleanup pattern).
+_PREFIX_RE = re.compile(r"[A-Za-z0-9._:\-]{1,100}")
+
+#: Field-name prefixes of outstanding input requests and stored answers in a task hash.
+REQUEST_FIELD = "r:"
+ANSWER_FIELD = "a:"
+
+
+@dataclass(frozen=True, slots=True)
+class RedisKeys:
+    """The keys of one store, derived from its prefix.
+
+    Args:
+        prefix: what sets this store's keys apart from other stores on the same Redis.
+
+    Raises:
+        ConfigurationError: the prefix is empty, too long, or has characters other
+            than letters, digits, `.`, `_`, `:` and `-`.
+    """
+
+    prefix: str = DEFAULT_PREFIX
+
+    def __post_init__(self) -> None:
+        if not _PREFIX_RE.fullmatch(self.prefix):
+            raise ConfigurationError(
+                f"Redis task store prefix must be 1-100 letters, digits, '.', '_', ':' or '-', "
+                f"got {self.prefix!r}"
+            )
+
+    @property
+    def base(self) -> str:
+        """The text every key of this store starts with: `{<prefix>}:`."""
+        return f"{{{self.prefix}}}:"
+
+    @property
+    def task_base(self) -> str:
+        """The task hash key without its id (the scripts append ids to it)."""
+        return f"{self.base}task:"
+
+    def task(self, task_id: str) -> str:
+        """The hash of one task."""
+        return f"{self.task_base}{task_id}"
+
+    @property
+    def active(self) -> str:
+        """Sorted set: active task ids by creation time."""
+        return f"{self.base}active"
+
+    @property
+    def queued(self) -> str:
+        """Sorted set: active, unleased task ids by creation time."""
+        return f"{self.base}queued"
+
+    @property
+    def terminal(self) -> str:
+        """Sorted set: finished task ids by expiry time."""
+        return f"{self.base}terminal"
+
+    @property
+    def changes(self) -> str:
+        """Stream: the change feed."""
+        return f"{self.base}changes"
+
+    @property
+    def pattern(self) -> str:
+        """A `SCAN MATCH` pattern for every key of this store (and no other's)."""
+        return f"{self.base}*"
+
+    def indexes(self) -> list[str]:
+        """The index keys a per-task script declares after the task key, in script order."""
+        return [self.active, self.queued, self.terminal, self.changes]
+
+
+def parse_store_url(url: str, prefix: str | None) -> tuple[str, str, RedisKeys]:
+    """Split a store URL into the URL for commands, the URL for the feed, and the keys.
+
+    The query's `prefix=` names the key prefix (an explicit `prefix` must agree with
+    it); other query options go to redis-py, except that the feed URL drops
+    `socket_timeout` (its blocking reads need none).
+
+    Raises:
+        ConfigurationError: not `redis://` or `rediss://`, a path that is not a database
+            number, a bad prefix, or two prefixes that disagree.
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis", "rediss"):
+        raise ConfigurationError(f"Redis task store URL must be redis:// or rediss://: {url!r}")
+    db = parts.path.strip("/")
+    if db and not db.isdigit():
+        raise ConfigurationError(
+            f"Redis task store URL {url!r}: the path must be a database number"
+        )
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    named = [value for name, value in query if name == "prefix"]
+    if prefix is not None and named and named != [prefix]:
+        raise ConfigurationError(
+            f"Redis task store prefix {prefix!r} disagrees with the URL's {named}"
+        )
+    keys = RedisKeys(prefix if prefix is not None else named[-1] if named else DEFAULT_PREFIX)
+    rest = [(name, value) for name, value in query if name != "prefix"]
+    feed = [(name, value) for name, value in rest if name != "socket_timeout"]
+    command_url = urlunsplit(parts._replace(query=urlencode(rest)))
+    return command_url, urlunsplit(parts._replace(query=urlencode(feed))), keys
+
+
+_JSON_FIELDS = ("arguments", "error", "context")
+_FLOAT_FIELDS = ("created_at", "updated_at", "terminal_at", "lease_expires")
+_INT_FIELDS = ("poll_interval_ms", "retention_ms", "attempts")
+_TEXT_FIELDS = ("tool", "status", "status_message", "result_json", "owner", "lease_owner")
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON text, as stored in task hash fields."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def encode_task(record: TaskRecord) -> list[str]:
+    """The field/value pairs of a task hash (missing fields are `None`)."""
+    r = record
+    values: dict[str, Any] = {name: getattr(r, name) for name in _TEXT_FIELDS}
+    values.update({name: getattr(r, name) for name in _INT_FIELDS})
+    for name in _FLOAT_FIELDS:
+        value = getattr(r, name)
+        values[name] = None if value is None else repr(float(value))
+    for name in _JSON_FIELDS:
+        value = getattr(r, name)
+        values[name] = None if value is None else dumps(value)
+    values["cancel_requested"] = "1" if r.cancel_requested else None
+    for key, value in (r.input_requests or {}).items():
+        values[REQUEST_FIELD + key] = dumps(value)
+    for key, value in (r.answers or {}).items():
+        values[ANSWER_FIELD + key] = dumps(value)
+    return [str(x) for name, v in values.items() if v is not None for x in (name, v)]
+
+
+def decode_task(task_id: str, fields: dict[str, str]) -> TaskRecord:
+    """The record a task hash holds."""
+    get = fields.get
+    requests = {k[2:]: json.loads(v) for k, v in fields.items() if k.startswith(REQUEST_FIELD)}
+    answers = {k[2:]: json.loads(v) for k, v in fields.items() if k.startswith(ANSWER_FIELD)}
+    record = TaskRecord(
+        task_id=task_id,
+        tool=fields["tool"],
+        status=fields["status"],  # type: ignore[arg-type]
+        created_at=float(fields["created_at"]),
+        updated_at=float(fields["updated_at"]),
+        status_message=get("status_message"),
+        result_json=get("result_json"),
+        input_requests=requests or None,
+        answers=answers or None,
+        cancel_requested=get("cancel_requested") == "1",
+        owner=get("owner"),
+        lease_owner=get("lease_owner"),
+    )
+    for name in _INT_FIELDS:
+        if name in fields:
+            setattr(record, name, int(fields[name]))
+    for name in ("terminal_at", "lease_expires"):
+        if name in fields:
+            setattr(record, name, float(fields[name]))
+    for name in _JSON_FIELDS:
+        if name in fields:
+            setattr(record, name, json.loads(fields[name]))
+    return record
+
+
+def pairs(flat: list[str]) -> dict[str, str]:
+    """A flat `HGETALL`-style reply (`[field, value, ...]`) as a dict."""
+    return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
+__all__ = [
+    "ANSWER_FIELD",
+    "DEFAULT_PREFIX",
+    "REQUEST_FIELD",
+    "RedisKeys",
+    "decode_task",
+    "dumps",
+    "encode_task",
+    "pairs",
+    "parse_store_url",
+]

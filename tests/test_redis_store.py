@@ -1,0 +1,351 @@
+"""The Redis store across instances and processes' worth of connections, on a real Redis.
+
+The shared contract (`test_store_contract`, `test_store_leases`) runs against Redis
+too; these tests cover what only a shared backend has: two store instances on one
+Redis, key prefixes, TTL expiry, an unreachable server. Each test uses its own key
+prefix and deletes its keys afterwards. Without a Redis at `REDIS_URL` they skip
+(fail when `CI=true`), like the contract's Redis parameter.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import pytest
+import redis.asyncio as aioredis
+
+from fastmcp_tasks.errors import ConfigurationError, StoreError
+from fastmcp_tasks.stores import store_from_url
+from fastmcp_tasks.stores.base import TaskChange
+from fastmcp_tasks.stores.redis import RedisTaskStore
+from tests.test_store_contract import REDIS_URL, record, redis_store
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def pair() -> AsyncIterator[tuple[RedisTaskStore, RedisTaskStore]]:
+    """Two store instances (as two processes would have) on one Redis and prefix."""
+    prefix = f"test-{uuid.uuid4().hex[:16]}"
+    a, b = redis_store(prefix=prefix), redis_store(prefix=prefix)
+    assert isinstance(a, RedisTaskStore) and isinstance(b, RedisTaskStore)
+    await a.open()
+    await b.open()
+    try:
+        yield a, b
+    finally:
+        await b.close()
+        await a.close()
+
+
+@pytest.fixture
+async def raw() -> AsyncIterator[aioredis.Redis]:
+    redis_store()  # skips (or fails under CI) when Redis is unreachable
+    client = aioredis.Redis.from_url(REDIS_URL, decode_responses=True)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+async def first_change(feed: AsyncIterator[TaskChange], kind: str) -> TaskChange:
+    async for change in feed:
+        if change.kind == kind:
+            return change
+    raise AssertionError(f"feed ended before a {kind!r} change")
+
+
+async def test_two_instances_share_tasks_and_changes(
+    pair: tuple[RedisTaskStore, RedisTaskStore],
+) -> None:
+    a, b = pair
+    task = record()
+    await a.create(task)
+    seen = await b.get(task.task_id)
+    assert seen is not None and seen.arguments == {"a": 1} and seen.created_at == task.created_at
+    async with a.changes(frozenset({task.task_id})) as feed:
+        started = time.monotonic()
+        marked = await b.request_cancel(task.task_id)
+        assert marked is not None and marked.cancel_requested
+        with anyio.fail_after(2):
+            change = await first_change(feed, "cancel_requested")
+        assert change.task_id == task.task_id and change.status == "working"
+        assert time.monotonic() - started < 2
+        await b.transition(task.task_id, "cancelled")
+        with anyio.fail_after(2):
+            change = await first_change(feed, "status")
+        assert change.status == "cancelled"
+    done = await a.get(task.task_id)
+    assert done is not None and done.status == "cancelled" and done.cancel_requested
+
+
+async def test_every_change_after_subscribing_arrives_in_order(
+    pair: tuple[RedisTaskStore, RedisTaskStore],
+) -> None:
+    a, b = pair
+    task, other = record(), record()
+    await a.create(task)
+    await a.create(other)
+    await b.set_status_message(task.task_id, "before")  # made before: not delivered
+    async with a.changes(frozenset({task.task_id})) as feed:
+        for step in range(50):
+            await b.set_status_message(task.task_id, f"step {step}")
+            await b.set_status_message(other.task_id, f"step {step}")  # filtered out
+        got: list[TaskChange] = []
+        with anyio.fail_after(5):
+            async for change in feed:
+                got.append(change)
+                if len(got) == 50:
+                    break
+    assert {c.task_id for c in got} == {task.task_id}
+    assert all(c.kind == "message" for c in got)
+    current = await a.get(task.task_id)
+    assert current is not None and current.status_message == "step 49"
+
+
+async def test_the_feed_reconnects_without_losing_changes(
+    pair: tuple[RedisTaskStore, RedisTaskStore], raw: aioredis.Redis
+) -> None:
+    a, b = pair
+    task = record()
+    await a.create(task)
+    async with a.changes(frozenset({task.task_id})) as feed:
+        await anyio.sleep(0.05)  # the reader is in its blocking read
+        name = f"fastmcp-tasks-feed:{a.keys.prefix}"
+        killed = [c["id"] for c in await raw.client_list() if c["name"] == name]
+        assert len(killed) == 1
+        await raw.client_kill_filter(_id=killed[0])
+        await b.set_status_message(task.task_id, "while the reader was down")
+        await b.request_cancel(task.task_id)
+        with anyio.fail_after(5):
+            kinds = [(await anext(feed)).kind, (await anext(feed)).kind]
+    assert kinds == ["message", "cancel_requested"]
+
+
+async def test_terminal_states_hold_under_concurrent_transitions_from_two_instances(
+    pair: tuple[RedisTaskStore, RedisTaskStore],
+) -> None:
+    a, b = pair
+    tasks = [record() for _ in range(25)]
+    for task in tasks:
+        await a.create(task)
+    winners: dict[str, list[str]] = {task.task_id: [] for task in tasks}
+
+    async def attempt(store: RedisTaskStore, task_id: str, status: Any) -> None:
+        if await store.transition(task_id, status, result={"n": 1}) is not None:
+            winners[task_id].append(status)
+
+    async with anyio.create_task_group() as group:
+        for task in tasks:
+            for store, status in ((a, "completed"), (b, "cancelled"), (b, "failed")) * 2:
+                group.start_soon(attempt, store, task.task_id, status)
+    for task in tasks:
+        assert len(winners[task.task_id]) == 1
+        final_a, final_b = await a.get(task.task_id), await b.get(task.task_id)
+        assert final_a is not None and final_b is not None
+        assert final_a.status == final_b.status == winners[task.task_id][0]
+        assert await b.transition(task.task_id, "working") is None
+        assert await a.request_input(task.task_id, {"k": {}}) is None
+
+
+async def test_ttl_expiry_removes_the_keys(
+    pair: tuple[RedisTaskStore, RedisTaskStore], raw: aioredis.Redis
+) -> None:
+    a, _ = pair
+    brief, unpinned = record(retention_ms=300), record(retention_ms=300)
+    await a.create(brief)
+    await a.create(unpinned)
+    await a.transition(brief.task_id, "completed", result={"content": []})
+    await a.transition(unpinned.task_id, "completed", result={"content": []})
+    key, pinned = a.keys.task(brief.task_id), a.keys.task(unpinned.task_id)
+    assert 0 < await raw.pttl(key) <= 300
+    assert await a.get(brief.task_id) is not None
+    await raw.persist(pinned)  # Redis would keep it: `get` must still hide it once expired
+    await anyio.sleep(0.45)
+    assert await raw.exists(key) == 0  # Redis evicted the hash itself
+    assert await raw.exists(pinned) == 1
+    assert await a.get(brief.task_id) is None
+    assert await a.get(unpinned.task_id) is None
+    assert await raw.zcard(a.keys.terminal) == 2
+    assert await a.purge_expired(time.time()) == 2
+    assert await raw.zcard(a.keys.terminal) == 0
+    assert await raw.exists(pinned) == 0  # the purge deletes what Redis kept
+
+
+async def test_a_second_prefix_is_isolated(raw: aioredis.Redis) -> None:
+    first, second = redis_store(), redis_store()
+    assert isinstance(first, RedisTaskStore) and isinstance(second, RedisTaskStore)
+    await first.open()
+    await second.open()
+    try:
+        task = record()
+        await first.create(task)
+        assert await second.get(task.task_id) is None
+        assert await second.active_tasks() == []
+        assert await second.claim_queued("w", time.time() + 60, 10) == []
+        assert await second.request_cancel(task.task_id) is None
+        async with second.changes() as other_feed, first.changes() as own_feed:
+            await first.request_cancel(task.task_id)
+            with anyio.fail_after(2):
+                await first_change(own_feed, "cancel_requested")
+            with anyio.move_on_after(0.3) as idle:
+                await first_change(other_feed, "cancel_requested")
+            assert idle.cancelled_caught  # nothing crossed over
+        await second.clear()
+        assert await first.get(task.task_id) is not None
+        keys = [key async for key in raw.scan_iter(match=f"*{first.keys.prefix}*")]
+        assert keys and all(key.startswith(first.keys.base) for key in keys)
+    finally:
+        await second.close()
+        await first.close()
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+async def test_an_unreachable_redis_is_a_store_error() -> None:
+    port = _closed_port()
+    store = RedisTaskStore(f"redis://127.0.0.1:{port}/0", timeout=1)
+    started = time.monotonic()
+    with pytest.raises(StoreError, match=rf"127\.0\.0\.1:{port}.*unreachable"):
+        await store.open()
+    assert time.monotonic() - started < 3
+    with pytest.raises(StoreError, match="not open"):
+        await store.get("x")
+    await store.close()
+
+
+async def test_redis_going_away_fails_operations_without_half_created_tasks(
+    raw: aioredis.Redis,
+) -> None:
+    """Through a TCP proxy that is then shut: every operation is a `StoreError`."""
+    target = raw.connection_pool.connection_kwargs
+    links: list[anyio.abc.SocketStream] = []
+
+    async def pipe(source: anyio.abc.SocketStream, sink: anyio.abc.SocketStream) -> None:
+        try:
+            async for chunk in source:
+                await sink.send(chunk)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            pass
+        finally:
+            await sink.aclose()
+
+    async def serve(client: anyio.abc.SocketStream) -> None:
+        upstream = await anyio.connect_tcp(target["host"], target["port"])
+        links.extend((client, upstream))
+        async with anyio.create_task_group() as group:
+            group.start_soon(pipe, client, upstream)
+            group.start_soon(pipe, upstream, client)
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    prefix = f"test-{uuid.uuid4().hex[:16]}"
+    store = RedisTaskStore(f"redis://127.0.0.1:{port}/{target['db']}", prefix=prefix, timeout=1)
+    before, after = record(), record()
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(listener.serve, serve)
+            await store.open()
+            await store.create(before)
+            assert await store.get(before.task_id) is not None
+            group.cancel_scope.cancel()
+        await listener.aclose()  # the proxy is gone: Redis is unreachable from here on
+        for link in links:
+            await link.aclose()
+        calls = (
+            lambda: store.create(after),
+            lambda: store.get(before.task_id),
+            store.active_tasks,
+            lambda: store.claim_queued("w", time.time() + 60, 5),
+        )
+        for call in calls:
+            with pytest.raises(StoreError, match="unreachable"):
+                await call()
+        assert await raw.exists(store.keys.task(after.task_id)) == 0
+        assert await raw.zscore(store.keys.active, after.task_id) is None
+    finally:
+        await store.close()
+        if leftovers := [key async for key in raw.scan_iter(match=store.keys.pattern)]:
+            await raw.delete(*leftovers)
+
+
+async def test_claim_queued_from_two_instances_hands_each_task_to_one(
+    pair: tuple[RedisTaskStore, RedisTaskStore],
+) -> None:
+    a, b = pair
+    tasks = [record() for _ in range(40)]
+    for task in tasks:
+        await a.create(task)
+    taken: dict[str, list[str]] = {"a": [], "b": []}
+
+    async def drain(name: str, store: RedisTaskStore) -> None:
+        while batch := await store.claim_queued(name, time.time() + 60, 3):
+            taken[name].extend(r.task_id for r in batch)
+
+    async with anyio.create_task_group() as group:
+        for _ in range(3):
+            group.start_soon(drain, "a", a)
+            group.start_soon(drain, "b", b)
+    assert not set(taken["a"]) & set(taken["b"])
+    assert sorted(taken["a"] + taken["b"]) == sorted(t.task_id for t in tasks)
+    assert len(taken["a"] + taken["b"]) == len(tasks)
+    for name, store in (("a", a), ("b", b)):
+        for task_id in taken[name]:
+            got = await store.get(task_id)
+            assert got is not None and got.lease_owner == name and got.attempts == 1
+
+
+async def test_close_ends_open_feeds(pair: tuple[RedisTaskStore, RedisTaskStore]) -> None:
+    a, _ = pair
+    ended = anyio.Event()
+
+    async def follow() -> None:
+        async with a.changes() as feed:
+            async for _ in feed:
+                pass
+        ended.set()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(follow)
+        await anyio.sleep(0.1)
+        await a.close()
+        with anyio.fail_after(2):
+            await ended.wait()
+
+
+async def test_the_feed_stream_stays_bounded(raw: aioredis.Redis) -> None:
+    store = redis_store(max_changes=50)
+    assert isinstance(store, RedisTaskStore)
+    await store.open()
+    try:
+        task = record()
+        await store.create(task)
+        for step in range(600):
+            await store.set_status_message(task.task_id, str(step))
+        assert await raw.xlen(store.keys.changes) < 300
+    finally:
+        await store.close()
+
+
+def test_urls_and_prefixes() -> None:
+    store = store_from_url("redis://127.0.0.1:6379/15?prefix=app.one", max_tasks=10)
+    assert isinstance(store, RedisTaskStore)
+    assert (store.scheme, store.durable, store.keys.prefix) == ("redis", True, "app.one")
+    assert store.keys.task("t") == "{app.one}:task:t" and "prefix" not in store.url
+    secure = store_from_url("rediss://:secret@cache.example:6380/2")
+    assert isinstance(secure, RedisTaskStore) and secure.keys.prefix == "fastmcp-tasks"
+    assert "secret" not in secure.where and "secret" not in repr(secure)
+    for bad in ("redis://h/0?prefix=a%20b", "redis://h/0?prefix={x}", "redis://h/notadb"):
+        with pytest.raises(ConfigurationError):
+            store_from_url(bad)
+    with pytest.raises(ConfigurationError, match="disagrees"):
+        RedisTaskStore("redis://h/0?prefix=a", prefix="b")
