@@ -16,6 +16,7 @@ so every code and message the server sends lives in this one module:
 - `header_mismatch()`      -32020, `Mcp-Name` disagrees with `params.taskId` (HTTP 400)
 - `invalid_answer()`       -32602, a `tasks/update` answer that cannot answer its request
 - `limit_exceeded()`       -32000, a configured cap refuses a new task
+- `store_unavailable()`    -32603, the task store failed (e.g. Redis unreachable)
 - `interrupted()`          -32603, the task's run was lost (shutdown, crash)
 """
 
@@ -101,6 +102,11 @@ def limit_exceeded(limit: str, value: int) -> MCPError:
         message=f"Task limit reached: {limit}={value}; no task was created, retry later",
         data={"limit": limit, "value": value},
     )
+
+
+def store_unavailable(error: StoreError) -> MCPError:
+    """-32603: the store could not answer; nothing was created or changed."""
+    return MCPError(code=INTERNAL_ERROR, message=f"Task store unavailable: {error}")
 
 
 def interrupted(reason: str) -> dict[str, Any]:

@@ -34,9 +34,11 @@ from pydantic import TypeAdapter
 
 from fastmcp_tasks.errors import (
     ConfigurationError,
+    StoreError,
     TaskLimitExceeded,
     limit_exceeded,
     missing_capability,
+    store_unavailable,
 )
 from fastmcp_tasks.handlers import TaskMethods
 from fastmcp_tasks.listen import ListenService
@@ -261,6 +263,8 @@ class TasksExtension(ServerExtension):
             await self.store.create(record)
         except TaskLimitExceeded as exc:
             raise limit_exceeded(exc.limit, exc.value) from None
+        except StoreError as exc:  # e.g. Redis unreachable: nothing was created
+            raise store_unavailable(exc) from None
         created = render_create_result(record)
         if not runner.concurrency:
             return created

@@ -14,6 +14,8 @@ talk to the runner: a cancel is a store write that the runner hears about.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastmcp.server.extensions import MethodBinding, read_client_extension_settings
@@ -22,9 +24,11 @@ from mcp.shared.inbound import decode_header_value
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from fastmcp_tasks.errors import (
+    StoreError,
     header_mismatch,
     invalid_answer,
     missing_capability,
+    store_unavailable,
     task_not_found,
 )
 from fastmcp_tasks.inputs import answer_problem
@@ -61,6 +65,22 @@ def check_request(ctx: ServerRequestContext[Any, Any], task_id: str) -> None:
                 raise header_mismatch(raw, task_id)
 
 
+Handler = Callable[[ServerRequestContext[Any, Any], Any], Awaitable[dict[str, Any]]]
+
+
+def _store_errors(handler: Handler) -> Handler:
+    """A store failure becomes a clear -32603, not an anonymous internal error."""
+
+    @functools.wraps(handler)
+    async def guarded(ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
+        try:
+            return await handler(ctx, params)
+        except StoreError as exc:
+            raise store_unavailable(exc) from None
+
+    return guarded
+
+
 class TaskMethods:
     """The task methods bound to one store."""
 
@@ -69,9 +89,9 @@ class TaskMethods:
 
     def bindings(self) -> list[MethodBinding]:
         return [
-            MethodBinding(METHOD_GET, TaskIdParams, self.get, MODERN),
-            MethodBinding(METHOD_UPDATE, UpdateTaskParams, self.update, MODERN),
-            MethodBinding(METHOD_CANCEL, TaskIdParams, self.cancel, MODERN),
+            MethodBinding(METHOD_GET, TaskIdParams, _store_errors(self.get), MODERN),
+            MethodBinding(METHOD_UPDATE, UpdateTaskParams, _store_errors(self.update), MODERN),
+            MethodBinding(METHOD_CANCEL, TaskIdParams, _store_errors(self.cancel), MODERN),
         ]
 
     async def get(

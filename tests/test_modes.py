@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from fastmcp import FastMCP
 
-from fastmcp_tasks import TasksExtension
+from fastmcp_tasks import MemoryTaskStore, TasksExtension
+from fastmcp_tasks.errors import StoreError
 from tests.servers import make_server
 from tests.wire import TASKS, WireError, connect
 
@@ -148,3 +149,35 @@ async def test_task_creation_is_refused_at_the_cap(transport: str) -> None:
         probes.event("release", "a").set()
         probes.event("release", "b").set()
         await wire.wait(first["taskId"])
+
+
+class _FailingStore(MemoryTaskStore):
+    """A store whose backend has gone away (as Redis does when it is unreachable)."""
+
+    async def create(self, record):  # type: ignore[no-untyped-def]
+        raise StoreError("redis://127.0.0.1:1/0 is unreachable: connection refused")
+
+    async def get(self, task_id):  # type: ignore[no-untyped-def]
+        raise StoreError("redis://127.0.0.1:1/0 is unreachable: connection refused")
+
+
+async def test_an_unavailable_store_is_a_clear_error_and_nothing_is_created(
+    transport: str,
+) -> None:
+    mcp = FastMCP("broken-store")
+    mcp.add_extension(TasksExtension(store=_FailingStore()))
+
+    @mcp.tool(task=True)
+    async def job() -> str:
+        return "never"
+
+    async with connect(mcp, transport) as wire:
+        for attempt in (
+            lambda: wire.call_tool("job"),
+            lambda: wire.get("some-task"),
+        ):
+            with pytest.raises(WireError) as info:
+                await attempt()
+            assert info.value.code == -32603
+            assert info.value.message.startswith("Task store unavailable: redis://")
+        assert (await wire.call_tool("job", opt_in=False))["content"][0]["text"] == "never"
