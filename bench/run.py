@@ -1,10 +1,12 @@
 """fastmcp-tasks benchmark: sync vs. task latency, tasks/get cost, throughput, memory,
 input round trips, push (subscriptions/listen) vs. polling, and a progress flood.
+Latency, tasks/get and throughput also run on the SQLite store, beside the memory
+store and interleaved with it (`--stores memory,sqlite`).
 
 Run from the repo root:
 
-    .venv/bin/python -m bench.run            # full run (~2-3 min on 2 cores)
-    .venv/bin/python -m bench.run --quick    # smoke run (~30 s)
+    .venv/bin/python -m bench.run            # full run (~3 min on 2 cores)
+    .venv/bin/python -m bench.run --quick    # smoke run (~40 s)
 
 Prints a table and writes JSON to bench/results/latest.json. See bench/README.md.
 
@@ -27,14 +29,17 @@ import os
 import platform
 import random
 import secrets
+import shutil
 import socket
+import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 import tracemalloc
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -44,6 +49,7 @@ if __package__ in (None, ""):  # `python bench/run.py`
 
 import anyio
 import anyio.lowlevel
+import anyio.to_thread
 import httpx
 import uvicorn
 from fastmcp import Client, Context, FastMCP
@@ -54,12 +60,15 @@ from pydantic import ConfigDict
 
 from fastmcp_tasks import Progress, TasksExtension
 from fastmcp_tasks.listen import METHOD_LISTEN
+from fastmcp_tasks.stores import sqlite_schema
 from fastmcp_tasks.stores.base import TaskRecord
 
 TASKS = "io.modelcontextprotocol/tasks"
 MODERN = "2026-07-28"
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
 TOOL = "noop"
+#: Task stores the latency, tasks/get and throughput phases can run on (`--stores`).
+STORES = ("memory", "sqlite")
 RESULTS = Path(__file__).resolve().parent / "results"
 
 SUB = "io.modelcontextprotocol/subscriptionId"
@@ -94,10 +103,15 @@ class Probe:
         return self.finished.setdefault(key, anyio.Event())
 
 
-def make_server(max_tasks: int = 200_000, probe: Probe | None = None) -> FastMCP:
-    """The bench server: `noop`; with a `probe`, also `asker`, `waiter` and `flood`."""
+def make_server(
+    max_tasks: int = 200_000, probe: Probe | None = None, url: str = "memory://"
+) -> FastMCP:
+    """The bench server: `noop`; with a `probe`, also `asker`, `waiter` and `flood`.
+
+    `url` names the task store (`memory://`, or `sqlite:///...` from `store_url`).
+    """
     mcp = FastMCP("bench")
-    mcp.add_extension(TasksExtension(max_tasks=max_tasks))
+    mcp.add_extension(TasksExtension(url=url, max_tasks=max_tasks))
 
     @mcp.tool(task=True)
     async def noop() -> str:
@@ -138,6 +152,45 @@ def make_server(max_tasks: int = 200_000, probe: Probe | None = None) -> FastMCP
 
 def extension(server: FastMCP) -> TasksExtension:
     return server._extensions[TASKS]  # type: ignore[attr-defined,no-any-return]
+
+
+@contextlib.contextmanager
+def store_url(store: str) -> Iterator[str]:
+    """The store URL of one server: `memory://`, or a fresh SQLite file in a temporary
+    directory (`tempfile.mkdtemp`), removed with its `-wal`/`-shm` files afterwards."""
+    if store == "memory":
+        yield "memory://"
+        return
+    if store != "sqlite":
+        raise SystemExit(f"unknown store {store!r} (known: {', '.join(STORES)})")
+    directory = tempfile.mkdtemp(prefix="fastmcp-tasks-bench-")
+    try:
+        yield f"sqlite:///{directory}/tasks.db"
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def sqlite_path(server: FastMCP) -> Path | None:
+    """The database file of a server on the SQLite store (`None` for the memory store)."""
+    return getattr(extension(server).store, "path", None)
+
+
+def retained(server: FastMCP) -> int:
+    """Tasks the server's store holds (for SQLite, counted on a connection of our own)."""
+    path = sqlite_path(server)
+    if path is None:
+        return len(extension(server).store)  # type: ignore[arg-type]
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        return int(conn.execute("SELECT COUNT(*) FROM tasks").fetchone()[0])
+
+
+def db_mib(server: FastMCP) -> float | None:
+    """Size of the SQLite database with its WAL, in MiB (`None` for the memory store)."""
+    path = sqlite_path(server)
+    if path is None:
+        return None
+    files = [path, path.with_name(path.name + "-wal")]
+    return round(sum(f.stat().st_size for f in files if f.exists()) / 2**20, 2)
 
 
 # --- transports (copied from tests/wire.py, minus schema validation) -----------------------
@@ -233,6 +286,14 @@ class _ListenRouter(ClientExtension):
             self.route(method, message.params.model_dump(by_alias=True, exclude_none=True))
 
 
+class BareClient(Client):  # type: ignore[type-arg]
+    """A `fastmcp.Client` without the internal client extensions that companion packages
+    register (importing `fastmcp_tasks` registers a transparent `TasksClientExtension`):
+    the harness speaks raw JSON-RPC and declares each request's capabilities itself."""
+
+    _auto_internal_extensions = False
+
+
 @asynccontextmanager
 async def memory_transport(server: FastMCP, listen: bool = False) -> AsyncIterator[Conn]:
     """`listen=True` gives the client a notification binding for `notifications/tasks`
@@ -242,7 +303,7 @@ async def memory_transport(server: FastMCP, listen: bool = False) -> AsyncIterat
     if router is not None:
         extra = {"extensions": [router], "message_handler": router.on_message}
     listens = 0
-    async with Client(server, **extra) as client:
+    async with BareClient(server, **extra) as client:
         session = client.session
 
         async def send(method: str, params: dict[str, Any], opt_in: OptIn) -> dict[str, Any]:
@@ -570,6 +631,20 @@ async def http_transport(server: FastMCP, listen: bool = False) -> AsyncIterator
 TRANSPORTS = {"memory": memory_transport, "http": http_transport}
 
 
+@asynccontextmanager
+async def servers(
+    kind: str, stores: list[str], max_tasks: int = 200_000
+) -> AsyncIterator[dict[str, tuple[FastMCP, Conn]]]:
+    """One `noop` server per store, all up at once, each behind a `kind` transport of its
+    own; a SQLite store gets a fresh database file, deleted when the servers are down."""
+    async with contextlib.AsyncExitStack() as stack:
+        up: dict[str, tuple[FastMCP, Conn]] = {}
+        for store in stores:
+            server = make_server(max_tasks, url=stack.enter_context(store_url(store)))
+            up[store] = (server, await stack.enter_async_context(TRANSPORTS[kind](server)))
+        yield up
+
+
 # --- wire helpers -----------------------------------------------------------------------
 
 
@@ -614,6 +689,44 @@ async def drain(server: FastMCP, task_id: str) -> None:
             await asyncio.sleep(0)
     for _ in range(3):  # let the run's task and the change feed finish their bookkeeping
         await asyncio.sleep(0)
+    await quiet(server)
+
+
+async def quiet(server: FastMCP) -> None:
+    """Untimed, SQLite only: a write wakes the store's change-feed readers, which then read
+    the new rows in a worker thread; give them 1 ms so the next sample starts idle.
+
+    The loop spins (`sleep(0)`) rather than sleeping: a process that goes idle for a
+    millisecond on a busy machine pays a wake-up cost in the next, timed, call.
+    """
+    if sqlite_path(server) is not None:
+        end = time.perf_counter() + 0.001
+        while time.perf_counter() < end:  # noqa: ASYNC110 - a spin, not a wait
+            await asyncio.sleep(0)
+
+
+def active_tasks(server: FastMCP) -> int:
+    """Tasks of the server's store still `working` or `input_required`."""
+    path = sqlite_path(server)
+    if path is None:
+        records = extension(server).store._tasks.values()  # type: ignore[attr-defined]
+        return sum(1 for record in records if record.status not in TERMINAL)
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        query = "SELECT COUNT(*) FROM tasks WHERE status IN ('working', 'input_required')"
+        return int(conn.execute(query).fetchone()[0])
+
+
+async def settle(server: FastMCP) -> float:
+    """Untimed: wait until the runner holds no job and every task has been recorded as
+    finished (after creations without polling); the seconds that took."""
+    runner = extension(server).runner
+    assert runner is not None
+    start = time.perf_counter()
+    with anyio.fail_after(120):
+        while runner._jobs or active_tasks(server):  # noqa: ASYNC110
+            await asyncio.sleep(0.002)
+    await quiet(server)
+    return time.perf_counter() - start
 
 
 # --- statistics ---------------------------------------------------------------------------
@@ -715,55 +828,109 @@ class Config:
     poll_transports: tuple[str, ...] = ("memory", "http")
     flood_updates: int = 10_000
     flood_runs: int = 3
+    stores: list[str] = field(default_factory=lambda: list(STORES))
+    store_transports: tuple[str, ...] = ("memory", "http")
+
+    def stores_for(self, kind: str) -> list[str]:
+        """The stores of the latency, tasks/get and throughput phases on transport `kind`
+        (outside `store_transports`: the memory store only, as before the store dimension)."""
+        return self.stores if kind in self.store_transports else ["memory"]
 
 
 async def bench_latency(kind: str, cfg: Config) -> dict[str, Any]:
     """Metric 1: sync vs. task-creating `tools/call`, one caller, interleaved sample by sample.
 
-    After each creation the harness waits, untimed, until the task's run has
-    finished, so every sample starts from an idle server.
+    One server per store, all up at once. Each round: a sync call (on the first
+    store's server; the store plays no part in it) and one creation per store, in
+    an order that rotates round by round (`rotated`). After each creation the
+    harness waits, untimed, until the task's run has finished, so every sample
+    starts from an idle server.
     """
-    server = make_server()
-    async with TRANSPORTS[kind](server) as conn:
-        send = conn.send
+    async with servers(kind, cfg.stores_for(kind)) as up:
+        ref = next(iter(up.values()))[1]
         for _ in range(cfg.warmup):
-            await sync_call(send)
-            await drain(server, await create_task(send))
+            await sync_call(ref.send)
+            for server, conn in up.values():
+                await drain(server, await create_task(conn.send))
         gc.collect()
         sync_ns: list[int] = []
-        create_ns: list[int] = []
-        for _ in range(cfg.latency_samples):
-            sync_ns.append(await timed(lambda: sync_call(send), conn, "sync"))
-            created: list[str] = []
-            create_ns.append(
-                await timed(lambda c=created: _append(c, create_task(send)), conn, "create")
-            )
-            await drain(server, created[0])
-        server = server_side(conn)
-    out = {"sync": summary(sync_ns), "create": summary(create_ns)}
-    if server:
-        out["server_side"] = server
+        create_ns: dict[str, list[int]] = {store: [] for store in up}
+        for i in range(cfg.latency_samples):
+            for store in rotated([None, *up], i):
+                if store is None:
+                    sync_ns.append(await timed(lambda: sync_call(ref.send), ref, "sync"))
+                    continue
+                server, conn = up[store]
+                created: list[str] = []
+                create_ns[store].append(
+                    await timed(
+                        lambda c=created, s=conn.send: _append(c, create_task(s)),
+                        conn,
+                        f"create_{store}",
+                    )
+                )
+                await drain(server, created[0])
+        server_times = server_side(*(conn for _, conn in up.values()))
+    out: dict[str, Any] = {
+        "sync": summary(sync_ns),
+        "stores": {store: {"create": summary(ns)} for store, ns in create_ns.items()},
+    }
+    if server_times:
+        out["server_side"] = server_times
     return out
+
+
+def rotated(kinds: list[Any], i: int) -> list[Any]:
+    """Round `i`'s order of the interleaved kinds: rotated by one each round, so every kind
+    follows every other equally often. (A call right after a different kind of work, above
+    all after a SQLite store's worker-thread round trips, is slower than after its own
+    kind; a fixed order would charge that to whichever kind comes next.)"""
+    k = i % len(kinds)
+    return kinds[k:] + kinds[:k]
 
 
 async def _append(into: list[Any], value: Awaitable[Any]) -> None:
     into.append(await value)
 
 
-async def fill_store(server: FastMCP, count: int, result: dict[str, Any]) -> float:
-    """Insert `count` completed tasks directly into the store; seconds taken.
+async def fill_store(server: FastMCP, count: int, template: TaskRecord) -> tuple[float, list[str]]:
+    """Insert `count` completed tasks directly into the store; (seconds taken, their ids).
 
-    Each record is what a completed run leaves behind (see the runner and the
-    store's `transition`), with its own copy of a real task's result.
+    Memory store: each record is what a completed run leaves behind (the store's
+    `create`, then `transition(..., "completed", result=...)`), with its own copy
+    of a real task's result. SQLite store: rows equal to `template` (a task run
+    through the wire) but for id and times, written in one transaction on a
+    connection of the harness's own (`executemany` of the store's INSERT).
     """
     ext = extension(server)
     store = ext.store
-    template = json.dumps(result)
+    ids = [secrets.token_urlsafe(24) for _ in range(count)]
     start = time.perf_counter()
-    for _ in range(count):
+    path = sqlite_path(server)
+    if path is not None:
+
+        def insert() -> None:
+            rows = []
+            for task_id in ids:
+                now = time.time()
+                record = replace(
+                    template, task_id=task_id, created_at=now, updated_at=now, terminal_at=now
+                )
+                rows.append(sqlite_schema.to_row(record))
+            with contextlib.closing(sqlite3.connect(path, timeout=30, isolation_level=None)) as db:
+                db.execute("BEGIN IMMEDIATE")
+                db.executemany(sqlite_schema.INSERT_TASK, rows)
+                db.execute("COMMIT")
+
+        await anyio.to_thread.run_sync(insert)
+        return time.perf_counter() - start, ids
+    result = template.result
+    assert result is not None
+    text = json.dumps(result)
+    for task_id in ids:
         now = time.time()
         record = TaskRecord(
-            task_id=secrets.token_urlsafe(24),
+            task_id=task_id,
             tool=TOOL,
             status="working",
             created_at=now,
@@ -773,8 +940,8 @@ async def fill_store(server: FastMCP, count: int, result: dict[str, Any]) -> flo
             retention_ms=ext.retention_ms,
         )
         await store.create(record)
-        await store.transition(record.task_id, "completed", result=json.loads(template))
-    return time.perf_counter() - start
+        await store.transition(record.task_id, "completed", result=json.loads(text))
+    return time.perf_counter() - start, ids
 
 
 async def make_completed(server: FastMCP, send: Send, count: int) -> list[str]:
@@ -788,66 +955,89 @@ async def make_completed(server: FastMCP, send: Send, count: int) -> list[str]:
 
 
 async def bench_get(kind: str, cfg: Config) -> dict[str, Any]:
-    """Metric 2: `tasks/get` of completed tasks on a server retaining few and one retaining many.
+    """Metric 2: `tasks/get` of completed tasks on servers retaining few and many tasks.
 
-    Both servers are up at once and the samples are interleaved (sync call on
-    the small server, get on the small server, get on the large server), so the
-    ratios compare like with like even when the machine's load drifts.
+    Per store, one server retaining `retained_small` tasks and one retaining
+    `retained_large`; every server is up at once and the samples are
+    interleaved (each round a sync call on the first small server and, per store,
+    a get on its small server and one on its large server, in an order that
+    rotates round by round), so the ratios compare like with like even when the
+    machine's load drifts.
     """
     rng = random.Random(2663)
-    small_server = make_server()
-    large_server = make_server(max_tasks=max(200_000, cfg.retained_large + 1000))
-    async with TRANSPORTS[kind](small_server) as small, TRANSPORTS[kind](large_server) as large:
-        small_ids = await make_completed(small_server, small.send, cfg.retained_small)
-        large_ids = await make_completed(large_server, large.send, min(100, cfg.retained_large))
-        record = await extension(large_server).store.get(large_ids[0])
-        assert record is not None and record.result is not None
-        large_store = extension(large_server).store
-        fill_s = await fill_store(
-            large_server, cfg.retained_large - len(large_store), record.result
-        )  # type: ignore[arg-type]
-        retained = {"small": len(extension(small_server).store), "large": len(large_store)}  # type: ignore[arg-type]
-        all_large = list(large_store._tasks)  # type: ignore[attr-defined]
-        pick = {
-            "small": [rng.choice(small_ids) for _ in range(cfg.get_ids)],
-            "large": [rng.choice(all_large) for _ in range(cfg.get_ids)],
+    large_max = max(200_000, cfg.retained_large + 1000)
+    async with (
+        servers(kind, cfg.stores_for(kind)) as small_up,
+        servers(kind, cfg.stores_for(kind), large_max) as large_up,
+    ):
+        ref = next(iter(small_up.values()))[1]
+        stores: dict[str, dict[str, Any]] = {}
+        pick: dict[tuple[str, str], list[str]] = {}
+        for store in small_up:
+            (small_server, small), (large_server, large) = small_up[store], large_up[store]
+            small_ids = await make_completed(small_server, small.send, cfg.retained_small)
+            wire_ids = await make_completed(large_server, large.send, min(100, cfg.retained_large))
+            record = await extension(large_server).store.get(wire_ids[0])
+            assert record is not None and record.status == "completed", record
+            fill_s, filled = await fill_store(
+                large_server, cfg.retained_large - retained(large_server), record
+            )
+            await quiet(large_server)
+            all_large = wire_ids + filled
+            pick[store, "small"] = [rng.choice(small_ids) for _ in range(cfg.get_ids)]
+            pick[store, "large"] = [rng.choice(all_large) for _ in range(cfg.get_ids)]
+            del all_large, filled
+            stores[store] = {
+                "retained_small": retained(small_server),
+                "retained_large": retained(large_server),
+                "fill_seconds": round(fill_s, 2),
+            }
+            if sqlite_path(large_server) is not None:
+                stores[store]["db_mib_large"] = db_mib(large_server)
+        sends = {
+            (store, size): up[store][1]
+            for store in small_up
+            for size, up in (("small", small_up), ("large", large_up))
         }
-        del all_large
         for i in range(cfg.warmup):
-            await sync_call(small.send)
-            await get_task(small.send, pick["small"][i % cfg.get_ids])
-            await get_task(large.send, pick["large"][i % cfg.get_ids])
+            await sync_call(ref.send)
+            for key, conn in sends.items():
+                await get_task(conn.send, pick[key][i % cfg.get_ids])
         gc.collect()
-        samples: dict[str, list[int]] = {"sync": [], "small": [], "large": []}
+        samples: dict[Any, list[int]] = {"sync": [], **{key: [] for key in sends}}
         for i in range(cfg.get_samples):
-            small_id, large_id = pick["small"][i % cfg.get_ids], pick["large"][i % cfg.get_ids]
-            samples["sync"].append(await timed(lambda: sync_call(small.send), small, "sync"))
-            samples["small"].append(
-                await timed(lambda i=small_id: get_task(small.send, i), small, "get_small")
-            )
-            samples["large"].append(
-                await timed(lambda i=large_id: get_task(large.send, i), large, "get_large")
-            )
-        server = server_side(small, large)
+            for key in rotated(["sync", *sends], i):
+                if key == "sync":
+                    samples["sync"].append(await timed(lambda: sync_call(ref.send), ref, "sync"))
+                    continue
+                conn, task_id = sends[key], pick[key][i % cfg.get_ids]
+                samples[key].append(
+                    await timed(
+                        lambda t=task_id, s=conn.send: get_task(s, t),
+                        conn,
+                        f"get_{key[1]}_{key[0]}",
+                    )
+                )
+        server_times = server_side(*(c for _, c in [*small_up.values(), *large_up.values()]))
+    for key in sends:
+        stores[key[0]][key[1]] = summary(samples[key])
     return {
-        **({"server_side": server} if server else {}),
-        "retained_small": retained["small"],
-        "retained_large": retained["large"],
+        **({"server_side": server_times} if server_times else {}),
         "distinct_ids_sampled": cfg.get_ids,
-        "fill_seconds": round(fill_s, 2),
         "sync_reference": summary(samples["sync"]),
-        "small": summary(samples["small"]),
-        "large": summary(samples["large"]),
+        "stores": stores,
     }
 
 
 async def bench_throughput(kind: str, cfg: Config) -> dict[str, Any]:
-    """Metric 3: calls/s of sync calls and of end-to-end tasks with `concurrency` callers.
+    """Metric 3: calls/s with `concurrency` callers: sync calls, task creations (no
+    polling) and end-to-end tasks (create, poll until completed), per store.
 
-    Each kind runs `throughput_calls` in two halves, ordered sync, task, task,
-    sync (ABBA), so a linear drift of the machine's speed cancels out.
+    Each run kind does `throughput_calls` in two halves, in palindrome order (sync,
+    creation per store, tasks per store, then the same backwards), so a linear
+    drift of the machine's speed cancels out. After a creation run the harness
+    waits, untimed, until every created task has been recorded as completed.
     """
-    server = make_server()
     poll_sleep = cfg.poll_sleep_ms / 1000
     n, c = cfg.throughput_calls, cfg.concurrency
     half = (n // 2, n - n // 2)
@@ -855,28 +1045,59 @@ async def bench_throughput(kind: str, cfg: Config) -> dict[str, Any]:
     async def sync_job(send: Send) -> None:
         await sync_call(send)
 
+    async def create_job(send: Send) -> None:
+        await create_task(send)
+
     async def task_job(send: Send) -> int:
         return await run_task(send, poll_sleep)
 
-    async with TRANSPORTS[kind](server) as conn:
+    async with servers(kind, cfg.stores_for(kind)) as up:
+        ref = next(iter(up.values()))[1]
         warm = max(c, cfg.warmup)
-        await fan_out(conn, warm, c, sync_job)
-        await fan_out(conn, warm, c, task_job)
-        s1, _ = await fan_out(conn, half[0], c, sync_job)
-        t1, p1 = await fan_out(conn, half[0], c, task_job)
-        t2, p2 = await fan_out(conn, half[1], c, task_job)
-        s2, _ = await fan_out(conn, half[1], c, sync_job)
-    polls = p1 + p2
+        await fan_out(ref, warm, c, sync_job)
+        for server, conn in up.values():
+            await fan_out(conn, warm, c, create_job)
+            await settle(server)
+            await fan_out(conn, warm, c, task_job)
+            await quiet(server)
+        order: list[tuple[str, str | None]] = [("sync", None)]
+        order += [("create", store) for store in up] + [("task", store) for store in up]
+        seconds: dict[tuple[str, str | None], float] = {}
+        polls: dict[str, list[int]] = {store: [] for store in up}
+        settled: dict[str, float] = {store: 0.0 for store in up}
+        for part, runs in enumerate((order, order[::-1])):
+            for run, store in runs:
+                server, conn = up[store] if store is not None else (None, ref)
+                job = {"sync": sync_job, "create": create_job, "task": task_job}[run]
+                took, results = await fan_out(conn, half[part], c, job)
+                seconds[run, store] = seconds.get((run, store), 0.0) + took
+                if run == "task" and store is not None:
+                    polls[store] += results
+                if server is not None and store is not None:
+                    if run == "create":
+                        settled[store] += await settle(server)
+                    else:
+                        await quiet(server)
+        db = {store: db_mib(server) for store, (server, _) in up.items()}
     return {
         "calls": n,
         "concurrency": c,
         "poll_sleep_ms": cfg.poll_sleep_ms,
-        "sync_seconds": s1 + s2,
-        "task_seconds": t1 + t2,
-        "sync_tps": n / (s1 + s2),
-        "task_tps": n / (t1 + t2),
-        "gets_per_task_mean": sum(polls) / len(polls),
-        "gets_per_task_max": max(polls),
+        "sync_seconds": seconds["sync", None],
+        "sync_tps": n / seconds["sync", None],
+        "stores": {
+            store: {
+                "create_seconds": seconds["create", store],
+                "create_tps": n / seconds["create", store],
+                "settle_seconds_after_creation": round(settled[store], 3),
+                "task_seconds": seconds["task", store],
+                "task_tps": n / seconds["task", store],
+                "gets_per_task_mean": sum(polls[store]) / len(polls[store]),
+                "gets_per_task_max": max(polls[store]),
+                **({"db_mib": db[store]} if db[store] is not None else {}),
+            }
+            for store in up
+        },
     }
 
 
@@ -1343,20 +1564,22 @@ def ratios_and_rows(results: dict[str, Any]) -> tuple[dict[str, Any], list[tuple
 
     for kind, r in results["transports"].items():
         lat, get, thr = r.get("latency"), r.get("get"), r.get("throughput")
+        # The memory store keeps the historical targets; another store's rows are
+        # labelled with it and carry info ratios, plus the targets against memory.
         if lat:
-            s, c = lat["sync"], lat["create"]
+            s = lat["sync"]
             row(kind, "sync tools/call p50 / p99", f"{s['p50_us']:.0f} / {s['p99_us']:.0f} us")
-            row(
-                kind,
-                "task-creating tools/call p50 / p99",
-                f"{c['p50_us']:.0f} / {c['p99_us']:.0f} us",
-                c["p50_us"] / s["p50_us"],
-                "creation_p50/sync_p50",
-                "<=",
-                1.3,
-            )
+            for store, st in lat["stores"].items():
+                c, base = st["create"], store == "memory"
+                row(
+                    kind,
+                    f"{_on(store)}task-creating tools/call p50 / p99",
+                    f"{c['p50_us']:.0f} / {c['p99_us']:.0f} us",
+                    c["p50_us"] / s["p50_us"],
+                    f"{_prefix(store)}creation_p50/sync_p50",
+                    *(("<=", 1.3) if base else ()),
+                )
         if get:
-            g1, g2 = get["small"], get["large"]
             ref = get["sync_reference"]
             base = ref["p50_us"]
             row(
@@ -1364,36 +1587,74 @@ def ratios_and_rows(results: dict[str, Any]) -> tuple[dict[str, Any], list[tuple
                 "sync tools/call p50 / p99 (interleaved with gets)",
                 f"{ref['p50_us']:.0f} / {ref['p99_us']:.0f} us",
             )
-            label1 = f"tasks/get p50 / p99 ({get['retained_small']:,} retained)"
-            label2 = f"tasks/get p50 / p99 ({get['retained_large']:,} retained)"
-            v1 = f"{g1['p50_us']:.0f} / {g1['p99_us']:.0f} us"
-            v2 = f"{g2['p50_us']:.0f} / {g2['p99_us']:.0f} us"
-            row(kind, label1, v1, g1["p50_us"] / base, "get_p50_small/sync_p50", "<=", 0.6)
-            row(kind, label2, v2, g2["p50_us"] / base, "get_p50_large/sync_p50", "<=", 0.6)
-            row(
-                kind,
-                "tasks/get p50 large/small",
-                "",
-                g2["p50_us"] / g1["p50_us"],
-                "get_p50_large/get_p50_small",
-                "<=",
-                1.1,
-            )
+            memory = get["stores"].get("memory")
+            for store, st in get["stores"].items():
+                g1, g2, pre = st["small"], st["large"], _prefix(store)
+                for size, g in (("small", g1), ("large", g2)):
+                    label = f"{_on(store)}tasks/get p50 / p99 ({st[f'retained_{size}']:,} retained)"
+                    value = f"{g['p50_us']:.0f} / {g['p99_us']:.0f} us"
+                    if store == "memory":
+                        name = f"get_p50_{size}/sync_p50"
+                        row(kind, label, value, g["p50_us"] / base, name, "<=", 0.6)
+                    elif memory is not None:  # the target: against the memory store
+                        row(
+                            kind,
+                            f"{label} / memory store's",
+                            value,
+                            g["p50_us"] / memory[size]["p50_us"],
+                            f"{pre}get_p50_{size}/memory_get_p50_{size}",
+                            "<=",
+                            2.0,
+                        )
+                    else:
+                        row(kind, label, value, g["p50_us"] / base, f"{pre}get_p50_{size}/sync_p50")
+                row(
+                    kind,
+                    f"{_on(store)}tasks/get p50 large/small",
+                    "",
+                    g2["p50_us"] / g1["p50_us"],
+                    f"{pre}get_p50_large/get_p50_small",
+                    *(("<=", 1.1) if store == "memory" else ()),
+                )
         if thr:
             row(
                 kind,
                 f"sync throughput ({thr['calls']} calls, {thr['concurrency']} callers)",
                 f"{thr['sync_tps']:.0f} calls/s",
             )
-            row(
-                kind,
-                f"task throughput (create+poll, {thr['gets_per_task_mean']:.1f} gets/task)",
-                f"{thr['task_tps']:.0f} tasks/s",
-                thr["task_tps"] / thr["sync_tps"],
-                "task_tps/sync_tps",
-                ">=",
-                0.5,
-            )
+            memory = thr["stores"].get("memory")
+            for store, st in thr["stores"].items():
+                pre = _prefix(store)
+                row(
+                    kind,
+                    f"{_on(store)}task throughput (create+poll, "
+                    f"{st['gets_per_task_mean']:.1f} gets/task)",
+                    f"{st['task_tps']:.0f} tasks/s",
+                    st["task_tps"] / thr["sync_tps"],
+                    f"{pre}task_tps/sync_tps",
+                    *((">=", 0.5) if store == "memory" else ()),
+                )
+            for store, st in thr["stores"].items():
+                pre, label = _prefix(store), f"{_on(store)}task creation throughput (no polling)"
+                value = f"{st['create_tps']:.0f} creates/s"
+                if store != "memory" and memory is not None:
+                    row(
+                        kind,
+                        f"{label} / memory store's",
+                        value,
+                        st["create_tps"] / memory["create_tps"],
+                        f"{pre}create_tps/memory_create_tps",
+                        ">=",
+                        0.5,
+                    )
+                else:
+                    row(
+                        kind,
+                        label,
+                        value,
+                        st["create_tps"] / thr["sync_tps"],
+                        f"{pre}create_tps/sync_tps",
+                    )
         inp, push, flood = r.get("input"), r.get("push"), r.get("flood")
         if inp:
             ref, applied, resumed = inp["sync_reference"], inp["applied"], inp["next_key"]
@@ -1497,6 +1758,16 @@ def ratios_and_rows(results: dict[str, Any]) -> tuple[dict[str, Any], list[tuple
     return ratios, rows
 
 
+def _on(store: str) -> str:
+    """Row label prefix of a store's rows (none for the memory store)."""
+    return "" if store == "memory" else f"{store} store: "
+
+
+def _prefix(store: str) -> str:
+    """Ratio name prefix of a store's ratios (none for the memory store)."""
+    return "" if store == "memory" else f"{store}_"
+
+
 def _ratio(value: float) -> str:
     return f"{value:.2f}" if value >= 0.01 else f"{value:.1e}"
 
@@ -1523,10 +1794,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--quick",
         action="store_true",
-        help="smoke run (~35 s): 300 samples, 20,000 retained, 300 calls, 5,000 memory tasks, "
-        "50 input rounds, 20 pushed and 5 polled tasks (HTTP only), 1 flood run",
+        help="smoke run (~40 s): 300 samples, 20,000 retained, 300 calls, 5,000 memory tasks, "
+        "50 input rounds, 20 pushed and 5 polled tasks (HTTP only), 1 flood run, "
+        "SQLite beside memory on the in-memory transport only",
     )
     p.add_argument("--transports", default="memory,http", help="comma list of memory,http")
+    p.add_argument(
+        "--stores",
+        default=",".join(STORES),
+        help="task stores of the latency, tasks/get and throughput phases, each on its own "
+        "server, interleaved (memory,sqlite); SQLite on a fresh temporary file per phase",
+    )
+    p.add_argument(
+        "--store-transports",
+        help="transports whose latency, tasks/get and throughput run on every --stores store "
+        "(memory,http; quick: memory); the others use the memory store only",
+    )
     p.add_argument("--warmup", type=int, help="warm-up iterations before each measurement (200)")
     p.add_argument(
         "--latency-samples", type=int, help="sequential samples of each call kind (2000)"
@@ -1598,6 +1881,12 @@ def config(args: argparse.Namespace) -> Config:
         poll_sleep_ms=args.poll_sleep_ms,
         memory_tasks=pick(args.memory_tasks, 50_000, 5_000),
         transports=[t.strip() for t in args.transports.split(",") if t.strip()],
+        stores=[s.strip() for s in args.stores.split(",") if s.strip()],
+        store_transports=tuple(
+            t.strip()
+            for t in (args.store_transports or ("memory" if quick else "memory,http")).split(",")
+            if t.strip()
+        ),
         input_rounds=pick(args.input_rounds, 200, 50),
         push_tasks=pick(args.push_tasks, 100, 20),
         poll_tasks=pick(args.poll_tasks, 20, 5),
@@ -1613,6 +1902,9 @@ def config(args: argparse.Namespace) -> Config:
 
 async def run_all(cfg: Config) -> dict[str, Any]:
     results: dict[str, Any] = {"transports": {}}
+    unknown = sorted(set(cfg.stores) - set(STORES))
+    if unknown or not cfg.stores:
+        raise SystemExit(f"--stores: unknown or none {unknown} (known: {', '.join(STORES)})")
     for kind in cfg.transports:
         if kind not in TRANSPORTS:
             raise SystemExit(f"unknown transport {kind!r}")
@@ -1673,6 +1965,11 @@ def main(argv: list[str] | None = None) -> None:
     print("the sync p50 measured interleaved with the gets. Client and server share one process.")
     print(f"HTTP client: {HTTP_CLIENT}. Task throughput polls tasks/get {polling}.")
     print("Memory: in-memory transport only, measured in a fresh interpreter.")
+    if cfg.stores != ["memory"]:
+        on = ",".join(t for t in cfg.transports if t in cfg.store_transports) or "no transport"
+        print(f"Stores {','.join(cfg.stores)} on {on}: latency, tasks/get and throughput (a server")
+        print("per store, all up at once, samples interleaved; SQLite: a fresh temp file each).")
+        print("Input, push, flood and memory: memory store only.")
     print("Input, push and flood: see bench/README.md; 'info' ratios have no target.")
     print(f"Total {report['total_seconds']} s; JSON written to {args.output}")
 

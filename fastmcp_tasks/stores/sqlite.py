@@ -1,9 +1,9 @@
 """The SQLite store (`sqlite:///path.db`): tasks survive restarts; processes share one file.
 
-Connections. Each store keeps ONE read-write connection, used under a lock from
-worker threads (`anyio.to_thread.run_sync`, at most one thread at a time), and
-one read-only connection for the change feed. SQLite lets one writer at a time
-into a file whatever we do, so a pool would only add lock waits inside SQLite;
+Connections. Each store keeps ONE read-write connection, owned by one
+long-lived writer thread that batches queued operations into group commits
+(`sqlite_writer`), and one read-only connection for the change feed. SQLite lets
+one writer at a time into a file whatever we do, so a pool would only add lock waits inside SQLite;
 one connection per process also means one WAL reader slot per process that is
 never left inside a read transaction, so checkpoints can always finish and the
 `-wal` file stays small. `get` uses the same connection: it is one primary-key
@@ -57,6 +57,7 @@ from fastmcp_tasks.stores.base import (
     encode_result,
 )
 from fastmcp_tasks.stores.sqlite_schema import Tx, path_from_url
+from fastmcp_tasks.stores.sqlite_writer import SQLiteWriter
 from fastmcp_tasks.wire import ACTIVE_STATUSES, TERMINAL_STATUSES, TaskStatus
 
 T = TypeVar("T")
@@ -157,7 +158,7 @@ class SQLiteTaskStore:
         self._reader: sqlite3.Connection | None = None
         self._lock = threading.Lock()
         self._read_lock = threading.Lock()
-        self._limiter = anyio.CapacityLimiter(1)
+        self._writer: SQLiteWriter | None = None
         self._wake = anyio.Event()
         self._feeds: set[_Feed] = set()
         self._data_version = -1
@@ -190,6 +191,7 @@ class SQLiteTaskStore:
             conn.close()
             raise
         self._conn, self._reader = conn, reader
+        self._writer = SQLiteWriter(conn, str(path), self.busy_retries)
 
     def _connect(self) -> sqlite3.Connection:
         try:
@@ -209,6 +211,9 @@ class SQLiteTaskStore:
         await anyio.to_thread.run_sync(self._close)
 
     def _close(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.stop()
         with self._lock, self._read_lock:
             for conn in (self._reader, self._conn):
                 if conn is not None:
@@ -218,18 +223,13 @@ class SQLiteTaskStore:
     # --- running SQL off the event loop -------------------------------------------
 
     async def _run(self, fn: Callable[[Tx], T], *, write: bool = True) -> T:
-        value, emitted = await anyio.to_thread.run_sync(
-            self._transaction, fn, write, limiter=self._limiter
-        )
+        writer = self._writer
+        if writer is None:
+            raise StoreError(f"SQLite task store {str(self.path)!r} is not open")
+        value, emitted = await writer.submit(fn, write)
         if emitted:
             self._notify()
         return value
-
-    def _transaction(self, fn: Callable[[Tx], T], write: bool) -> tuple[T, bool]:
-        with self._lock:
-            if self._conn is None:
-                raise StoreError(f"SQLite task store {str(self.path)!r} is not open")
-            return self._locked(self._conn, fn, write=write)
 
     def _locked(self, conn: sqlite3.Connection, fn: Callable[[Tx], T], *, write: bool) -> Any:
         delay = 0.01
