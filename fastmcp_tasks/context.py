@@ -35,6 +35,7 @@ from fastmcp.server.elicitation import (
     parse_elicit_response_type,
 )
 
+from fastmcp_tasks import observability
 from fastmcp_tasks.inputs import InputBroker, elicitation_request, new_key
 from fastmcp_tasks.stores.base import TaskStore
 
@@ -80,6 +81,7 @@ class RunningTask:
         if self.broker is None:  # pragma: no cover - the runner always sets one
             raise ToolError("This task cannot ask for input")
         self.message = status
+        observability.parked.add(1)
         try:
             return await self.broker.ask(
                 self.task_id, requests, wait_seconds=self.input_timeout, status_message=status
@@ -87,6 +89,7 @@ class RunningTask:
         except LookupError as exc:
             raise ToolError(str(exc)) from None
         finally:
+            observability.parked.add(-1)
             self.message = None  # answered: the store cleared the message
 
 

@@ -32,6 +32,7 @@ from mcp_types import CLIENT_CAPABILITIES_META_KEY, INTERNAL_ERROR, CallToolRequ
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import TypeAdapter
 
+from fastmcp_tasks import observability
 from fastmcp_tasks.errors import (
     ConfigurationError,
     StoreError,
@@ -266,6 +267,8 @@ class TasksExtension(ServerExtension):
         except StoreError as exc:  # e.g. Redis unreachable: nothing was created
             raise store_unavailable(exc) from None
         created = render_create_result(record)
+        observability.created.add(1, {"tool": record.tool})
+        observability.transition(record.task_id, record.tool, "working", 1)
         if not runner.concurrency:
             return created
         runner.submit(

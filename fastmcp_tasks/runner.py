@@ -30,6 +30,7 @@ import mcp_types
 from anyio.abc import TaskGroup
 from fastmcp.tools.base import Tool
 
+from fastmcp_tasks import observability
 from fastmcp_tasks.context import RunningTask, _current_task
 from fastmcp_tasks.errors import ConfigurationError, interrupted
 from fastmcp_tasks.execution import Outcome
@@ -54,6 +55,7 @@ class Job:
     tool: Tool | None = None
     queued: bool = False
     message: str | None = None  # the statusMessage the task shows while it starts
+    attempt: int = 1
     input_kinds: frozenset[str] = frozenset()
     input_timeout: float | None = None
     input_responses: Any = None
@@ -112,6 +114,7 @@ class TaskRunner:
         """Enqueue a job whose task already exists in the store (leased to `owner`)."""
         self._jobs[job.task_id] = job
         self._waiting += 1
+        observability.queued.add(1)
         self._send.send_nowait(job)
 
     def resubmit(
@@ -133,6 +136,7 @@ class TaskRunner:
                 tool=tool,
                 message=message,
                 queued=queued,
+                attempt=max(1, record.attempts),
                 input_kinds=frozenset(context.get("inputKinds", ())),
                 input_responses=responses,
                 request_state=context.get("requestState"),
@@ -235,6 +239,7 @@ class TaskRunner:
                 self._slots.release()
                 return
         self._waiting -= 1
+        observability.queued.add(-1)
         self._running += 1
         job.started = True
         self._group.start_soon(self._run, job, name=f"fastmcp-task {job.task_id}")
@@ -251,57 +256,70 @@ class TaskRunner:
         )
         outcome: Outcome | None = None
         failure: dict[str, Any] | None = None
-        try:
-            with job.scope:
-                await running.status(job.message)  # clears "Queued"; no write if unchanged
-                token = _current_task.set(running)
-                try:
-                    outcome = await run_rounds(
-                        self.server,
-                        job.tool,
-                        job.name,
-                        job.arguments,
-                        running,
-                        job.input_responses,
-                        job.request_state,
-                    )
-                finally:
-                    _current_task.reset(token)
-        except Exception:
-            logger.exception("Task %s (%s) crashed in the task engine", job.task_id, job.name)
-            failure = interrupted("the task engine failed while running the tool")
-        finally:
-            self._running -= 1
-            self._slots.release()
-            if not self._running:
-                self._idle.set()
-            self._jobs.pop(job.task_id, None)
-            with anyio.CancelScope(shield=True):
-                await self._finish(job, outcome, failure)
+        started = time.perf_counter()
+        with observability.task_span(job.task_id, job.name, job.attempt) as span:
+            try:
+                with job.scope:
+                    await running.status(job.message)  # clears "Queued"; no write if unchanged
+                    token = _current_task.set(running)
+                    try:
+                        outcome = await run_rounds(
+                            self.server,
+                            job.tool,
+                            job.name,
+                            job.arguments,
+                            running,
+                            job.input_responses,
+                            job.request_state,
+                        )
+                    finally:
+                        _current_task.reset(token)
+            except Exception:
+                logger.exception("Task %s (%s) crashed in the task engine", job.task_id, job.name)
+                failure = interrupted("the task engine failed while running the tool")
+            finally:
+                self._running -= 1
+                self._slots.release()
+                if not self._running:
+                    self._idle.set()
+                self._jobs.pop(job.task_id, None)
+                with anyio.CancelScope(shield=True):
+                    status = await self._finish(job, outcome, failure)
+                span.set_attribute("mcp.task.status", status)
+                observability.duration.record(
+                    time.perf_counter() - started, {"tool": job.name, "status": status}
+                )
 
     async def _finish(
         self, job: Job, outcome: Outcome | None, failure: dict[str, Any] | None
-    ) -> None:
+    ) -> str:
+        """Record how the run ended; the status recorded ("handed back" if none)."""
         store, task_id = self.store, job.task_id
         if outcome is None and failure is None:
             if job.cancel_requested:
-                await store.transition(task_id, "cancelled", status_message=CANCELLED_MESSAGE)
-                return
+                return await self._record(job, "cancelled", status_message=CANCELLED_MESSAGE)
             if store.durable:  # another process, or the next start, recovers it
                 self._handed_back.add(task_id)
-                return
+                return "handed back"
             failure = interrupted("the server shut down while the task was running")
         if failure is not None:
-            await store.transition(
-                task_id, "failed", error=failure, status_message=failure["message"]
+            return await self._record(
+                job, "failed", error=failure, status_message=failure["message"]
             )
-        elif outcome is not None and outcome.status == "failed":
+        if outcome is not None and outcome.status == "failed":
             error = outcome.error or {}
-            await store.transition(
-                task_id, "failed", error=error, status_message=str(error.get("message", ""))
-            )
-        elif outcome is not None:
-            await store.transition(task_id, "completed", result=outcome.result)
+            message = str(error.get("message", ""))
+            return await self._record(job, "failed", error=error, status_message=message)
+        assert outcome is not None
+        return await self._record(job, "completed", result=outcome.result)
+
+    async def _record(self, job: Job, status: Any, **fields: Any) -> str:
+        applied = await self.store.transition(job.task_id, status, **fields)
+        if applied is None:  # another ending won the race (C21): report what it is
+            current = await self.store.get(job.task_id)
+            return current.status if current is not None else "gone"
+        observability.transition(job.task_id, job.name, status, job.attempt)
+        return str(status)
 
     # --- the change feed: cancel requests and input answers ------------------
 
@@ -323,8 +341,9 @@ class TaskRunner:
             job.scope.cancel()
             return
         self._waiting -= 1
+        observability.queued.add(-1)
         self._jobs.pop(task_id, None)
-        await self.store.transition(task_id, "cancelled", status_message=CANCELLED_BEFORE_START)
+        await self._record(job, "cancelled", status_message=CANCELLED_BEFORE_START)
 
     # --- retention -----------------------------------------------------------------
 

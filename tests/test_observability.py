@@ -1,0 +1,73 @@
+"""Operators' view: a span per task run, metrics, a log line per transition."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from tests.servers import make_server
+from tests.wire import connect
+
+pytestmark = pytest.mark.anyio
+
+SPANS = InMemorySpanExporter()
+READER = InMemoryMetricReader()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def sdk() -> None:
+    """Install an OpenTelemetry SDK once (the global providers can be set only once)."""
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(SPANS))
+    trace.set_tracer_provider(provider)
+    metrics.set_meter_provider(MeterProvider(metric_readers=[READER]))
+
+
+def metric_points(name: str) -> list:
+    data = READER.get_metrics_data()
+    points = []
+    for resource in data.resource_metrics if data else []:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                if metric.name == name:
+                    points.extend(metric.data.data_points)
+    return points
+
+
+async def test_task_runs_are_spans_metrics_and_log_lines(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="fastmcp_tasks.transitions")
+    mcp, _ = make_server()
+    async with connect(mcp, "memory") as wire:
+        created = await wire.call_tool("echo", {"text": "traced"})
+        await wire.wait(created["taskId"])
+        failed = await wire.call_tool("protocol_error")
+        await wire.wait(failed["taskId"])
+    task_spans = [s for s in SPANS.get_finished_spans() if s.name.startswith("task ")]
+    by_id = {s.attributes["mcp.task.id"]: s for s in task_spans}
+    span = by_id[created["taskId"]]
+    assert span.name == "task echo"
+    assert span.attributes["mcp.tool.name"] == "echo"
+    assert span.attributes["mcp.task.attempt"] == 1
+    assert span.attributes["mcp.task.status"] == "completed"
+    assert by_id[failed["taskId"]].attributes["mcp.task.status"] == "failed"
+    finished = {
+        p.attributes["status"]: p.value
+        for p in metric_points("fastmcp_tasks.tasks.finished")
+        if p.attributes.get("tool") in ("echo", "protocol_error")
+    }
+    assert finished.get("completed", 0) >= 1 and finished.get("failed", 0) >= 1
+    made = metric_points("fastmcp_tasks.tasks.created")
+    assert sum(p.value for p in made if p.attributes["tool"] in ("echo", "protocol_error")) >= 2
+    assert metric_points("fastmcp_tasks.task.duration")
+    lines = [r for r in caplog.records if r.name == "fastmcp_tasks.transitions"]
+    mine = [(r.status, r.task_id) for r in lines if r.task_id == created["taskId"]]
+    assert mine == [("working", created["taskId"]), ("completed", created["taskId"])]
