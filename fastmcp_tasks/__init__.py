@@ -15,6 +15,7 @@ from __future__ import annotations
 from fastmcp_tasks.client import register_transparent_client
 from fastmcp_tasks.errors import ConfigurationError, TaskLimitExceeded, TasksError
 from fastmcp_tasks.extension import TasksExtension
+from fastmcp_tasks.limits import Limits
 from fastmcp_tasks.options import task_options
 from fastmcp_tasks.progress import Progress
 from fastmcp_tasks.stores import (
@@ -33,6 +34,7 @@ register_transparent_client()
 __all__ = [
     "TASKS_EXTENSION_ID",
     "ConfigurationError",
+    "Limits",
     "MemoryTaskStore",
     "Progress",
     "SQLiteTaskStore",

@@ -16,6 +16,7 @@ so every code and message the server sends lives in this one module:
 - `header_mismatch()`      -32020, `Mcp-Name` disagrees with `params.taskId` (HTTP 400)
 - `invalid_answer()`       -32602, a `tasks/update` answer that cannot answer its request
 - `limit_exceeded()`       -32000, a configured cap refuses a new task
+- `too_large()`            -32602, arguments or answers over a configured size limit
 - `store_unavailable()`    -32603, the task store failed (e.g. Redis unreachable)
 - `interrupted()`          -32603, the task's run was lost (shutdown, crash)
 """
@@ -107,6 +108,24 @@ def limit_exceeded(limit: str, value: int) -> MCPError:
 def store_unavailable(error: StoreError) -> MCPError:
     """-32603: the store could not answer; nothing was created or changed."""
     return MCPError(code=INTERNAL_ERROR, message=f"Task store unavailable: {error}")
+
+
+def too_large(what: str, limit: str, value: int, size: int) -> MCPError:
+    """-32602: a payload is over a configured size limit; nothing was created or changed."""
+    return MCPError(
+        code=INVALID_PARAMS,
+        message=f"{what} is {size} bytes, over the limit {limit}={value}",
+        data={"limit": limit, "value": value, "size": size},
+    )
+
+
+def result_too_large(size: int, cap: int) -> dict[str, Any]:
+    """The JSON-RPC error object of a task whose result was over `max_result_bytes`."""
+    return {
+        "code": INTERNAL_ERROR,
+        "message": f"Result too large: {size} bytes, over the limit max_result_bytes={cap}",
+        "data": {"limit": "max_result_bytes", "value": cap, "size": size},
+    }
 
 
 def interrupted(reason: str) -> dict[str, Any]:

@@ -40,8 +40,10 @@ from fastmcp_tasks.errors import (
     limit_exceeded,
     missing_capability,
     store_unavailable,
+    too_large,
 )
 from fastmcp_tasks.handlers import TaskMethods
+from fastmcp_tasks.limits import Limits
 from fastmcp_tasks.listen import ListenService
 from fastmcp_tasks.options import TaskOptions, options_of
 from fastmcp_tasks.ownership import current_principal
@@ -87,6 +89,7 @@ class TasksExtension(ServerExtension):
             tasks whose lease ran out (see `recovery`).
         shutdown_grace: at shutdown, how long running tasks may finish before they
             are interrupted (then handed back on a durable store).
+        limits: size caps on arguments, input answers and results (`Limits`).
     """
 
     identifier = TASKS_EXTENSION_ID
@@ -103,6 +106,7 @@ class TasksExtension(ServerExtension):
         input_timeout: timedelta | None = None,
         lease: timedelta = timedelta(seconds=30),
         shutdown_grace: timedelta = timedelta(0),
+        limits: Limits | None = None,
     ) -> None:
         if store is not None and url is not None:
             raise ConfigurationError("pass either url= or store=, not both")
@@ -122,7 +126,9 @@ class TasksExtension(ServerExtension):
             "input_timeout": input_timeout,
             "lease": lease,
             "shutdown_grace": shutdown_grace,
+            "limits": limits,
         }
+        self.limits = limits or Limits()
         self.shutdown_grace = max(0.0, shutdown_grace.total_seconds())
         if lease <= timedelta(0):
             raise ConfigurationError(f"lease must be positive, got {lease}")
@@ -143,7 +149,7 @@ class TasksExtension(ServerExtension):
         self.retention_ms = None if retention is None else int(retention.total_seconds() * 1000)
         self.sweep_interval = sweep_interval.total_seconds()
         self.runner: TaskRunner | None = None
-        self._methods = TaskMethods(store)
+        self._methods = TaskMethods(store, self.limits)
         self.listen = ListenService(store)
         install_core_progress_adapter()
 
@@ -170,6 +176,7 @@ class TasksExtension(ServerExtension):
                 sweep_interval=self.sweep_interval,
                 lease_seconds=self.lease_seconds,
                 shutdown_grace=self.shutdown_grace,
+                limits=self.limits,
             )
             async with runner.running():
                 self.runner = runner
@@ -205,6 +212,8 @@ class TasksExtension(ServerExtension):
                 raise missing_capability()
             return await call_next()
         arguments = params.arguments or {}
+        if (over := self.limits.over("max_argument_bytes", arguments)) is not None:
+            raise too_large("the arguments", "max_argument_bytes", *over)
         if not arguments_valid(tool, arguments):
             return await call_next()  # the synchronous path reports it, no task made
         options = options_of(tool)

@@ -30,8 +30,10 @@ from fastmcp_tasks.errors import (
     missing_capability,
     store_unavailable,
     task_not_found,
+    too_large,
 )
 from fastmcp_tasks.inputs import answer_problem
+from fastmcp_tasks.limits import Limits
 from fastmcp_tasks.ownership import current_principal, may_access
 from fastmcp_tasks.stores.base import TaskRecord, TaskStore
 from fastmcp_tasks.wire import (
@@ -84,8 +86,9 @@ def _store_errors(handler: Handler) -> Handler:
 class TaskMethods:
     """The task methods bound to one store."""
 
-    def __init__(self, store: TaskStore) -> None:
+    def __init__(self, store: TaskStore, limits: Limits | None = None) -> None:
         self.store = store
+        self.limits = limits or Limits()
 
     def bindings(self) -> list[MethodBinding]:
         return [
@@ -107,6 +110,8 @@ class TaskMethods:
         """`tasks/update`: accept answers for outstanding keys, ignore the rest (C32-C37)."""
         check_request(ctx, params.task_id)
         record = await self._visible(params.task_id)
+        if (over := self.limits.over("max_input_bytes", params.input_responses)) is not None:
+            raise too_large("inputResponses", "max_input_bytes", *over)
         outstanding = record.input_requests or {}
         for key, answer in params.input_responses.items():
             request = outstanding.get(key)

@@ -32,9 +32,10 @@ from fastmcp.tools.base import Tool
 
 from fastmcp_tasks import observability
 from fastmcp_tasks.context import RunningTask, _current_task
-from fastmcp_tasks.errors import ConfigurationError, interrupted
+from fastmcp_tasks.errors import ConfigurationError, interrupted, result_too_large
 from fastmcp_tasks.execution import Outcome
 from fastmcp_tasks.inputs import InputBroker
+from fastmcp_tasks.limits import Limits
 from fastmcp_tasks.recovery import QUEUED_MESSAGE, LeaseKeeper, new_owner
 from fastmcp_tasks.rounds import run_rounds
 from fastmcp_tasks.stores.base import TaskRecord, TaskStore
@@ -77,6 +78,7 @@ class TaskRunner:
         sweep_interval: float = 60.0,
         lease_seconds: float = 30.0,
         shutdown_grace: float = 0.0,
+        limits: Limits | None = None,
     ) -> None:
         if concurrency < 0:
             raise ConfigurationError(f"concurrency must not be negative, got {concurrency}")
@@ -85,6 +87,7 @@ class TaskRunner:
         self.concurrency = concurrency
         self.sweep_interval = sweep_interval
         self.shutdown_grace = shutdown_grace
+        self.limits = limits or Limits()
         self.inputs = InputBroker(store)
         self.owner = new_owner()
         self.leases = LeaseKeeper(self, owner=self.owner, lease_seconds=lease_seconds)
@@ -311,6 +314,9 @@ class TaskRunner:
             message = str(error.get("message", ""))
             return await self._record(job, "failed", error=error, status_message=message)
         assert outcome is not None
+        if (over := self.limits.over("max_result_bytes", outcome.result)) is not None:
+            error = result_too_large(over[1], over[0])
+            return await self._record(job, "failed", error=error, status_message=error["message"])
         return await self._record(job, "completed", result=outcome.result)
 
     async def _record(self, job: Job, status: Any, **fields: Any) -> str:

@@ -14,6 +14,7 @@ from fastmcp_tasks.stores import SCHEMES
 def test_public_names_are_pinned() -> None:
     assert sorted(fastmcp_tasks.__all__) == [
         "ConfigurationError",
+        "Limits",
         "MemoryTaskStore",
         "Progress",
         "SQLiteTaskStore",

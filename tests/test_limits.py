@@ -1,0 +1,78 @@
+"""Size limits: clear errors that name the limit, nothing stored; big documents work."""
+
+from __future__ import annotations
+
+import pytest
+from fastmcp import Context, FastMCP
+
+from fastmcp_tasks import Limits, TasksExtension
+from tests.wire import WireError, connect
+
+pytestmark = pytest.mark.anyio
+
+DOCUMENT = "x" * (3 * 1024 * 1024)  # a 3 MiB document
+
+
+def sized_server(limits: Limits | None = None) -> FastMCP:
+    mcp = FastMCP("sizes")
+    mcp.add_extension(TasksExtension(limits=limits))
+
+    @mcp.tool(task=True)
+    async def echo_document(text: str) -> str:
+        return text
+
+    @mcp.tool(task=True)
+    async def grow(n: int) -> str:
+        return "y" * n
+
+    @mcp.tool(task=True)
+    async def ask(ctx: Context) -> str:
+        return (await ctx.elicit("?", str)).action
+
+    return mcp
+
+
+async def test_a_multi_megabyte_document_works_by_default(transport: str) -> None:
+    async with connect(sized_server(), transport) as wire:
+        created = await wire.call_tool("echo_document", {"text": DOCUMENT})
+        done = await wire.wait(created["taskId"])
+    assert done["result"]["content"][0]["text"] == DOCUMENT
+
+
+async def test_arguments_over_the_cap_are_refused(transport: str) -> None:
+    mcp = sized_server(Limits(max_argument_bytes=1000))
+    async with connect(mcp, transport) as wire:
+        with pytest.raises(WireError) as info:
+            await wire.call_tool("echo_document", {"text": "z" * 2000})
+        assert info.value.code == -32602
+        assert "max_argument_bytes=1000" in info.value.message
+        assert info.value.data["limit"] == "max_argument_bytes"
+        small = await wire.call_tool("echo_document", {"text": "fits"})
+        await wire.wait(small["taskId"])
+    assert len(mcp._extensions["io.modelcontextprotocol/tasks"].store) == 1  # type: ignore[attr-defined]
+
+
+async def test_answers_over_the_cap_are_refused_and_stay_outstanding(transport: str) -> None:
+    async with connect(sized_server(Limits(max_input_bytes=500)), transport) as wire:
+        created = await wire.call_tool("ask")
+        parked = await wire.wait(created["taskId"], {"input_required"})
+        (key,) = parked["inputRequests"]
+        with pytest.raises(WireError) as info:
+            await wire.update(
+                created["taskId"], {key: {"action": "accept", "content": {"value": "v" * 600}}}
+            )
+        assert info.value.code == -32602 and "max_input_bytes=500" in info.value.message
+        still = await wire.get(created["taskId"])
+        assert still["status"] == "input_required" and key in still["inputRequests"]
+        await wire.update(created["taskId"], {key: {"action": "decline"}})
+        done = await wire.wait(created["taskId"])
+    assert done["result"]["content"][0]["text"] == "decline"
+
+
+async def test_a_result_over_the_cap_fails_the_task(transport: str) -> None:
+    async with connect(sized_server(Limits(max_result_bytes=10_000)), transport) as wire:
+        created = await wire.call_tool("grow", {"n": 20_000})
+        done = await wire.wait(created["taskId"])
+    assert done["status"] == "failed"
+    assert done["error"]["code"] == -32603
+    assert "max_result_bytes=10000" in done["error"]["message"]
