@@ -15,6 +15,7 @@ from __future__ import annotations
 from fastmcp_tasks.client import register_transparent_client
 from fastmcp_tasks.errors import ConfigurationError, TaskLimitExceeded, TasksError
 from fastmcp_tasks.extension import TasksExtension
+from fastmcp_tasks.handles import ToolTask, call_tool_task
 from fastmcp_tasks.limits import Limits
 from fastmcp_tasks.options import task_options
 from fastmcp_tasks.progress import Progress
@@ -25,6 +26,7 @@ from fastmcp_tasks.stores import (
     TaskStore,
     store_from_url,
 )
+from fastmcp_tasks.tasklog import TaskLog
 from fastmcp_tasks.wire import TASKS_EXTENSION_ID
 
 __version__ = "0.1.0.dev0"
@@ -39,11 +41,14 @@ __all__ = [
     "Progress",
     "SQLiteTaskStore",
     "TaskLimitExceeded",
+    "TaskLog",
     "TaskRecord",
     "TaskStore",
     "TasksError",
     "TasksExtension",
+    "ToolTask",
     "__version__",
+    "call_tool_task",
     "store_from_url",
     "task_options",
 ]

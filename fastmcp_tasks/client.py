@@ -89,7 +89,7 @@ class UpdateTaskRequest(Request[UpdateTaskParams, Literal["tasks/update"]]):
     name_param = "taskId"
 
 
-def _outcome(task_id: str, state: dict[str, Any]) -> mcp_types.CallToolResult:
+def task_outcome(task_id: str, state: dict[str, Any]) -> mcp_types.CallToolResult:
     """The final result of a terminal task, or the error it ended with (C71)."""
     status = state.get("status")
     if status == "completed":
@@ -203,7 +203,7 @@ class TasksClientExtension(ClientExtension):
         finally:
             self._watchers.pop(task_id, None)
             pushes_in.close()
-        return _outcome(task_id, state)
+        return task_outcome(task_id, state)
 
     async def _listen(self, ctx: ClaimContext, task_id: str) -> None:
         """Subscribe to the task's changes; on any refusal, polling carries on alone."""

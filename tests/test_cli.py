@@ -1,0 +1,194 @@
+"""The client commands of `fastmcp-tasks` (call, get, wait, cancel), as a person runs them.
+
+Every test drives the real entry point (`python -m fastmcp_tasks ...`) in a
+subprocess against `tests/durable_server.py` served over HTTP in another one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from fastmcp import Client
+
+from fastmcp_tasks.cli import parse_arguments
+from fastmcp_tasks.handles import call_tool_task
+from tests.test_durability import Server, release, started_in
+
+pytestmark = pytest.mark.anyio
+
+ROOT = Path(__file__).parent.parent
+COMMAND = [sys.executable, "-m", "fastmcp_tasks"]
+
+
+@dataclass
+class Live:
+    url: str
+    markers: Path
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+    base = tmp_path_factory.mktemp("cli")
+    markers = base / "markers"
+    markers.mkdir()
+    server = Server(base / "tasks.db", markers)
+    try:
+        anyio.run(server.ready)
+        yield Live(server.url, markers)
+    finally:
+        server.stop()
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*COMMAND, *args], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+async def create(live: Live, tool: str, arguments: dict[str, Any]) -> str:
+    async with Client(live.url) as client:
+        task = await call_tool_task(client, tool, arguments)
+    assert task.task_id is not None
+    return task.task_id
+
+
+async def status_becomes(live: Live, task_id: str, status: str) -> dict[str, Any]:
+    with anyio.fail_after(15):
+        while True:
+            done = await anyio.run_process([*COMMAND, "get", live.url, task_id], cwd=ROOT)
+            state = json.loads(done.stdout)
+            if state["status"] == status:
+                return state
+            await anyio.sleep(0.1)
+
+
+def test_arguments_are_json_when_they_parse() -> None:
+    assert parse_arguments(["a=1", "b=x y", 'c={"k": [1]}', "d=true", "e=", "f=a=b"]) == {
+        "a": 1,
+        "b": "x y",
+        "c": {"k": [1]},
+        "d": True,
+        "e": "",
+        "f": "a=b",
+    }
+    with pytest.raises(SystemExit):
+        parse_arguments(["novalue"])
+
+
+def test_call_prints_the_task_id_the_status_and_the_result(live: Live) -> None:
+    done = cli("call", live.url, "quick", "text=hello")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("task ") and len(lines[0].split()[1]) >= 16
+    assert lines[-1] == "quick hello"
+    assert any(line.startswith("[completed]") for line in lines[1:-1])
+    assert "\r" not in done.stdout  # not a terminal: plain lines
+    assert done.stderr == ""
+
+
+def test_call_rewrites_the_status_line_on_a_terminal(live: Live) -> None:
+    leader, follower = os.openpty()
+    try:
+        done = subprocess.run(
+            [*COMMAND, "call", live.url, "quick", "text=tty"],
+            cwd=ROOT,
+            stdout=follower,
+            stderr=subprocess.PIPE,
+            timeout=60,
+            check=False,
+        )
+        os.close(follower)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:  # EIO: the terminal has no writer left
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(leader)
+    shown = b"".join(chunks).decode()
+    assert done.returncode == 0, done.stderr
+    assert "\r\x1b[K[working]" in shown or "\r\x1b[K[completed]" in shown
+    assert shown.rstrip().endswith("quick tty")
+
+
+def test_a_tool_error_exits_1_with_the_message(live: Live) -> None:
+    done = cli("call", live.url, "quick", "text=42")  # 42 is JSON: not the string the tool takes
+    assert done.returncode == 1
+    assert "the tool reported an error" in done.stderr and "valid string" in done.stderr
+
+
+async def test_get_and_wait_show_a_task(live: Live) -> None:
+    task_id = await create(live, "plain_job", {"key": "waited"})
+    got = await anyio.run_process([*COMMAND, "get", live.url, task_id], cwd=ROOT)
+    state = json.loads(got.stdout)
+    assert state["taskId"] == task_id and state["status"] == "working"
+    await started_in(live.markers, "waited")
+    async with await anyio.open_process([*COMMAND, "wait", live.url, task_id], cwd=ROOT) as proc:
+        release(live.markers, "waited")
+        assert proc.stdout is not None
+        out = b"".join([chunk async for chunk in proc.stdout]).decode()
+        assert await proc.wait() == 0
+    assert out == "plain waited\n"
+    state = await status_becomes(live, task_id, "completed")
+    assert state["result"]["content"][0]["text"] == "plain waited"
+
+
+async def test_cancel_then_wait_reports_the_cancellation(live: Live) -> None:
+    task_id = await create(live, "plain_job", {"key": "doomed"})
+    done = await anyio.run_process([*COMMAND, "cancel", live.url, task_id], cwd=ROOT)
+    assert done.stdout.decode() == f"cancel requested for task {task_id}\n"
+    await status_becomes(live, task_id, "cancelled")
+    again = await anyio.run_process([*COMMAND, "cancel", live.url, task_id], cwd=ROOT, check=False)
+    assert again.returncode == 1 and b"already cancelled" in again.stderr
+    waited = await anyio.run_process([*COMMAND, "wait", live.url, task_id], cwd=ROOT, check=False)
+    assert waited.returncode == 1 and b"was cancelled" in waited.stderr
+
+
+def test_errors_are_clear_and_exit_nonzero(live: Live) -> None:
+    unknown = cli("get", live.url, "no-such-task")
+    assert unknown.returncode == 1 and "Task not found" in unknown.stderr
+    assert unknown.stdout == ""
+    unreachable = cli("wait", "http://127.0.0.1:9/mcp", "x")
+    assert (
+        unreachable.returncode == 1 and "cannot reach http://127.0.0.1:9/mcp" in unreachable.stderr
+    )
+    not_a_url = cli("get", "server.py", "x")
+    assert not_a_url.returncode == 2 and "http(s) URL" in not_a_url.stderr
+
+
+async def test_call_timeout_cancels_the_task(live: Live) -> None:
+    args = [*COMMAND, "call", live.url, "plain_job", "key=slow", "--timeout", "1"]
+    done = await anyio.run_process(args, cwd=ROOT, check=False)
+    assert done.returncode == 1 and b"timed out; the task was cancelled" in done.stderr
+    task_id = done.stdout.decode().splitlines()[0].split()[1]
+    await status_becomes(live, task_id, "cancelled")
+
+
+async def test_ctrl_c_cancels_the_task(live: Live) -> None:
+    args = [*COMMAND, "call", live.url, "plain_job", "key=interrupted"]
+    async with await anyio.open_process(args, cwd=ROOT) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        seen = b""
+        while b"\n" not in seen:  # the first line is the task id
+            seen += await proc.stdout.receive()
+        task_id = seen.decode().splitlines()[0].split()[1]
+        await started_in(live.markers, "interrupted")
+        proc.send_signal(signal.SIGINT)
+        assert await proc.wait() == 130
+        err = b"".join([chunk async for chunk in proc.stderr]).decode()
+    assert f"interrupted: cancelled task {task_id}" in err
+    await status_becomes(live, task_id, "cancelled")
