@@ -1,6 +1,6 @@
 """A server on a SQLite store, run as a real subprocess by the crash and multi-process tests.
 
-    python tests/durable_server.py --db PATH --port N --dir MARKERS
+    python tests/durable_server.py --db PATH|URL --port N --dir MARKERS
 
 Tools wait for marker files (`MARKERS/<key>.go`) so a test in another process can
 release them, and write `MARKERS/<key>.started.<pid>` when they start.
@@ -28,10 +28,10 @@ FAST = TaskConfig(poll_interval=timedelta(milliseconds=50))
 
 
 def build(db: str, markers: Path, concurrency: int = 100) -> FastMCP:
+    """`db` is a SQLite file path, or a full store URL (`redis://...`)."""
+    url = db if "://" in db else f"sqlite:///{db}"
     mcp = FastMCP("durable")
-    mcp.add_extension(
-        TasksExtension(url=f"sqlite:///{db}", lease=timedelta(seconds=2), concurrency=concurrency)
-    )
+    mcp.add_extension(TasksExtension(url=url, lease=timedelta(seconds=2), concurrency=concurrency))
 
     async def hold(key: str) -> None:
         (markers / f"{key}.started.{os.getpid()}").touch()

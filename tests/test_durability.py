@@ -15,6 +15,8 @@ import anyio
 import httpx
 import pytest
 
+from tests.test_listen import _listen_params, http_listen
+from tests.test_store_contract import REDIS_URL, redis_store
 from tests.wire import Wire, free_port, http_wire_for
 
 pytestmark = pytest.mark.anyio
@@ -23,7 +25,7 @@ SERVER = Path(__file__).parent / "durable_server.py"
 
 
 class Server:
-    def __init__(self, db: Path, markers: Path, concurrency: int = 100) -> None:
+    def __init__(self, db: Path | str, markers: Path, concurrency: int = 100) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         self.process = subprocess.Popen(
@@ -69,9 +71,24 @@ class Server:
             self.process.stderr.close()
 
 
+@pytest.fixture(params=["sqlite", "redis"])
+async def store_at(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    """Where the servers keep their tasks: a SQLite file, or a Redis prefix (cleaned up)."""
+    if request.param == "sqlite":
+        yield str(tmp_path / "tasks.db")
+        return
+    store = redis_store()  # skips without Redis (fails when CI=true)
+    yield f"{REDIS_URL}?prefix={store.keys.prefix}"  # type: ignore[attr-defined]
+    await store.open()
+    await store.close()  # deletes the prefix's keys
+
+
 @contextmanager
-def servers(tmp_path: Path, count: int, concurrency: int = 100) -> Iterator[list[Server]]:
-    db, markers = tmp_path / "tasks.db", tmp_path / "markers"
+def servers(
+    tmp_path: Path, count: int, concurrency: int = 100, db: Path | str | None = None
+) -> Iterator[list[Server]]:
+    markers = tmp_path / "markers"
+    db = db if db is not None else tmp_path / "tasks.db"
     markers.mkdir(exist_ok=True)
     started = [Server(db, markers, concurrency) for _ in range(count)]
     try:
@@ -103,7 +120,9 @@ class Worker(Server):
 
     async def ready(self) -> None:
         line = await anyio.to_thread.run_sync(self.process.stdout.readline)  # type: ignore[union-attr]
-        assert line.startswith(b"fastmcp-tasks worker: sqlite://"), line
+        assert line.startswith(
+            (b"fastmcp-tasks worker: sqlite://", b"fastmcp-tasks worker: redis")
+        ), line
 
     def stop(self) -> None:
         super().stop()
@@ -131,9 +150,9 @@ def answer(key: str, value: bool = True) -> dict[str, Any]:
     return {key: {"action": "accept", "content": {"value": value}}}
 
 
-async def test_sigkill_then_restart_keeps_every_task(tmp_path: Path) -> None:
+async def test_sigkill_then_restart_keeps_every_task(tmp_path: Path, store_at: str) -> None:
     markers = tmp_path / "markers"
-    with servers(tmp_path, 1) as (first,):
+    with servers(tmp_path, 1, db=store_at) as (first,):
         async with wire_to(first) as wire:
             quick = await wire.call_tool("quick", {"text": "hi"})
             quick_done = await wire.wait(quick["taskId"])
@@ -148,7 +167,7 @@ async def test_sigkill_then_restart_keeps_every_task(tmp_path: Path) -> None:
             await wire.wait(asked, {"input_required"})
         first.kill()
 
-    with servers(tmp_path, 1) as (second,):
+    with servers(tmp_path, 1, db=store_at) as (second,):
         async with wire_to(second) as wire:
             # a finished task: identical after the crash
             assert await wire.get(quick["taskId"]) == quick_done
@@ -178,9 +197,9 @@ async def test_sigkill_then_restart_keeps_every_task(tmp_path: Path) -> None:
             assert finished["result"]["content"][0]["text"].startswith("retry? -> accept:True")
 
 
-async def test_two_processes_share_one_file(tmp_path: Path) -> None:
+async def test_two_processes_share_one_store(tmp_path: Path, store_at: str) -> None:
     markers = tmp_path / "markers"
-    with servers(tmp_path, 2) as (a, b):
+    with servers(tmp_path, 2, db=store_at) as (a, b):
         async with wire_to(a) as on_a, wire_to(b) as on_b:
             # created on A, read on B
             created = await on_a.call_tool("quick", {"text": "shared"})
@@ -201,9 +220,11 @@ async def test_two_processes_share_one_file(tmp_path: Path) -> None:
             assert answered["result"]["content"][0]["text"] == "go? -> accept:False"
 
 
-async def test_a_dead_process_tasks_are_recovered_by_the_live_one(tmp_path: Path) -> None:
+async def test_a_dead_process_tasks_are_recovered_by_the_live_one(
+    tmp_path: Path, store_at: str
+) -> None:
     markers = tmp_path / "markers"
-    with servers(tmp_path, 2) as (a, b):
+    with servers(tmp_path, 2, db=store_at) as (a, b):
         async with wire_to(a) as on_a, wire_to(b) as on_b:
             idem = (await on_a.call_tool("idempotent_job", {"key": "move"}))["taskId"]
             plain = (await on_a.call_tool("plain_job", {"key": "lost"}))["taskId"]
@@ -216,13 +237,14 @@ async def test_a_dead_process_tasks_are_recovered_by_the_live_one(tmp_path: Path
             release(markers, "move")
             moved = await on_b.wait(idem, within=15)
             assert moved["result"]["content"][0]["text"] == f"idempotent move in {b.process.pid}"
-    assert (tmp_path / "tasks.db").stat().st_size > 0
 
 
-async def test_front_end_and_workers_through_the_command_line(tmp_path: Path) -> None:
+async def test_front_end_and_workers_through_the_command_line(
+    tmp_path: Path, store_at: str
+) -> None:
     markers = tmp_path / "markers"
-    with servers(tmp_path, 1, concurrency=0) as (front,):
-        workers = [Worker(tmp_path / "tasks.db", markers) for _ in range(2)]
+    with servers(tmp_path, 1, concurrency=0, db=store_at) as (front,):
+        workers = [Worker(store_at, markers) for _ in range(2)]
         try:
             for worker in workers:
                 await worker.ready()
@@ -231,6 +253,16 @@ async def test_front_end_and_workers_through_the_command_line(tmp_path: Path) ->
                 assert quick["statusMessage"].startswith("Queued")
                 done = await wire.wait(quick["taskId"])
                 assert done["result"]["content"][0]["text"] == "quick far"
+                # a subscriber on the front end hears a completion made by a worker
+                pushed = (await wire.call_tool("plain_job", {"key": "push"}))["taskId"]
+                await started_in(markers, "push")
+                async with http_listen(front.url, _listen_params([pushed])) as frames:
+                    await frames.next()  # the ack
+                    release(markers, "push")
+                    final = await frames.until(
+                        lambda f: f.get("params", {}).get("status") == "completed"
+                    )
+                assert final["params"]["result"]["content"][0]["text"] == "plain push"
                 # SIGTERM drains: the running task may finish within the grace period
                 drained = (await wire.call_tool("plain_job", {"key": "drain"}))["taskId"]
                 await started_in(markers, "drain")
@@ -241,7 +273,7 @@ async def test_front_end_and_workers_through_the_command_line(tmp_path: Path) ->
                 assert await anyio.to_thread.run_sync(runner.process.wait, 15) == 0
                 # SIGKILL a worker mid-task: the idempotent task moves to the survivor
                 survivor = next(w for w in workers if w is not runner)
-                other = Worker(tmp_path / "tasks.db", markers)
+                other = Worker(store_at, markers)
                 workers.append(other)
                 await other.ready()
                 moved = (await wire.call_tool("idempotent_job", {"key": "hop"}))["taskId"]
