@@ -1,12 +1,14 @@
 """fastmcp-tasks benchmark: sync vs. task latency, tasks/get cost, throughput, memory,
 input round trips, push (subscriptions/listen) vs. polling, and a progress flood.
-Latency, tasks/get and throughput also run on the SQLite store, beside the memory
-store and interleaved with it (`--stores memory,sqlite`).
+Latency, tasks/get and throughput also run on the SQLite and Redis stores, beside the
+memory store and interleaved with it (`--stores memory,sqlite,redis`; Redis only when
+it answers), and a Redis scale-out phase runs tasks through a `concurrency=0` front end
+on 1 and on 2 worker processes (`python -m fastmcp_tasks worker bench/redis_app.py`).
 
 Run from the repo root:
 
-    .venv/bin/python -m bench.run            # full run (~3 min on 2 cores)
-    .venv/bin/python -m bench.run --quick    # smoke run (~40 s)
+    .venv/bin/python -m bench.run            # full run (~4.5 min on 2 cores)
+    .venv/bin/python -m bench.run --quick    # smoke run (~55 s)
 
 Prints a table and writes JSON to bench/results/latest.json. See bench/README.md.
 
@@ -21,8 +23,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import contextlib
 import gc
+import itertools
 import json
 import math
 import os
@@ -30,6 +34,7 @@ import platform
 import random
 import secrets
 import shutil
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -37,7 +42,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -68,7 +73,7 @@ MODERN = "2026-07-28"
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
 TOOL = "noop"
 #: Task stores the latency, tasks/get and throughput phases can run on (`--stores`).
-STORES = ("memory", "sqlite")
+STORES = ("memory", "sqlite", "redis")
 RESULTS = Path(__file__).resolve().parent / "results"
 
 SUB = "io.modelcontextprotocol/subscriptionId"
@@ -108,7 +113,8 @@ def make_server(
 ) -> FastMCP:
     """The bench server: `noop`; with a `probe`, also `asker`, `waiter` and `flood`.
 
-    `url` names the task store (`memory://`, or `sqlite:///...` from `store_url`).
+    `url` names the task store (`memory://`, `sqlite:///...` or `redis://...` from
+    `store_url`).
     """
     mcp = FastMCP("bench")
     mcp.add_extension(TasksExtension(url=url, max_tasks=max_tasks))
@@ -154,12 +160,22 @@ def extension(server: FastMCP) -> TasksExtension:
     return server._extensions[TASKS]  # type: ignore[attr-defined,no-any-return]
 
 
-@contextlib.contextmanager
-def store_url(store: str) -> Iterator[str]:
-    """The store URL of one server: `memory://`, or a fresh SQLite file in a temporary
-    directory (`tempfile.mkdtemp`), removed with its `-wal`/`-shm` files afterwards."""
+@asynccontextmanager
+async def store_url(store: str) -> AsyncIterator[str]:
+    """The store URL of one server: `memory://`; a fresh SQLite file in a temporary
+    directory (`tempfile.mkdtemp`), removed with its `-wal`/`-shm` files afterwards; or
+    Redis under a prefix of its own (`redis_prefix`), whose keys are deleted afterwards
+    (`RedisTaskStore.clear()`, once the server using it is down)."""
     if store == "memory":
         yield "memory://"
+        return
+    if store == "redis":
+        url = redis_store_url(redis_prefix())
+        try:
+            yield url
+        finally:
+            with anyio.CancelScope(shield=True):
+                await clear_redis(url)
         return
     if store != "sqlite":
         raise SystemExit(f"unknown store {store!r} (known: {', '.join(STORES)})")
@@ -170,13 +186,100 @@ def store_url(store: str) -> Iterator[str]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
+# --- Redis ---------------------------------------------------------------------------------
+
+REDIS_URL = "redis://127.0.0.1:6379/15"  # set from --redis-url
+#: Every key prefix of this run starts with it (one prefix per server, `redis_prefix`).
+REDIS_RUN = f"fastmcp-tasks-bench-{os.getpid()}-{secrets.token_hex(3)}"
+_redis_prefixes = itertools.count(1)
+_redis_client: Any = None
+
+
+def redis_prefix() -> str:
+    """A key prefix used by no other store, this run's or another's."""
+    return f"{REDIS_RUN}-{next(_redis_prefixes)}"
+
+
+def redis_store_url(prefix: str) -> str:
+    return f"{REDIS_URL}{'&' if '?' in REDIS_URL else '?'}prefix={prefix}"
+
+
+def redis_answers(url: str) -> str | None:
+    """`None` when Redis at `url` answers PING within 1 s, else why not."""
+    try:
+        import redis
+    except ImportError as exc:
+        return f"the redis package is missing ({exc})"
+    try:
+        with contextlib.closing(redis.Redis.from_url(url, socket_connect_timeout=1)) as client:
+            client.ping()
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def redis_client() -> Any:
+    """A blocking redis-py client of the harness's own (untimed reads, cleanup)."""
+    global _redis_client
+    if _redis_client is None:
+        import redis
+
+        _redis_client = redis.Redis.from_url(REDIS_URL, decode_responses=True)
+    return _redis_client
+
+
+async def clear_redis(url: str) -> int:
+    """Delete every key of the store at `url` (`RedisTaskStore.clear()`); how many."""
+    from fastmcp_tasks.stores.redis import RedisTaskStore
+
+    store = RedisTaskStore(url)
+    await store.open()
+    try:
+        return await store.clear()
+    finally:
+        await store.close()
+
+
+def redis_leftovers() -> int:
+    """Untimed, at the end: delete any key of this run still in Redis; how many there were."""
+    client = redis_client()
+    keys = list(client.scan_iter(match=f"{{{REDIS_RUN}-*", count=1000))
+    for start in range(0, len(keys), 1000):
+        client.unlink(*keys[start : start + 1000])
+    return len(keys)
+
+
+def store_kind(server: FastMCP) -> str:
+    """`memory`, `sqlite` or `redis`: the store the server's extension uses."""
+    return str(extension(server).store.scheme)  # type: ignore[attr-defined]
+
+
+def redis_counts(server: FastMCP) -> dict[str, int]:
+    """Sizes of a Redis store's indexes (`active`, `queued`, `terminal`), read directly."""
+    keys = extension(server).store.keys  # type: ignore[attr-defined]
+    client = redis_client()
+    return {
+        "active": int(client.zcard(keys.active)),
+        "queued": int(client.zcard(keys.queued)),
+        "terminal": int(client.zcard(keys.terminal)),
+    }
+
+
+def redis_used_mib() -> float:
+    """The whole Redis server's `used_memory`, in MiB."""
+    return round(int(redis_client().info("memory")["used_memory"]) / 2**20, 1)
+
+
 def sqlite_path(server: FastMCP) -> Path | None:
-    """The database file of a server on the SQLite store (`None` for the memory store)."""
+    """The database file of a server on the SQLite store (`None` for the other stores)."""
     return getattr(extension(server).store, "path", None)
 
 
 def retained(server: FastMCP) -> int:
-    """Tasks the server's store holds (for SQLite, counted on a connection of our own)."""
+    """Tasks the server's store holds (SQLite, Redis: counted on a connection of our own)."""
+    if store_kind(server) == "redis":
+        counts = redis_counts(server)
+        return counts["active"] + counts["terminal"]
     path = sqlite_path(server)
     if path is None:
         return len(extension(server).store)  # type: ignore[arg-type]
@@ -185,7 +288,7 @@ def retained(server: FastMCP) -> int:
 
 
 def db_mib(server: FastMCP) -> float | None:
-    """Size of the SQLite database with its WAL, in MiB (`None` for the memory store)."""
+    """Size of the SQLite database with its WAL, in MiB (`None` for the other stores)."""
     path = sqlite_path(server)
     if path is None:
         return None
@@ -521,7 +624,16 @@ class ServerClock:
 async def http_transport(server: FastMCP, listen: bool = False) -> AsyncIterator[Conn]:
     port = _free_port()
     clock = ServerClock(server.http_app())
-    config = uvicorn.Config(clock, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    # Keep-alive connections may idle through an untimed fill (100k Redis tasks take
+    # longer than uvicorn's default 5 s keep-alive): the idle timeout is 10 min here.
+    config = uvicorn.Config(
+        clock,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        lifespan="on",
+        timeout_keep_alive=600,
+    )
     uv = uvicorn.Server(config)
     counter = 0
 
@@ -640,7 +752,7 @@ async def servers(
     async with contextlib.AsyncExitStack() as stack:
         up: dict[str, tuple[FastMCP, Conn]] = {}
         for store in stores:
-            server = make_server(max_tasks, url=stack.enter_context(store_url(store)))
+            server = make_server(max_tasks, url=await stack.enter_async_context(store_url(store)))
             up[store] = (server, await stack.enter_async_context(TRANSPORTS[kind](server)))
         yield up
 
@@ -693,13 +805,14 @@ async def drain(server: FastMCP, task_id: str) -> None:
 
 
 async def quiet(server: FastMCP) -> None:
-    """Untimed, SQLite only: a write wakes the store's change-feed readers, which then read
-    the new rows in a worker thread; give them 1 ms so the next sample starts idle.
+    """Untimed, SQLite and Redis: a write wakes the store's change-feed readers, which then
+    read the new rows in a worker thread (SQLite) or get the `XREAD BLOCK` reply for the
+    new stream entry (Redis); give them 1 ms so the next sample starts idle.
 
     The loop spins (`sleep(0)`) rather than sleeping: a process that goes idle for a
     millisecond on a busy machine pays a wake-up cost in the next, timed, call.
     """
-    if sqlite_path(server) is not None:
+    if store_kind(server) != "memory":
         end = time.perf_counter() + 0.001
         while time.perf_counter() < end:  # noqa: ASYNC110 - a spin, not a wait
             await asyncio.sleep(0)
@@ -707,6 +820,8 @@ async def quiet(server: FastMCP) -> None:
 
 def active_tasks(server: FastMCP) -> int:
     """Tasks of the server's store still `working` or `input_required`."""
+    if store_kind(server) == "redis":
+        return redis_counts(server)["active"]
     path = sqlite_path(server)
     if path is None:
         records = extension(server).store._tasks.values()  # type: ignore[attr-defined]
@@ -830,6 +945,16 @@ class Config:
     flood_runs: int = 3
     stores: list[str] = field(default_factory=lambda: list(STORES))
     store_transports: tuple[str, ...] = ("memory", "http")
+    redis_skipped: str | None = None  # why the default run left Redis out
+    scaleout_tasks: int = 2000
+    scaleout_sleep_ms: float = 50.0
+    scaleout_transport: str = "memory"
+    worker_concurrency: int = 10
+    watch_batch: int = 100
+    scaleout_observe: str = "poll"
+    scaleout_pollers: int = 2
+    scaleout_poll_ms: float = 20.0
+    scaleout_order: tuple[int, ...] = (1, 2, 2, 1)
 
     def stores_for(self, kind: str) -> list[str]:
         """The stores of the latency, tasks/get and throughput phases on transport `kind`
@@ -900,12 +1025,17 @@ async def fill_store(server: FastMCP, count: int, template: TaskRecord) -> tuple
     `create`, then `transition(..., "completed", result=...)`), with its own copy
     of a real task's result. SQLite store: rows equal to `template` (a task run
     through the wire) but for id and times, written in one transaction on a
-    connection of the harness's own (`executemany` of the store's INSERT).
+    connection of the harness's own (`executemany` of the store's INSERT). Redis
+    store: the same records through the store's own `create` (its Lua script and
+    argument encoding), pipelined 1,000 at a time (`redis_fill`).
     """
     ext = extension(server)
     store = ext.store
     ids = [secrets.token_urlsafe(24) for _ in range(count)]
     start = time.perf_counter()
+    if store_kind(server) == "redis":
+        await redis_fill(store, ids, template)
+        return time.perf_counter() - start, ids
     path = sqlite_path(server)
     if path is not None:
 
@@ -942,6 +1072,31 @@ async def fill_store(server: FastMCP, count: int, template: TaskRecord) -> tuple
         await store.create(record)
         await store.transition(record.task_id, "completed", result=json.loads(text))
     return time.perf_counter() - start, ids
+
+
+async def redis_fill(store: Any, ids: list[str], template: TaskRecord) -> None:
+    """Create a completed copy of `template` per id in a Redis store, 1,000 per pipeline.
+
+    `RedisTaskStore.create` builds the script call and awaits it on `store._client`;
+    with a pipeline in its place the call is only queued (nothing awaits real I/O, so
+    no other coroutine can run, and use the pipeline, before the client is put back).
+    """
+    client = store._client
+    for start in range(0, len(ids), 1000):
+        pipe = client.pipeline(transaction=False)
+        store._client = pipe
+        try:
+            for task_id in ids[start : start + 1000]:
+                now = time.time()
+                await store.create(
+                    replace(
+                        template, task_id=task_id, created_at=now, updated_at=now, terminal_at=now
+                    )
+                )
+        finally:
+            store._client = client
+        replies = await pipe.execute()
+        assert all(reply == "ok" for reply in replies), sorted(set(map(str, replies)))
 
 
 async def make_completed(server: FastMCP, send: Send, count: int) -> list[str]:
@@ -994,6 +1149,8 @@ async def bench_get(kind: str, cfg: Config) -> dict[str, Any]:
             }
             if sqlite_path(large_server) is not None:
                 stores[store]["db_mib_large"] = db_mib(large_server)
+            if store == "redis":  # the whole Redis server, every store of the run
+                stores[store]["redis_used_mib_large"] = redis_used_mib()
         sends = {
             (store, size): up[store][1]
             for store in small_up
@@ -1417,6 +1574,372 @@ async def bench_flood(kind: str, cfg: Config) -> dict[str, Any]:
     }
 
 
+# --- Redis scale-out: a front end (concurrency=0) and worker processes ----------------------
+
+REDIS_APP = Path(__file__).resolve().parent / "redis_app.py"
+SLEEPER = "sleeper"  # the tool of bench/redis_app.py
+#: Worker processes started and not yet seen to exit (killed at exit, if any is left).
+_live_workers: set[subprocess.Popen[bytes]] = set()
+_worker_logs = itertools.count(1)
+
+
+@atexit.register
+def _kill_leftover_workers() -> None:
+    for proc in list(_live_workers):
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        _live_workers.discard(proc)
+
+
+class Worker:
+    """One `python -m fastmcp_tasks worker bench/redis_app.py:mcp` process (the worker
+    command, as deployed), its output in `log`; `stop()` sends SIGTERM, then SIGKILL."""
+
+    def __init__(self, url: str, concurrency: int, sleep_ms: float, log: Path) -> None:
+        self.log = log
+        self.signalled = False
+        root = Path(__file__).resolve().parent.parent
+        cmd = [
+            sys.executable,
+            "-m",
+            "fastmcp_tasks",
+            "worker",
+            f"{REDIS_APP}:mcp",
+            "--concurrency",
+            str(concurrency),
+            "--grace",
+            "5",
+        ]
+        env = {**os.environ, "BENCH_REDIS_URL": url, "BENCH_SLEEP_MS": str(sleep_ms)}
+        with open(log, "wb") as out:  # the child keeps its own descriptor
+            self.proc = subprocess.Popen(
+                cmd,
+                cwd=root,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # a Ctrl-C of the harness reaches it through stop()
+            )
+        _live_workers.add(self.proc)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    async def ready(self, limit_s: float = 60) -> None:
+        """Wait until the worker has entered its lifespan (it prints `fastmcp-tasks worker:`)."""
+        with anyio.fail_after(limit_s):
+            while "fastmcp-tasks worker: " not in self.output():
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"worker exited ({self.proc.returncode}):\n{self.output()}")
+                await anyio.sleep(0.02)
+
+    def terminate(self) -> None:
+        """Send SIGTERM once (a second one, after the worker's handler is gone, kills it)."""
+        if not self.signalled and self.proc.poll() is None:
+            self.signalled = True
+            self.proc.send_signal(signal.SIGTERM)
+
+    async def stop(self, limit_s: float = 15) -> dict[str, Any]:
+        """SIGTERM (if not sent yet), then SIGKILL after `limit_s`; how it ended."""
+        start = time.perf_counter()
+        self.terminate()
+        killed = False
+        with anyio.move_on_after(limit_s):
+            while self.proc.poll() is None:  # noqa: ASYNC110 - a child process, no event
+                await anyio.sleep(0.02)
+        if self.proc.poll() is None:
+            killed = True
+            self.proc.kill()
+            self.proc.wait()
+        _live_workers.discard(self.proc)
+        return {
+            "pid": self.proc.pid,
+            "returncode": self.proc.returncode,
+            "sigkill": killed,
+            "stop_seconds": round(time.perf_counter() - start, 2),
+        }
+
+
+async def _scaleout_once(
+    server: FastMCP,
+    conn: Conn,
+    url: str,
+    workers: int,
+    tasks: int,
+    cfg: Config,
+    logs: Path,
+    warmup: int = 0,
+) -> dict[str, Any]:
+    """Start `workers` worker processes, run `tasks` tasks through the front end, stop them.
+
+    The clock runs from the first `tools/call` to the arrival of the last `completed`
+    frame. `concurrency` callers create the tasks (no polling); every `watch_batch`
+    created ids get a `subscriptions/listen` stream of their own on the front end,
+    read until each of its tasks has sent a terminal frame. `warmup` tasks run the
+    same way first, untimed (the front end's first creations and listens).
+    """
+    procs: list[Worker] = []
+    try:
+        t0 = time.perf_counter()
+        for i in range(workers):
+            log = logs / f"worker-{next(_worker_logs)}-of-{workers}-{i}.log"
+            procs.append(Worker(url, cfg.worker_concurrency, cfg.scaleout_sleep_ms, log))
+        for proc in procs:
+            await proc.ready()
+        startup_s = time.perf_counter() - t0
+        if warmup:
+            await _scaleout_drive(conn, warmup, cfg)
+        await _scaleout_idle(server)
+        gc.collect()
+        cpu = _cpu_seconds(procs)
+        drive = await _scaleout_drive(conn, tasks, cfg)
+        cpu = {k: round(v - cpu[k], 3) for k, v in _cpu_seconds(procs).items()}
+        await _scaleout_idle(server)
+    finally:
+        for proc in procs:  # SIGTERM to all first, then wait for each
+            proc.terminate()
+        stops = [await proc.stop() for proc in procs]
+    ids = drive.pop("ids")
+    wall_start = drive.pop("wall_start")
+    records = _completed_records(server, ids)
+    pids = {proc.proc.pid: i for i, proc in enumerate(procs)}
+    per_worker = [0] * workers
+    for owner, _, _ in records:
+        per_worker[pids[int(owner.split(":")[1])]] += 1
+    created = [c for _, c, _ in records]
+    ended = [t for _, _, t in records]
+    turnaround = sorted(int((t - c) * 1e9) for _, c, t in records)
+    return {
+        "workers": workers,
+        "tasks": tasks,
+        **drive,
+        # from the task hashes (wall clock, every process on this host): the store's own
+        # span and how long the last completion took to reach the listening client
+        "store_span_seconds": max(ended) - min(created),
+        "first_create_to_first_completed_seconds": min(ended) - min(created),
+        "last_completed_to_observed_seconds": wall_start + drive["seconds"] - max(ended),
+        "turnaround_ms_p50_max": [pct(turnaround, 50) / 1000, turnaround[-1] / 1e6],
+        "tasks_per_worker": per_worker,
+        # CPU seconds spent while the clock ran (a little past it for the workers)
+        "cpu_seconds": cpu,
+        "worker_startup_seconds": round(startup_s, 2),
+        **({"warmup_tasks": warmup} if warmup else {}),
+        "worker_stops": stops,
+    }
+
+
+def _cpu_seconds(procs: list[Worker]) -> dict[str, float]:
+    """CPU seconds (user + system) used so far by this process (the front end and the
+    client), by each worker (`/proc/<pid>/stat`) and by the Redis server (`INFO cpu`)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {"front_end": time.process_time()}
+    for i, proc in enumerate(procs):
+        with open(f"/proc/{proc.proc.pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+        out[f"worker_{i}"] = (int(fields[11]) + int(fields[12])) / tick
+    info = redis_client().info("cpu")
+    out["redis"] = float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+    return out
+
+
+async def _scaleout_idle(server: FastMCP) -> None:
+    """Untimed: wait until the store's indexes hold no active and no queued task."""
+    with anyio.fail_after(30):
+        while (counts := redis_counts(server))["active"] or counts["queued"]:  # noqa: ASYNC110
+            await anyio.sleep(0.01)
+
+
+def _print_worker_logs(logs: Path) -> None:
+    """On a failure: the end of every worker's output."""
+    for log in sorted(logs.iterdir()):
+        print(f"--- {log.name}\n{log.read_text(errors='replace')[-3000:]}", file=sys.stderr)
+
+
+def _completed_records(server: FastMCP, ids: list[str]) -> list[tuple[str, float, float]]:
+    """Untimed: (lease owner `host:pid:token`, created_at, terminal_at) of each of `ids`,
+    read from the task hashes; each must be `completed`."""
+    keys = extension(server).store.keys  # type: ignore[attr-defined]
+    client = redis_client()
+    out: list[tuple[str, float, float]] = []
+    for start in range(0, len(ids), 1000):
+        pipe = client.pipeline(transaction=False)
+        for task_id in ids[start : start + 1000]:
+            pipe.hmget(keys.task(task_id), "status", "lease_owner", "created_at", "terminal_at")
+        for status, owner, created, ended in pipe.execute():
+            assert status == "completed", status
+            out.append((owner, float(created), float(ended)))
+    return out
+
+
+async def _scaleout_drive(conn: Conn, tasks: int, cfg: Config) -> dict[str, Any]:
+    """Create `tasks` tasks with `concurrency` callers (no polling) and observe each one
+    completed, through the front end, by `scaleout_observe`:
+
+    - `poll`: `scaleout_pollers` pollers walk the created ids in creation order (poller
+      j takes every j-th), each asking `tasks/get` for its oldest unfinished task and,
+      while that one is not finished, again every `scaleout_poll_ms`. The queue is oldest
+      first, so a task is mostly polled once or twice; the last completion is seen at
+      most one interval late.
+    - `listen`: every `watch_batch` created ids get a `subscriptions/listen` stream of
+      their own, read until each of its tasks has sent a terminal frame.
+    """
+    remaining = tasks
+    ids: list[str] = []
+    pending: list[str] = []
+    done: dict[str, tuple[int, str]] = {}  # task id -> (when seen, terminal status)
+    frames = gets = 0
+    interval = cfg.scaleout_poll_ms / 1000
+
+    async def watch(task_ids: list[str]) -> None:
+        nonlocal frames
+        assert conn.listen is not None
+        left = set(task_ids)
+        async with conn.listen(task_ids) as stream:
+            while left:  # in memory the listen answer may overtake the last frames
+                stamp, message = await stream.next(limit_s=300)
+                if message.get("method") == "notifications/tasks":
+                    frames += 1
+                    task = message["params"]
+                    if task["status"] in TERMINAL and task["taskId"] in left:
+                        left.discard(task["taskId"])
+                        done[task["taskId"]] = (stamp, task["status"])
+                elif "error" in message:
+                    raise RpcError(f"listen failed: {message['error']}")
+
+    async def poller(send: Send, j: int) -> None:
+        nonlocal gets
+        i = j
+        while i < tasks:
+            if i >= len(ids):  # not created yet
+                await anyio.sleep(interval)
+                continue
+            with anyio.fail_after(300):
+                task = await get_task(send, ids[i])
+            gets += 1
+            if task["status"] in TERMINAL:
+                done[ids[i]] = (time.perf_counter_ns(), task["status"])
+                i += cfg.scaleout_pollers
+            else:
+                await anyio.sleep(interval)
+
+    async def creator(send: Send, group: Any) -> None:
+        nonlocal remaining
+        while remaining > 0:
+            remaining -= 1
+            task_id = await call_probe(send, SLEEPER, {})
+            ids.append(task_id)
+            if cfg.scaleout_observe == "listen":
+                pending.append(task_id)
+                if len(pending) >= cfg.watch_batch:
+                    group.start_soon(watch, pending[:])
+                    pending.clear()
+
+    async with contextlib.AsyncExitStack() as stack:  # a channel per caller and poller
+        sends = [
+            await stack.enter_async_context(conn.channel())
+            for _ in range(cfg.concurrency + cfg.scaleout_pollers)
+        ]
+        wall_start = time.time()
+        start = time.perf_counter_ns()
+        async with anyio.create_task_group() as group:
+            if cfg.scaleout_observe == "poll":
+                for j in range(cfg.scaleout_pollers):
+                    group.start_soon(poller, sends[cfg.concurrency + j], j)
+            async with anyio.create_task_group() as creators:
+                for send in sends[: cfg.concurrency]:
+                    creators.start_soon(creator, send, group)
+            created_ns = time.perf_counter_ns() - start
+            if pending:
+                group.start_soon(watch, pending[:])
+    last = max(stamp for stamp, _ in done.values())
+    statuses = {status for _, status in done.values()}
+    assert len(done) == tasks and statuses == {"completed"}, (len(done), statuses)
+    seconds = (last - start) / 1e9
+    streams = math.ceil(tasks / cfg.watch_batch)
+    observed = (
+        {"gets_per_task": gets / tasks}
+        if cfg.scaleout_observe == "poll"
+        else {"listen_streams": streams, "frames_per_task": frames / tasks}
+    )
+    return {
+        "ids": ids,
+        "wall_start": wall_start,
+        "seconds": seconds,
+        "tps": tasks / seconds,
+        "create_seconds": created_ns / 1e9,
+        **observed,
+    }
+
+
+async def bench_scaleout(cfg: Config) -> dict[str, Any]:
+    """Redis scale-out: `scaleout_tasks` tasks of `sleeper` (`await anyio.sleep(0.05)`)
+    through an in-process front end (`concurrency=0`), run by 1 and by 2 worker processes.
+
+    Runs in `scaleout_order` (full: the palindrome 1, 2, 2, 1 workers, half the tasks
+    each, so a linear drift cancels as in the throughput metric; quick: 1, 2, all the
+    tasks each). Each run starts its workers (untimed; the first run then also runs
+    warm-up tasks, untimed), the clock runs from the first create to the last
+    completion seen on the listen streams, and its workers then get SIGTERM
+    (SIGKILL after 15 s).
+    """
+    kind = cfg.scaleout_transport
+    n = cfg.scaleout_tasks
+    order = cfg.scaleout_order
+    k = order.count(1)
+    if sorted(set(order)) != [1, 2] or order.count(2) != k:
+        raise SystemExit(f"--scaleout-order: 1 and 2 the same number of times, got {order}")
+    parts = [n // k + (1 if j < n % k else 0) for j in range(k)]
+    logs = Path(tempfile.mkdtemp(prefix="fastmcp-tasks-bench-workers-"))
+    from bench.redis_app import build
+
+    runs: list[dict[str, Any]] = []
+    try:
+        async with store_url("redis") as url:
+            server = build(url, concurrency=0, sleep_ms=cfg.scaleout_sleep_ms)
+            async with TRANSPORTS[kind](server, listen=True) as conn:
+                for part, workers in enumerate(order):
+                    occurrence = order[:part].count(workers)
+                    tasks = parts[occurrence]
+                    warm = min(100, tasks // 2) if part == 0 else 0
+                    runs.append(
+                        await _scaleout_once(server, conn, url, workers, tasks, cfg, logs, warm)
+                    )
+                    print(
+                        f"  scale-out {workers} worker(s): {runs[-1]['tps']:.0f} tasks/s",
+                        file=sys.stderr,
+                    )
+    except BaseException:
+        _print_worker_logs(logs)
+        raise
+    finally:
+        shutil.rmtree(logs, ignore_errors=True)
+    by: dict[int, dict[str, Any]] = {}
+    for workers in (1, 2):
+        mine = [r for r in runs if r["workers"] == workers]
+        tasks, seconds = sum(r["tasks"] for r in mine), sum(r["seconds"] for r in mine)
+        by[workers] = {"tasks": tasks, "seconds": round(seconds, 3), "tps": tasks / seconds}
+    return {
+        "transport": kind,
+        "tasks": n,
+        "sleep_ms": cfg.scaleout_sleep_ms,
+        "worker_concurrency": cfg.worker_concurrency,
+        "callers": cfg.concurrency,
+        "ceiling_tps_per_worker": cfg.worker_concurrency * 1000 / cfg.scaleout_sleep_ms,
+        "order": order,
+        "observed_by": (
+            f"{cfg.scaleout_pollers} tasks/get pollers (every {cfg.scaleout_poll_ms:g} ms)"
+            if cfg.scaleout_observe == "poll"
+            else f"subscriptions/listen, {cfg.watch_batch} tasks per stream"
+        ),
+        "one_worker": by[1],
+        "two_workers": by[2],
+        "runs": runs,
+        "workers_left": sum(1 for proc in _live_workers if proc.poll() is None),
+    }
+
+
 # --- memory (in a fresh interpreter, memory transport only) -----------------------------------
 
 
@@ -1570,14 +2093,14 @@ def ratios_and_rows(results: dict[str, Any]) -> tuple[dict[str, Any], list[tuple
             s = lat["sync"]
             row(kind, "sync tools/call p50 / p99", f"{s['p50_us']:.0f} / {s['p99_us']:.0f} us")
             for store, st in lat["stores"].items():
-                c, base = st["create"], store == "memory"
+                c = st["create"]
                 row(
                     kind,
                     f"{_on(store)}task-creating tools/call p50 / p99",
                     f"{c['p50_us']:.0f} / {c['p99_us']:.0f} us",
                     c["p50_us"] / s["p50_us"],
                     f"{_prefix(store)}creation_p50/sync_p50",
-                    *(("<=", 1.3) if base else ()),
+                    *CREATION_TARGETS.get(store, ()),
                 )
         if get:
             ref = get["sync_reference"]
@@ -1593,9 +2116,9 @@ def ratios_and_rows(results: dict[str, Any]) -> tuple[dict[str, Any], list[tuple
                 for size, g in (("small", g1), ("large", g2)):
                     label = f"{_on(store)}tasks/get p50 / p99 ({st[f'retained_{size}']:,} retained)"
                     value = f"{g['p50_us']:.0f} / {g['p99_us']:.0f} us"
-                    if store == "memory":
-                        name = f"get_p50_{size}/sync_p50"
-                        row(kind, label, value, g["p50_us"] / base, name, "<=", 0.6)
+                    if store in GET_TARGETS:  # the target: against the same rounds' sync
+                        name = f"{pre}get_p50_{size}/sync_p50"
+                        row(kind, label, value, g["p50_us"] / base, name, *GET_TARGETS[store])
                     elif memory is not None:  # the target: against the memory store
                         row(
                             kind,
@@ -1644,8 +2167,7 @@ def ratios_and_rows(results: dict[str, Any]) -> tuple[dict[str, Any], list[tuple
                         value,
                         st["create_tps"] / memory["create_tps"],
                         f"{pre}create_tps/memory_create_tps",
-                        ">=",
-                        0.5,
+                        *((">=", 0.5) if store == "sqlite" else ()),
                     )
                 else:
                     row(
@@ -1737,6 +2259,33 @@ def ratios_and_rows(results: dict[str, Any]) -> tuple[dict[str, Any], list[tuple
                 f"{flood['traced_peak_kib']:.0f} KiB "
                 f"(no subscriber: {flood['traced_peak_kib_no_subscriber']:.0f} KiB)",
             )
+    so = results.get("scaleout")
+    if so:
+        kind, one, two = so["transport"], so["one_worker"], so["two_workers"]
+        ceiling = so["ceiling_tps_per_worker"]
+        row(
+            kind,
+            f"redis scale-out: ceiling per worker ({so['worker_concurrency']} slots x "
+            f"1/{so['sleep_ms']:g} ms)",
+            f"{ceiling:.0f} tasks/s",
+        )
+        row(
+            kind,
+            f"redis scale-out, 1 worker ({one['tasks']:,} tasks): first create -> last "
+            "completed / ceiling",
+            f"{one['tps']:.0f} tasks/s",
+            one["tps"] / ceiling,
+            "redis_scaleout_1w_tps/ceiling",
+        )
+        row(
+            kind,
+            f"redis scale-out, 2 workers ({two['tasks']:,} tasks) / 1 worker",
+            f"{two['tps']:.0f} tasks/s",
+            two["tps"] / one["tps"],
+            "redis_scaleout_2w_tps/1w_tps",
+            ">=",
+            1.7,
+        )
     mem = results.get("memory")
     if mem:
         value = mem["kib_per_task"]
@@ -1768,6 +2317,13 @@ def _prefix(store: str) -> str:
     return "" if store == "memory" else f"{store}_"
 
 
+#: Per store, the target of `creation_p50/sync_p50` (none: info).
+CREATION_TARGETS: dict[str, tuple[str, float]] = {"memory": ("<=", 1.3), "redis": ("<=", 2.0)}
+#: Per store, the target of `get_p50/sync_p50`; a store without one (SQLite) is
+#: compared with the memory store's get instead (`<= 2.0`).
+GET_TARGETS: dict[str, tuple[str, float]] = {"memory": ("<=", 0.6), "redis": ("<=", 1.5)}
+
+
 def _ratio(value: float) -> str:
     return f"{value:.2f}" if value >= 0.01 else f"{value:.1e}"
 
@@ -1794,16 +2350,65 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--quick",
         action="store_true",
-        help="smoke run (~40 s): 300 samples, 20,000 retained, 300 calls, 5,000 memory tasks, "
+        help="smoke run (~55 s): 300 samples, 20,000 retained, 300 calls, 5,000 memory tasks, "
         "50 input rounds, 20 pushed and 5 polled tasks (HTTP only), 1 flood run, "
-        "SQLite beside memory on the in-memory transport only",
+        "SQLite and Redis beside memory on the in-memory transport only, 300 scale-out tasks",
     )
     p.add_argument("--transports", default="memory,http", help="comma list of memory,http")
     p.add_argument(
         "--stores",
-        default=",".join(STORES),
         help="task stores of the latency, tasks/get and throughput phases, each on its own "
-        "server, interleaved (memory,sqlite); SQLite on a fresh temporary file per phase",
+        "server, interleaved (memory,sqlite,redis; redis only if it answers, else SKIPPED); "
+        "SQLite on a fresh temporary file, Redis under a fresh prefix, per server; "
+        "the scale-out phase runs when redis is listed",
+    )
+    p.add_argument(
+        "--redis-url",
+        default=REDIS_URL,
+        help=f"Redis for the redis store and the scale-out ({REDIS_URL}); each server uses a "
+        "prefix of its own and deletes its keys afterwards",
+    )
+    p.add_argument(
+        "--scaleout-tasks",
+        type=int,
+        help="tasks of the Redis scale-out per worker count, split over its runs "
+        "(2000; quick 300); 0 skips",
+    )
+    p.add_argument(
+        "--scaleout-order",
+        help="worker counts of the scale-out runs, in order (1,2,2,1; quick 1,2)",
+    )
+    p.add_argument(
+        "--worker-concurrency", type=int, default=10, help="--concurrency of each worker (10)"
+    )
+    p.add_argument(
+        "--scaleout-sleep-ms", type=float, default=50.0, help="how long each task sleeps (50)"
+    )
+    p.add_argument(
+        "--scaleout-transport",
+        choices=("memory", "http"),
+        default="memory",
+        help="transport between the harness and the in-process front end (memory)",
+    )
+    p.add_argument(
+        "--scaleout-observe",
+        choices=("poll", "listen"),
+        default="poll",
+        help="how the scale-out sees completions: pollers walking the ids in creation order "
+        "(poll, default) or subscriptions/listen streams (listen)",
+    )
+    p.add_argument("--scaleout-pollers", type=int, default=2, help="scale-out pollers (poll; 2)")
+    p.add_argument(
+        "--scaleout-poll-ms",
+        type=float,
+        default=20.0,
+        help="a poller's interval while its task is unfinished (poll; 20)",
+    )
+    p.add_argument(
+        "--watch-batch",
+        type=int,
+        default=100,
+        help="created tasks per subscriptions/listen stream (listen; 100)",
     )
     p.add_argument(
         "--store-transports",
@@ -1869,6 +2474,19 @@ def config(args: argparse.Namespace) -> Config:
     def pick(value: int | None, full: int, fast: int) -> int:
         return value if value is not None else (fast if quick else full)
 
+    redis_skipped = None
+    if args.stores is None:  # the default: Redis too, if it answers
+        stores = ["memory", "sqlite"]
+        why = redis_answers(REDIS_URL)
+        if why is None:
+            stores.append("redis")
+        else:
+            redis_skipped = f"{REDIS_URL} does not answer ({why})"
+    else:
+        stores = [s.strip() for s in args.stores.split(",") if s.strip()]
+        why = redis_answers(REDIS_URL) if "redis" in stores else None
+        if why is not None:
+            raise SystemExit(f"--stores redis: {REDIS_URL} does not answer ({why})")
     return Config(
         warmup=pick(args.warmup, 200, 50),
         latency_samples=pick(args.latency_samples, 2000, 300),
@@ -1881,7 +2499,19 @@ def config(args: argparse.Namespace) -> Config:
         poll_sleep_ms=args.poll_sleep_ms,
         memory_tasks=pick(args.memory_tasks, 50_000, 5_000),
         transports=[t.strip() for t in args.transports.split(",") if t.strip()],
-        stores=[s.strip() for s in args.stores.split(",") if s.strip()],
+        stores=stores,
+        redis_skipped=redis_skipped,
+        scaleout_tasks=pick(args.scaleout_tasks, 2000, 300),
+        scaleout_sleep_ms=args.scaleout_sleep_ms,
+        scaleout_transport=args.scaleout_transport,
+        worker_concurrency=args.worker_concurrency,
+        watch_batch=args.watch_batch,
+        scaleout_observe=args.scaleout_observe,
+        scaleout_pollers=args.scaleout_pollers,
+        scaleout_poll_ms=args.scaleout_poll_ms,
+        scaleout_order=tuple(
+            int(w) for w in (args.scaleout_order or ("1,2" if quick else "1,2,2,1")).split(",")
+        ),
         store_transports=tuple(
             t.strip()
             for t in (args.store_transports or ("memory" if quick else "memory,http")).split(",")
@@ -1921,6 +2551,11 @@ async def run_all(cfg: Config) -> dict[str, Any]:
             r[name] = await fn(kind, cfg)
             r[name]["phase_seconds"] = round(time.perf_counter() - t0, 2)
             print(f"  {kind:6} {name:10} done in {r[name]['phase_seconds']:.1f} s", file=sys.stderr)
+    if "redis" in cfg.stores and cfg.scaleout_tasks > 0:
+        t0 = time.perf_counter()
+        results["scaleout"] = await bench_scaleout(cfg)
+        results["scaleout"]["phase_seconds"] = round(time.perf_counter() - t0, 2)
+        print(f"  scale-out done in {results['scaleout']['phase_seconds']:.1f} s", file=sys.stderr)
     return results
 
 
@@ -1929,13 +2564,27 @@ def main(argv: list[str] | None = None) -> None:
     if args._memory_child is not None:
         print(json.dumps(asyncio.run(memory_child(args._memory_child, args.concurrency))))
         return
-    global HTTP_CLIENT
+    global HTTP_CLIENT, REDIS_URL
+    # SIGTERM unwinds like Ctrl-C, so worker processes are stopped and Redis keys deleted
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     HTTP_CLIENT = args.http_client
+    REDIS_URL = args.redis_url
     cfg = config(args)
     started = time.perf_counter()
     load_before = os.getloadavg()
     print(f"fastmcp-tasks bench ({'quick' if args.quick else 'full'}): {cfg}", file=sys.stderr)
-    results = asyncio.run(run_all(cfg))
+    if cfg.redis_skipped:
+        print(f"\n{skipped_line(cfg)}\n", file=sys.stderr)
+    left = 0
+    try:
+        results = asyncio.run(run_all(cfg))
+    finally:
+        if "redis" in cfg.stores:  # every store cleared its keys; this only makes sure
+            left = redis_leftovers()
+            if left:
+                print(f"deleted {left} Redis keys left under {REDIS_RUN}-*", file=sys.stderr)
+    if "redis" in cfg.stores:
+        results["redis_keys_left"] = left
     if cfg.memory_tasks > 0:
         t0 = time.perf_counter()
         results["memory"] = bench_memory(cfg)
@@ -1946,7 +2595,7 @@ def main(argv: list[str] | None = None) -> None:
         "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
         "mode": "quick" if args.quick else "full",
         "machine": machine(),
-        "config": {**cfg.__dict__, "http_client": HTTP_CLIENT},
+        "config": {**cfg.__dict__, "http_client": HTTP_CLIENT, "redis_url": REDIS_URL},
         "loadavg_1_5_15": {"before": load_before, "after": os.getloadavg()},
         "results": results,
         "ratios": ratios,
@@ -1968,10 +2617,32 @@ def main(argv: list[str] | None = None) -> None:
     if cfg.stores != ["memory"]:
         on = ",".join(t for t in cfg.transports if t in cfg.store_transports) or "no transport"
         print(f"Stores {','.join(cfg.stores)} on {on}: latency, tasks/get and throughput (a server")
-        print("per store, all up at once, samples interleaved; SQLite: a fresh temp file each).")
+        print("per store, all up at once, samples interleaved; SQLite: a fresh temp file each;")
+        print("Redis: a fresh key prefix each, its keys deleted afterwards).")
         print("Input, push, flood and memory: memory store only.")
     print("Input, push and flood: see bench/README.md; 'info' ratios have no target.")
+    so = results.get("scaleout")
+    if so:
+        print(
+            f"Scale-out: {so['tasks']:,} tasks of `await anyio.sleep({so['sleep_ms'] / 1000:g})` "
+            f"through a concurrency=0 front end ({so['transport']} transport) on Redis, run by"
+        )
+        print(
+            "worker processes (python -m fastmcp_tasks worker bench/redis_app.py:mcp "
+            f"--concurrency {so['worker_concurrency']}); runs of "
+            f"{','.join(map(str, so['order']))} workers;"
+        )
+        print(f"clock: first create -> last completion seen by {so['observed_by']}.")
+    if cfg.redis_skipped:
+        print(skipped_line(cfg))
     print(f"Total {report['total_seconds']} s; JSON written to {args.output}")
+
+
+def skipped_line(cfg: Config) -> str:
+    return (
+        f"*** SKIPPED: the Redis store and the scale-out phase: {cfg.redis_skipped}; "
+        "start Redis or pass --redis-url ***"
+    )
 
 
 if __name__ == "__main__":

@@ -449,7 +449,9 @@ class RedisTaskStore:
                         self._cursor = entry_id
                         self._dispatch(_stream_id(entry_id), fields)
         finally:
-            await pool.disconnect()
+            with anyio.CancelScope(shield=True):
+                await conn.aclose()  # closes its single connection; then the pool
+                await pool.disconnect()
 
     def _dispatch(self, entry_id: StreamId, fields: dict[str, str]) -> None:
         try:
