@@ -122,17 +122,28 @@ class LeaseKeeper:
         if interrupted:
             await self.store.renew(self.owner, frozenset(interrupted), time.time())
 
-    async def take_queued_forever(self, interval: float = 0.05) -> None:
-        """Lease tasks nobody runs yet (a `concurrency=0` front end's, or requeued ones)."""
+    async def take_queued_forever(self, interval: float = 0.05, longest: float = 5.0) -> None:
+        """Lease tasks nobody runs yet (a `concurrency=0` front end's, or requeued ones).
+
+        While the store fails (Redis restarting, say) the wait doubles up to `longest`,
+        with one warning per outage rather than one per attempt.
+        """
+        wait = interval
         while True:
             free = self.runner.free_slots()
             if free:
                 try:
                     for record in await self.store.claim_queued(self.owner, self.until(), free):
                         await self._start(record)
-                except Exception:
-                    logger.exception("Taking queued tasks failed; will retry")
-            await anyio.sleep(interval)
+                except Exception as exc:
+                    if wait == interval:
+                        logger.warning("Taking queued tasks failed (%s); backing off", exc)
+                    wait = min(wait * 2, longest)
+                else:
+                    if wait != interval:
+                        logger.warning("Taking queued tasks works again")
+                    wait = interval
+            await anyio.sleep(wait)
 
     async def _start(self, record: TaskRecord) -> None:
         tool = await self.runner.find_tool(record.tool)
