@@ -19,7 +19,8 @@ MIB = 1024 * 1024
 
 def json_size(value: Any) -> int:
     """Bytes of `value` as compact JSON."""
-    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return len(text.encode("utf-8", "surrogatepass"))  # a lone surrogate must not crash
 
 
 @dataclass(frozen=True)
