@@ -21,6 +21,7 @@ import anyio
 from anyio.abc import ObjectSendStream
 
 from fastmcp_tasks.errors import ConfigurationError, TaskLimitExceeded
+from fastmcp_tasks.stores import rules
 from fastmcp_tasks.stores.base import (
     ALLOWED_TRANSITIONS,
     UNCHANGED,
@@ -145,14 +146,8 @@ class MemoryTaskStore:
         self, task_id: str, requests: dict[str, Any], *, status_message: str | None = None
     ) -> TaskRecord | None:
         record = self._tasks.get(task_id)
-        if record is None or record.status not in ACTIVE_STATUSES:
+        if record is None or not rules.park(record, requests, status_message):
             return None
-        outstanding = dict(record.input_requests or {})
-        outstanding.update(requests)
-        record.input_requests = outstanding
-        record.status = "input_required"
-        record.status_message = status_message
-        record.updated_at = time.time()
         self._emit(TaskChange(task_id, "inputs", "input_required", {"keys": list(requests)}))
         return record
 
@@ -160,43 +155,21 @@ class MemoryTaskStore:
         record = self._tasks.get(task_id)
         if record is None:
             return None
-        outstanding = record.input_requests
-        if record.status != "input_required" or not outstanding:
-            return {}
-        accepted = {key: value for key, value in responses.items() if key in outstanding}
-        if not accepted:
-            return {}
-        remaining = {k: v for k, v in outstanding.items() if k not in accepted}
-        record.answers = {**(record.answers or {}), **accepted}
-        record.input_requests = remaining or None
-        record.updated_at = time.time()
-        if not remaining:
-            record.status = "working"
-            record.status_message = None
-        self._emit(TaskChange(task_id, "answered", record.status, {"keys": list(accepted)}))
+        accepted = rules.accept_answers(record, responses)
+        if accepted:
+            self._emit(TaskChange(task_id, "answered", record.status, {"keys": list(accepted)}))
         return accepted
 
     async def take_answers(self, task_id: str, keys: frozenset[str]) -> dict[str, Any]:
         record = self._tasks.get(task_id)
-        if record is None or not record.answers:
-            return {}
-        taken = {key: record.answers.pop(key) for key in keys if key in record.answers}
-        return taken
+        return {} if record is None else rules.take_answers(record, keys)
 
     async def withdraw_input(self, task_id: str, keys: frozenset[str]) -> TaskRecord | None:
         record = self._tasks.get(task_id)
         if record is None or record.status not in ACTIVE_STATUSES:
             return None
-        outstanding = record.input_requests or {}
-        if not keys & outstanding.keys():
-            return record
-        remaining = {k: v for k, v in outstanding.items() if k not in keys}
-        record.input_requests = remaining or None
-        record.updated_at = time.time()
-        if not remaining and record.status == "input_required":
-            record.status = "working"
-            record.status_message = None
-        self._emit(TaskChange(task_id, "inputs", record.status, {"withdrawn": sorted(keys)}))
+        if rules.withdraw(record, keys):
+            self._emit(TaskChange(task_id, "inputs", record.status, {"withdrawn": sorted(keys)}))
         return record
 
     async def request_cancel(self, task_id: str) -> TaskRecord | None:
@@ -226,15 +199,8 @@ class MemoryTaskStore:
         self, task_id: str, owner: str, until: float, *, expect_owner: str | None = None
     ) -> TaskRecord | None:
         record = await self.get(task_id)
-        if record is None or record.status not in ACTIVE_STATUSES:
+        if record is None or not rules.lease(record, owner, until, expect_owner):
             return None
-        holder = record.lease_owner
-        free = holder is None or holder == owner or holder == expect_owner
-        if not free and (record.lease_expires or 0) > time.time():
-            return None
-        record.lease_owner = owner
-        record.lease_expires = until
-        record.attempts += 1
         return record
 
     async def renew(self, owner: str, task_ids: frozenset[str], until: float) -> None:

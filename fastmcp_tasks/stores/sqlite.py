@@ -47,6 +47,7 @@ import anyio
 import anyio.to_thread
 
 from fastmcp_tasks.errors import ConfigurationError, StoreError, TaskLimitExceeded
+from fastmcp_tasks.stores import rules
 from fastmcp_tasks.stores import sqlite_schema as schema
 from fastmcp_tasks.stores.base import (
     ALLOWED_TRANSITIONS,
@@ -353,11 +354,8 @@ class SQLiteTaskStore:
     ) -> TaskRecord | None:
         def change(tx: Tx) -> TaskRecord | None:
             record = tx.load(task_id)
-            if record is None or record.status not in ACTIVE_STATUSES:
+            if record is None or not rules.park(record, requests, status_message):
                 return None
-            record.input_requests = {**(record.input_requests or {}), **requests}
-            record.status, record.status_message = "input_required", status_message
-            record.updated_at = time.time()
             tx.save(record)
             tx.emit(task_id, "inputs", "input_required", {"keys": list(requests)})
             return record
@@ -369,20 +367,10 @@ class SQLiteTaskStore:
             record = tx.load(task_id)
             if record is None:
                 return None
-            outstanding = record.input_requests
-            if record.status != "input_required" or not outstanding:
-                return {}
-            accepted = {key: value for key, value in responses.items() if key in outstanding}
-            if not accepted:
-                return {}
-            remaining = {k: v for k, v in outstanding.items() if k not in accepted}
-            record.answers = {**(record.answers or {}), **accepted}
-            record.input_requests = remaining or None
-            record.updated_at = time.time()
-            if not remaining:
-                record.status, record.status_message = "working", None
-            tx.save(record)
-            tx.emit(task_id, "answered", record.status, {"keys": list(accepted)})
+            accepted = rules.accept_answers(record, responses)
+            if accepted:
+                tx.save(record)
+                tx.emit(task_id, "answered", record.status, {"keys": list(accepted)})
             return accepted
 
         return await self._run(change)
@@ -390,9 +378,7 @@ class SQLiteTaskStore:
     async def take_answers(self, task_id: str, keys: frozenset[str]) -> dict[str, Any]:
         def change(tx: Tx) -> dict[str, Any]:
             record = tx.load(task_id)
-            if record is None or not record.answers:
-                return {}
-            taken = {key: record.answers.pop(key) for key in keys if key in record.answers}
+            taken = {} if record is None else rules.take_answers(record, keys)
             if taken:
                 tx.save(record)
             return taken
@@ -404,16 +390,9 @@ class SQLiteTaskStore:
             record = tx.load(task_id)
             if record is None or record.status not in ACTIVE_STATUSES:
                 return None
-            outstanding = record.input_requests or {}
-            if not keys & outstanding.keys():
-                return record
-            remaining = {k: v for k, v in outstanding.items() if k not in keys}
-            record.input_requests = remaining or None
-            record.updated_at = time.time()
-            if not remaining and record.status == "input_required":
-                record.status, record.status_message = "working", None
-            tx.save(record)
-            tx.emit(task_id, "inputs", record.status, {"withdrawn": sorted(keys)})
+            if rules.withdraw(record, keys):
+                tx.save(record)
+                tx.emit(task_id, "inputs", record.status, {"withdrawn": sorted(keys)})
             return record
 
         return await self._run(change)
@@ -473,14 +452,8 @@ class SQLiteTaskStore:
     ) -> TaskRecord | None:
         def change(tx: Tx) -> TaskRecord | None:
             record = tx.load(task_id)
-            if record is None or record.status not in ACTIVE_STATUSES:
+            if record is None or not rules.lease(record, owner, until, expect_owner):
                 return None
-            holder = record.lease_owner
-            free = holder is None or holder == owner or holder == expect_owner
-            if not free and (record.lease_expires or 0) > time.time():
-                return None
-            record.lease_owner, record.lease_expires = owner, until
-            record.attempts += 1
             tx.save(record)
             return record
 

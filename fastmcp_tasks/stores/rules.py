@@ -1,0 +1,83 @@
+"""The record-level rules of the store contract, shared by the Python-side stores.
+
+Each function changes one `TaskRecord` in place the way the contract says and
+reports what happened; the store around it supplies the atomicity (one event
+loop turn for memory, one transaction for SQLite) and persists the record and
+its change-feed entry. The Redis store applies the same rules in Lua.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastmcp_tasks.stores.base import TaskRecord
+from fastmcp_tasks.wire import ACTIVE_STATUSES
+
+
+def park(record: TaskRecord, requests: dict[str, Any], status_message: str | None) -> bool:
+    """Add outstanding requests and move to `input_required`; False if not active."""
+    if record.status not in ACTIVE_STATUSES:
+        return False
+    record.input_requests = {**(record.input_requests or {}), **requests}
+    record.status = "input_required"
+    record.status_message = status_message
+    record.updated_at = time.time()
+    return True
+
+
+def accept_answers(record: TaskRecord, responses: dict[str, Any]) -> dict[str, Any]:
+    """Accept answers for outstanding keys (others ignored, C35); the accepted subset.
+
+    Accepted keys leave `input_requests` for `answers`; with none left the task is
+    `working` again.
+    """
+    outstanding = record.input_requests
+    if record.status != "input_required" or not outstanding:
+        return {}
+    accepted = {key: value for key, value in responses.items() if key in outstanding}
+    if not accepted:
+        return {}
+    remaining = {k: v for k, v in outstanding.items() if k not in accepted}
+    record.answers = {**(record.answers or {}), **accepted}
+    record.input_requests = remaining or None
+    record.updated_at = time.time()
+    if not remaining:
+        record.status = "working"
+        record.status_message = None
+    return accepted
+
+
+def take_answers(record: TaskRecord, keys: frozenset[str]) -> dict[str, Any]:
+    """Remove and return the stored answers among `keys`."""
+    if not record.answers:
+        return {}
+    return {key: record.answers.pop(key) for key in keys if key in record.answers}
+
+
+def withdraw(record: TaskRecord, keys: frozenset[str]) -> bool:
+    """Drop outstanding requests among `keys`; True when anything changed."""
+    outstanding = record.input_requests or {}
+    if not keys & outstanding.keys():
+        return False
+    remaining = {k: v for k, v in outstanding.items() if k not in keys}
+    record.input_requests = remaining or None
+    record.updated_at = time.time()
+    if not remaining and record.status == "input_required":
+        record.status = "working"
+        record.status_message = None
+    return True
+
+
+def lease(record: TaskRecord, owner: str, until: float, expect_owner: str | None) -> bool:
+    """Take the run lease when free, expired, the owner's, or `expect_owner`'s."""
+    if record.status not in ACTIVE_STATUSES:
+        return False
+    holder = record.lease_owner
+    free = holder is None or holder == owner or holder == expect_owner
+    if not free and (record.lease_expires or 0) > time.time():
+        return False
+    record.lease_owner = owner
+    record.lease_expires = until
+    record.attempts += 1
+    return True
