@@ -428,20 +428,15 @@ def assert_identical(sync: dict[str, Any], task: dict[str, Any]) -> None:
     }
 
 
-@pytest.mark.parametrize(("name", "arguments", "check"), SUCCESS_CASES, ids=_ids(SUCCESS_CASES))
+@pytest.mark.parametrize(
+    ("name", "arguments", "check"),
+    [*SUCCESS_CASES, *ERROR_CASES],
+    ids=_ids([*SUCCESS_CASES, *ERROR_CASES]),
+)
 async def test_result_parity(
     transport: str, name: str, arguments: dict[str, Any], check: Callable[..., None]
 ) -> None:
-    async with connect(make_parity_server(), transport) as wire:
-        sync, task = await sync_and_task(wire, name, arguments)
-    check(sync)
-    assert_identical(sync, task)
-
-
-@pytest.mark.parametrize(("name", "arguments", "check"), ERROR_CASES, ids=_ids(ERROR_CASES))
-async def test_error_parity(
-    transport: str, name: str, arguments: dict[str, Any], check: Callable[..., None]
-) -> None:
+    """Every return type and every tool error: the task's result equals the sync one."""
     async with connect(make_parity_server(), transport) as wire:
         sync, task = await sync_and_task(wire, name, arguments)
     check(sync)
