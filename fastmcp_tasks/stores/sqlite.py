@@ -18,8 +18,8 @@ transaction; past that bound the caller gets `StoreError`, never a failed task.
 Atomicity. Every read-modify-write runs in one `BEGIN IMMEDIATE` transaction;
 `transition` is an `UPDATE ... WHERE status IN (...)` checked by row count.
 
-Change feed. Each change is a row of the `changes` table, written in the
-transaction that makes the change, so subscribers in other processes see it.
+Change feed (`sqlite_feed`). Each change is a row of the `changes` table, written
+in the transaction that makes the change, so subscribers in other processes see it.
 A subscriber reads rows past the highest `seq` at subscription time; it polls
 every `poll_interval` seconds (an idle poll is one `PRAGMA data_version`) and
 is woken at once by writes made through this store instance. `purge_expired`
@@ -32,12 +32,10 @@ transaction, so of two processes claiming one task exactly one wins.
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import threading
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -57,6 +55,7 @@ from fastmcp_tasks.stores.base import (
     _Unchanged,
     encode_result,
 )
+from fastmcp_tasks.stores.sqlite_feed import ChangeReader, Feed
 from fastmcp_tasks.stores.sqlite_schema import Tx, path_from_url
 from fastmcp_tasks.stores.sqlite_writer import SQLiteWriter
 from fastmcp_tasks.wire import ACTIVE_STATUSES, TERMINAL_STATUSES, TaskStatus
@@ -64,48 +63,6 @@ from fastmcp_tasks.wire import ACTIVE_STATUSES, TERMINAL_STATUSES, TaskStatus
 T = TypeVar("T")
 
 DEFAULT_MAX_TASKS = 100_000
-_FEED_BATCH = 500
-
-
-class _Feed:
-    """One subscription: an async iterator over change rows past `after`."""
-
-    def __init__(
-        self,
-        store: SQLiteTaskStore,
-        task_ids: frozenset[str] | None,
-        after: int,
-        kinds: frozenset[str] | None = None,
-    ) -> None:
-        self._kinds = kinds
-        self._store = store
-        self._task_ids = task_ids
-        self.after = after
-        self.seen = -1  # the store's data generation at the last query (-1: query now)
-        self.closed = False
-        self._buffer: deque[TaskChange] = deque()
-
-    def __aiter__(self) -> _Feed:
-        return self
-
-    async def __anext__(self) -> TaskChange:
-        store = self._store
-        while not self._buffer:
-            if self.closed:
-                raise StopAsyncIteration
-            wake = store._wake  # taken before polling: a later local write sets it
-            seen, rows = await anyio.to_thread.run_sync(store._poll, self.after, self.seen)
-            self.seen = -1 if len(rows) == _FEED_BATCH else seen
-            for seq, task_id, kind, status, details in rows:
-                self.after = seq
-                if (self._task_ids is None or task_id in self._task_ids) and (
-                    self._kinds is None or kind in self._kinds
-                ):
-                    self._buffer.append(TaskChange(task_id, kind, status, json.loads(details)))
-            if not rows:
-                with anyio.move_on_after(store.poll_interval):
-                    await wake.wait()
-        return self._buffer.popleft()
 
 
 class SQLiteTaskStore:
@@ -156,14 +113,11 @@ class SQLiteTaskStore:
         self.change_retention = change_retention
         self.max_changes = max_changes
         self._conn: sqlite3.Connection | None = None
-        self._reader: sqlite3.Connection | None = None
+        self._changes: ChangeReader | None = None
         self._lock = threading.Lock()
-        self._read_lock = threading.Lock()
         self._writer: SQLiteWriter | None = None
         self._wake = anyio.Event()
-        self._feeds: set[_Feed] = set()
-        self._data_version = -1
-        self._generation = 0
+        self._feeds: set[Feed] = set()
 
     # --- lifecycle ----------------------------------------------------------------
 
@@ -191,7 +145,7 @@ class SQLiteTaskStore:
         except BaseException:
             conn.close()
             raise
-        self._conn, self._reader = conn, reader
+        self._conn, self._changes = conn, ChangeReader(reader, str(path))
         self._writer = SQLiteWriter(conn, str(path), self.busy_retries)
 
     def _connect(self) -> sqlite3.Connection:
@@ -215,11 +169,13 @@ class SQLiteTaskStore:
         writer, self._writer = self._writer, None
         if writer is not None:
             writer.stop()
-        with self._lock, self._read_lock:
-            for conn in (self._reader, self._conn):
-                if conn is not None:
-                    conn.close()
-            self._conn = self._reader = None
+        changes, self._changes = self._changes, None
+        if changes is not None:
+            changes.close()
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+            self._conn = None
 
     # --- running SQL off the event loop -------------------------------------------
 
@@ -414,36 +370,15 @@ class SQLiteTaskStore:
         self, task_ids: frozenset[str] | None = None, kinds: frozenset[str] | None = None
     ) -> AsyncIterator[AsyncIterator[TaskChange]]:
         after = await self._run(Tx.last_seq, write=False)
-        feed = _Feed(self, task_ids, after, kinds)
+        if self._changes is None:
+            raise StoreError(f"SQLite task store {str(self.path)!r} is not open")
+        feed = Feed(self._changes, lambda: self._wake, self.poll_interval, after, task_ids, kinds)
         self._feeds.add(feed)
         try:
             yield feed
         finally:
             feed.closed = True
             self._feeds.discard(feed)
-
-    def _poll(self, after: int, seen: int) -> tuple[int, list[tuple[Any, ...]]]:
-        """In a worker thread: change rows past `after`, unless nothing changed since `seen`."""
-        with self._read_lock:
-            reader = self._reader
-            if reader is None:
-                return seen, []
-            try:
-                version = reader.execute("PRAGMA data_version").fetchone()[0]
-                if version != self._data_version:
-                    self._data_version, self._generation = version, self._generation + 1
-                if self._generation == seen:
-                    return seen, []
-                rows = reader.execute(
-                    "SELECT seq, task_id, kind, status, details FROM changes "
-                    "WHERE seq > ? ORDER BY seq LIMIT ?",
-                    (after, _FEED_BATCH),
-                ).fetchall()
-            except sqlite3.Error as exc:
-                if schema.is_busy(exc):
-                    return -1, []  # try again at the next poll
-                raise StoreError(f"SQLite task store {str(self.path)!r}: {exc}") from exc
-            return self._generation, rows
 
     # --- leases -------------------------------------------------------------------
 
