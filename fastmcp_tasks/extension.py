@@ -251,7 +251,7 @@ class TasksExtension(ServerExtension):
         if context.request_state is not None:
             durable_context["requestState"] = context.request_state
         record = TaskRecord(
-            task_id=secrets.token_urlsafe(TASK_ID_BYTES),
+            task_id=new_task_id(),
             tool=sys.intern(name),  # shared by every retained task of this tool
             status="working",
             created_at=now,
@@ -297,6 +297,15 @@ class TasksExtension(ServerExtension):
 
 
 _RESPONSES: TypeAdapter[mcp_types.InputResponses] = TypeAdapter(mcp_types.InputResponses)
+
+
+def new_task_id() -> str:
+    """192 random bits, URL-safe; never starting with "-", so no command line
+    (`fastmcp-tasks get URL ID`) mistakes an id for an option."""
+    while True:
+        task_id = secrets.token_urlsafe(TASK_ID_BYTES)
+        if not task_id.startswith("-"):
+            return task_id
 
 
 @functools.lru_cache(maxsize=256)

@@ -79,7 +79,10 @@ def test_bad_configuration_is_a_clear_value_error(kwargs: dict) -> None:
         TasksExtension(**kwargs)
 
 
-def test_task_ids_are_unguessable() -> None:
-    from fastmcp_tasks.extension import TASK_ID_BYTES
+def test_task_ids_are_unguessable_and_never_look_like_options() -> None:
+    from fastmcp_tasks.extension import TASK_ID_BYTES, new_task_id
 
     assert TASK_ID_BYTES * 8 >= 128
+    ids = {new_task_id() for _ in range(5000)}
+    assert len(ids) == 5000
+    assert not any(task_id.startswith("-") for task_id in ids)
