@@ -1,9 +1,9 @@
 """The Redis store (`redis://host:port/db`, `rediss://`): tasks shared by every process.
 
 This module owns `RedisTaskStore`: its connections, the calls of the Lua scripts
-(`redis_scripts`), error mapping and the change-feed reader. The key space and the
-layout of a task hash are `redis_keys`; several applications share one Redis by
-giving each its own `prefix`.
+(`redis_scripts`) and error mapping. The key space and the layout of a task hash
+are `redis_keys`; several applications share one Redis by giving each its own
+`prefix`. The change feed (one Redis Stream per store) is read by `redis_feed`.
 
 Connections. `open()` creates a blocking connection pool for commands, with a finite
 `socket_connect_timeout` and `socket_timeout` (`timeout`), and checks that Redis
@@ -11,10 +11,7 @@ answers; an unreachable or hung Redis is a `StoreError` within that bound, for
 `open()` and for every operation, instead of a hung request. redis-py
 does not retry: a script whose reply was lost may already have run, and running it
 twice is not always harmless (`claim` counts attempts). The change feed reads on
-its own dedicated connection with `socket_timeout=None`: `XREAD BLOCK` waits up to
-`block_ms` for new entries, and redis-py's default 5 s socket timeout (or any
-finite timeout shorter than the block) would abort such a read with a spurious
-`TimeoutError`. TCP keepalive is on instead, to notice a dead peer.
+its own dedicated connection (`redis_feed`).
 
 Atomicity. Every read-modify-write is one Lua script (registered once per `open`),
 which also keeps the indexes consistent and appends to the change feed.
@@ -23,30 +20,19 @@ Expiry. A finished task gets a Redis TTL of its `retention_ms`; `get` also check
 `terminal_at + retention_ms` on the client, so a task is never returned once
 expired even before Redis evicts it. `purge_expired` (and `create` at the cap)
 removes the index entries of expired tasks.
-
-Change feed. One Redis Stream per store, trimmed to about `max_changes` entries.
-Each store instance runs at most one reader (while it has subscribers), which reads
-with `XREAD BLOCK` past the newest entry at the time of the first subscription and
-fans entries out to in-process subscribers; every subscriber resolves the newest
-id when it subscribes and sees exactly the entries after it. A reader that falls
-more than `max_changes` entries behind misses the trimmed ones.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import logging
 import math
 import time
 from collections.abc import AsyncIterator, Awaitable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-import anyio
 import redis.asyncio as aioredis
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from redis.asyncio.connection import parse_url
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
@@ -64,6 +50,7 @@ from fastmcp_tasks.stores.base import (
     _Unchanged,
     encode_result,
 )
+from fastmcp_tasks.stores.redis_feed import BATCH, RedisChangeFeed
 from fastmcp_tasks.stores.redis_keys import (
     REQUEST_FIELD,
     decode_task,
@@ -76,56 +63,9 @@ from fastmcp_tasks.stores.redis_scripts import SCRIPTS
 from fastmcp_tasks.wire import TERMINAL_STATUSES, TaskStatus
 
 T = TypeVar("T")
-StreamId = tuple[int, int]
 
-logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_TASKS = 100_000
-_BATCH = 500
-
-
-def _stream_id(text: str) -> StreamId:
-    ms, _, seq = text.partition("-")
-    return int(ms), int(seq or 0)
-
-
-class _Subscriber:
-    """One `changes()` subscription: its filters, its queue and the newest id it skips."""
-
-    __slots__ = ("kinds", "send", "start", "task_ids")
-
-    def __init__(
-        self,
-        task_ids: frozenset[str] | None,
-        kinds: frozenset[str] | None,
-        send: MemoryObjectSendStream[tuple[StreamId, TaskChange]],
-    ) -> None:
-        self.task_ids = task_ids
-        self.kinds = kinds
-        self.send = send
-        self.start: StreamId = (0, 0)
-
-
-class _Feed:
-    """The async iterator a subscriber reads: its queued changes past `start`."""
-
-    def __init__(
-        self, receive: MemoryObjectReceiveStream[tuple[StreamId, TaskChange]], sub: _Subscriber
-    ) -> None:
-        self._receive = receive
-        self._sub = sub
-
-    def __aiter__(self) -> _Feed:
-        return self
-
-    async def __anext__(self) -> TaskChange:
-        while True:
-            try:
-                entry_id, change = await self._receive.receive()
-            except (anyio.EndOfStream, anyio.ClosedResourceError):
-                raise StopAsyncIteration from None
-            if entry_id > self._sub.start:
-                return change
 
 
 class RedisTaskStore:
@@ -167,7 +107,7 @@ class RedisTaskStore:
                 "Redis task store needs timeout > 0, max_connections >= 1, max_changes >= 1 "
                 "and block_ms >= 1"
             )
-        self.url, self._feed_url, self.keys = parse_store_url(url, prefix)
+        self.url, feed_url, self.keys = parse_store_url(url, prefix)
         try:
             parse_url(self.url)  # redis-py's own checks (port, query options)
         except ValueError as exc:
@@ -182,10 +122,15 @@ class RedisTaskStore:
         self.block_ms = block_ms
         self._client: aioredis.Redis | None = None
         self._scripts: dict[str, AsyncScript] = {}
-        self._subscribers: set[_Subscriber] = set()
-        self._subscribe_lock = anyio.Lock()
-        self._reader: asyncio.Task[None] | None = None
-        self._cursor = "0-0"
+        self._feed = RedisChangeFeed(
+            stream=self.keys.changes,
+            feed_url=feed_url,
+            connect_timeout=timeout,
+            block_ms=block_ms,
+            client_name=f"fastmcp-tasks-feed:{self.keys.prefix}",
+            newest=self._newest_change,
+            label=repr(self),
+        )
 
     # --- lifecycle ----------------------------------------------------------------
 
@@ -218,10 +163,7 @@ class RedisTaskStore:
 
     async def close(self) -> None:
         """End every subscription, stop the feed reader and close the pool. Idempotent."""
-        for sub in self._subscribers:
-            sub.send.close()
-        self._subscribers.clear()
-        await self._stop_reader()
+        await self._feed.close()
         client, self._client = self._client, None
         if client is not None:
             await client.connection_pool.disconnect()
@@ -239,7 +181,7 @@ class RedisTaskStore:
         cursor = 0
         while True:
             cursor, keys = await self._guard(
-                client.scan(cursor, match=self.keys.pattern, count=_BATCH)
+                client.scan(cursor, match=self.keys.pattern, count=BATCH)
             )
             if keys:
                 yield keys
@@ -385,89 +327,14 @@ class RedisTaskStore:
         flat = await self._task_script("request_cancel", task_id)
         return None if not flat else self._live(task_id, pairs(flat))
 
-    @asynccontextmanager
-    async def changes(
+    def changes(
         self, task_ids: frozenset[str] | None = None, kinds: frozenset[str] | None = None
-    ) -> AsyncIterator[AsyncIterator[TaskChange]]:
-        client = self._require()
-        send, receive = anyio.create_memory_object_stream[tuple[StreamId, TaskChange]](math.inf)
-        sub = _Subscriber(task_ids, kinds, send)
-        try:
-            async with self._subscribe_lock:
-                self._subscribers.add(sub)  # first: the reader queues what comes next
-                newest = await self._guard(client.xrevrange(self.keys.changes, count=1))
-                sub.start = _stream_id(newest[0][0]) if newest else (0, 0)
-                if self._reader is None:
-                    self._cursor = f"{sub.start[0]}-{sub.start[1]}"
-                    self._reader = asyncio.get_running_loop().create_task(self._read_feed())
-            async with receive:
-                yield _Feed(receive, sub)
-        finally:
-            send.close()
-            receive.close()
-            self._subscribers.discard(sub)
-            if not self._subscribers:
-                with anyio.CancelScope(shield=True):
-                    await self._stop_reader()
+    ) -> AbstractAsyncContextManager[AsyncIterator[TaskChange]]:
+        self._require()
+        return self._feed.subscribe(task_ids, kinds)
 
-    async def _stop_reader(self) -> None:
-        reader, self._reader = self._reader, None
-        if reader is not None:
-            reader.cancel()
-            await asyncio.gather(reader, return_exceptions=True)
-
-    async def _read_feed(self) -> None:
-        """The feed reader: `XREAD BLOCK` on a dedicated connection, fanned out to subscribers."""
-        pool = aioredis.ConnectionPool.from_url(
-            self._feed_url,
-            decode_responses=True,
-            socket_connect_timeout=self.timeout,
-            socket_timeout=None,  # a finite timeout would abort the blocking read (module doc)
-            socket_keepalive=True,
-            retry=Retry(NoBackoff(), 0),
-            client_name=f"fastmcp-tasks-feed:{self.keys.prefix}",
-        )
-        conn = aioredis.Redis(connection_pool=pool, single_connection_client=True)
-        delay = 0.0
-        try:
-            while True:
-                try:
-                    reply = await conn.xread(
-                        {self.keys.changes: self._cursor}, count=_BATCH, block=self.block_ms
-                    )
-                except Exception as exc:  # keep reading: subscribers wait, nothing is lost
-                    if not delay:
-                        logger.warning("%r: change feed read failed, retrying: %s", self, exc)
-                    delay = min(max(delay * 2, 0.05), 2.0)
-                    await asyncio.sleep(delay)
-                    continue
-                if delay:
-                    logger.info("%r: change feed reads again", self)
-                    delay = 0.0
-                for _stream, entries in reply or []:
-                    for entry_id, fields in entries:
-                        self._cursor = entry_id
-                        self._dispatch(_stream_id(entry_id), fields)
-        finally:
-            with anyio.CancelScope(shield=True):
-                await conn.aclose()  # closes its single connection; then the pool
-                await pool.disconnect()
-
-    def _dispatch(self, entry_id: StreamId, fields: dict[str, str]) -> None:
-        try:
-            status: Any = fields.get("s") or None
-            change = TaskChange(fields["t"], fields["k"], status, json.loads(fields.get("d", "{}")))  # type: ignore[arg-type]
-        except (KeyError, ValueError):
-            logger.warning("%r: skipping malformed change feed entry %s", self, entry_id)
-            return
-        for sub in list(self._subscribers):
-            if (sub.task_ids is None or change.task_id in sub.task_ids) and (
-                sub.kinds is None or change.kind in sub.kinds
-            ):
-                try:
-                    sub.send.send_nowait((entry_id, change))
-                except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-                    self._subscribers.discard(sub)
+    async def _newest_change(self) -> list[Any]:
+        return await self._guard(self._require().xrevrange(self.keys.changes, count=1))
 
     # --- leases -------------------------------------------------------------------
 
@@ -479,16 +346,16 @@ class RedisTaskStore:
 
     async def renew(self, owner: str, task_ids: frozenset[str], until: float) -> None:
         ids = sorted(task_ids)
-        for start in range(0, len(ids), _BATCH):
-            keys = [self.keys.task(task_id) for task_id in ids[start : start + _BATCH]]
+        for start in range(0, len(ids), BATCH):
+            keys = [self.keys.task(task_id) for task_id in ids[start : start + BATCH]]
             await self._script("renew", keys, [owner, repr(float(until))])
 
     async def active_tasks(self) -> list[TaskRecord]:
         client = self._require()
         ids: list[str] = await self._guard(client.zrange(self.keys.active, 0, -1))
         records: list[TaskRecord] = []
-        for start in range(0, len(ids), _BATCH):
-            chunk = ids[start : start + _BATCH]
+        for start in range(0, len(ids), BATCH):
+            chunk = ids[start : start + BATCH]
             async with client.pipeline(transaction=False) as pipe:
                 for task_id in chunk:
                     pipe.hgetall(self.keys.task(task_id))
@@ -514,10 +381,10 @@ class RedisTaskStore:
     async def purge_expired(self, now: float) -> int:
         removed = 0
         while True:
-            args = [self.keys.task_base, repr(float(now)), _BATCH]
+            args = [self.keys.task_base, repr(float(now)), BATCH]
             batch: int = await self._script("purge", [self.keys.terminal], args)
             removed += batch
-            if batch < _BATCH:
+            if batch < BATCH:
                 return removed
 
     def __repr__(self) -> str:
