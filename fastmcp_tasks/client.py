@@ -11,19 +11,23 @@ FastMCP's client-extension hook, so any `fastmcp.Client` resolves tasks
 transparently, answering in-task elicitations with its `elicitation_handler`.
 
 `TasksClientExtension` declares the tasks extension on every request (C58) and
-claims `resultType: "task"` on `tools/call` (C59). Its resolver polls
+claims `resultType: "task"` on `tools/call` (C59). Its resolver follows the
+task with `client_poll.TaskWatch` (shared with task handles): it polls
 `tasks/get` no faster than the latest `pollIntervalMs` (C62; the server may
-change it), reports each new state to `on_status`, returns the inline
-`CallToolResult` when `completed` (C71), raises `MCPError` with the task's
-JSON-RPC error when `failed`, and sends `tasks/cancel` once if the caller is
-cancelled or times out while waiting (C69). `tasks/*` requests carry
+change it), retrying a poll the transport dropped (0.1 s doubling, a few tries;
+never a JSON-RPC error), stops at the first terminal state it sees, reports
+each new state to `on_status`, returns the inline `CallToolResult` when
+`completed` (C71), raises `MCPError` with the task's JSON-RPC error when
+`failed`, and sends `tasks/cancel` once if the caller is cancelled or times
+out while waiting (C69). `tasks/*` requests carry
 `Mcp-Name: <taskId>` through the request types' `name_param` (C73). When the
 server serves `subscriptions/listen`, the resolver subscribes to the task
 (C72) and waits for pushed states, polling only as a slow safety net.
 
 When a task waits in `input_required`, each outstanding request is handed
 once to `on_input(key, request)` (keys are de-duplicated across polls, C67)
-and all answers of one poll go back in a single `tasks/update` (C65).
+and all answers of one poll go back in a single `tasks/update` (C65); the
+public `answer_input()` does this, for handles too.
 Elicitations can instead go to a FastMCP `elicitation_handler` (the same
 function `Client(elicitation_handler=...)` takes), treated exactly like a
 foreground elicitation (C66). With neither, elicitations are answered
@@ -32,7 +36,6 @@ foreground elicitation (C66). With neither, elicitations are answered
 
 from __future__ import annotations
 
-import math
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal
 
@@ -42,19 +45,21 @@ from anyio.streams.memory import MemoryObjectSendStream
 from fastmcp.client.elicitation import ElicitationHandler, create_elicitation_callback
 from fastmcp.client.extension_hooks import register_internal_client_extension_factory
 from mcp.client.extension import ClaimContext, ClientExtension, NotificationBinding, ResultClaim
-from mcp.client.session import ElicitationFnT
+from mcp.client.session import ClientSession, ElicitationFnT
 from mcp.shared.exceptions import MCPError
-from mcp_types import (
-    NotificationParams,
-    Request,
-    Result,
-    SubscriptionFilter,
-    SubscriptionsListenRequest,
-    SubscriptionsListenRequestParams,
-    SubscriptionsListenResult,
-)
+from mcp_types import NotificationParams, Request
 from pydantic import ConfigDict
 
+from fastmcp_tasks.client_poll import (
+    DEFAULT_POLL_SECONDS,
+    DEFAULT_RETRY,
+    LISTEN_TIMEOUT,
+    SAFETY_POLL,
+    GetTaskRequest,
+    RetryPolicy,
+    TaskState,
+    TaskWatch,
+)
 from fastmcp_tasks.wire import (
     TASKS_EXTENSION_ID,
     CreateTaskResult,
@@ -62,21 +67,25 @@ from fastmcp_tasks.wire import (
     UpdateTaskParams,
 )
 
+__all__ = [
+    "DEFAULT_POLL_SECONDS",
+    "LISTEN_TIMEOUT",
+    "SAFETY_POLL",
+    "CancelTaskRequest",
+    "GetTaskRequest",
+    "InputHandler",
+    "StatusCallback",
+    "TaskState",
+    "TasksClientExtension",
+    "UpdateTaskRequest",
+    "register_transparent_client",
+    "task_outcome",
+]
+
 StatusCallback = Callable[[dict[str, Any]], Awaitable[None] | None]
 InputHandler = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any] | None]]
 
-#: Poll interval used when the server gives none (the spec's default is the server's).
-DEFAULT_POLL_SECONDS = 1.0
-#: While push works, polls still happen at least this far apart, as a safety net.
-SAFETY_POLL = 30.0
-#: How long one listen stream may stay open.
-LISTEN_TIMEOUT = 24 * 3600.0
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
-
-
-class GetTaskRequest(Request[TaskIdParams, Literal["tasks/get"]]):
-    method: Literal["tasks/get"] = "tasks/get"
-    name_param = "taskId"
 
 
 class CancelTaskRequest(Request[TaskIdParams, Literal["tasks/cancel"]]):
@@ -108,13 +117,16 @@ def task_outcome(task_id: str, state: dict[str, Any]) -> mcp_types.CallToolResul
     )
 
 
+def changed(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """Whether a state is news to report: its status, message or input requests differ."""
+    return (old.get("status"), old.get("statusMessage"), old.get("inputRequests")) != (
+        new.get("status"),
+        new.get("statusMessage"),
+        new.get("inputRequests"),
+    )
+
+
 class _TaskNotificationParams(NotificationParams):
-    model_config = ConfigDict(extra="allow")
-
-
-class TaskState(Result):
-    """A `tasks/get` result, kept as the raw DetailedTask fields."""
-
     model_config = ConfigDict(extra="allow")
 
 
@@ -134,6 +146,8 @@ class TasksClientExtension(ClientExtension):
             polling only as a slow safety net (every `SAFETY_POLL` seconds at most).
         elicitation_callback: the SDK-level elicitation callback (what a `Client`
             builds from its `elicitation_handler`); used by the transparent mode.
+        retry: how a `tasks/get` that fails in the transport is retried
+            (`RetryPolicy`: 0.1 s doubling up to 2 s, 5 tries by default).
     """
 
     identifier = TASKS_EXTENSION_ID
@@ -147,9 +161,11 @@ class TasksClientExtension(ClientExtension):
         elicitation_handler: ElicitationHandler | None = None,
         push: bool = True,
         elicitation_callback: ElicitationFnT | None = None,
+        retry: RetryPolicy = DEFAULT_RETRY,
     ) -> None:
         self.push = push
-        self._watchers: dict[str, MemoryObjectSendStream[dict[str, Any]]] = {}
+        self.retry = retry
+        self._watchers: dict[str, list[MemoryObjectSendStream[dict[str, Any]]]] = {}
         self.on_status = on_status
         self.min_poll_interval = min_poll_interval
         self.on_input = on_input
@@ -168,64 +184,55 @@ class TasksClientExtension(ClientExtension):
         task_id = created.task_id
         state: dict[str, Any] = created.model_dump(by_alias=True, exclude_none=True)
         state.pop("resultType", None)
-        handled: set[str] = set()
-        pushes_in, pushes = anyio.create_memory_object_stream[dict[str, Any]](math.inf)
-        self._watchers[task_id] = pushes_in
-        try:
-            async with anyio.create_task_group() as group:
-                if self.push:
-                    group.start_soon(self._listen, ctx, task_id)
-                await self._report(state)
-                if state.get("status") in TERMINAL:  # C76: fetch the outcome once
-                    state = await self._get(ctx, task_id)
-                pushed = False
-                while state.get("status") not in TERMINAL:
-                    if state.get("status") == "input_required":
-                        await self._answer(ctx, task_id, state.get("inputRequests") or {}, handled)
-                    wait = self._interval(state)
-                    fresh: dict[str, Any] | None = None
-                    with anyio.move_on_after(max(wait, SAFETY_POLL) if pushed else wait):
-                        fresh = await pushes.receive()
-                        pushed = True
-                    if fresh is None:
-                        fresh = await self._get(ctx, task_id)
-                    if (fresh.get("status"), fresh.get("statusMessage")) != (
-                        state.get("status"),
-                        state.get("statusMessage"),
-                    ) or fresh.get("inputRequests") != state.get("inputRequests"):
-                        await self._report(fresh)
-                    state = fresh
-                group.cancel_scope.cancel()
-        except anyio.get_cancelled_exc_class():
-            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-                await self._cancel(ctx, task_id)
-            raise
-        finally:
-            self._watchers.pop(task_id, None)
-            pushes_in.close()
-        return task_outcome(task_id, state)
-
-    async def _listen(self, ctx: ClaimContext, task_id: str) -> None:
-        """Subscribe to the task's changes; on any refusal, polling carries on alone."""
-        notifications = SubscriptionFilter.model_validate({"taskIds": [task_id]})
-        request = SubscriptionsListenRequest(
-            params=SubscriptionsListenRequestParams(notifications=notifications)
+        answered: set[str] = set()
+        watch = TaskWatch(
+            ctx.session,
+            task_id,
+            extension=self,
+            push=self.push,
+            min_poll_interval=self.min_poll_interval,
+            read_timeout=ctx.read_timeout_seconds,
+            retry=self.retry,
         )
         try:
-            await ctx.session.send_request(
-                request, SubscriptionsListenResult, request_read_timeout_seconds=LISTEN_TIMEOUT
-            )
-        except Exception:  # -32601 from a server without push, a dropped stream, ...
-            return
+            async with watch:
+                await self._report(state)
+                if state.get("status") in TERMINAL:  # C76: fetch the outcome once
+                    state = await watch.get()
+                while state.get("status") not in TERMINAL:  # the first terminal state is final
+                    if state.get("status") == "input_required":
+                        await self.answer_input(
+                            ctx, task_id, state.get("inputRequests") or {}, answered
+                        )
+                    fresh = await watch.next(state)
+                    if changed(state, fresh):
+                        await self._report(fresh)
+                    state = fresh
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                await send_cancel(ctx.session, task_id)
+            raise
+        return task_outcome(task_id, state)
+
+    def add_watcher(self, task_id: str, inbox: MemoryObjectSendStream[dict[str, Any]]) -> None:
+        """Deliver the task's pushed `notifications/tasks` states to `inbox` (see `TaskWatch`)."""
+        self._watchers.setdefault(task_id, []).append(inbox)
+
+    def remove_watcher(self, task_id: str, inbox: MemoryObjectSendStream[dict[str, Any]]) -> None:
+        """Stop delivering the task's pushed states to `inbox`."""
+        inboxes = self._watchers.get(task_id, [])
+        if inbox in inboxes:
+            inboxes.remove(inbox)
+        if not inboxes:
+            self._watchers.pop(task_id, None)
 
     async def _on_task_notification(self, params: _TaskNotificationParams) -> None:
         state = params.model_dump(by_alias=True, exclude_none=True)
         state.pop("_meta", None)
-        stream = self._watchers.get(str(state.get("taskId")))
-        if stream is not None:
+        for inbox in list(self._watchers.get(str(state.get("taskId")), ())):
             try:
-                stream.send_nowait(state)
-            except anyio.ClosedResourceError:
+                inbox.send_nowait(dict(state))
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                 pass
 
     def notifications(self) -> Sequence[NotificationBinding[Any]]:
@@ -237,14 +244,34 @@ class TasksClientExtension(ClientExtension):
             )
         ]
 
-    async def _answer(
-        self, ctx: ClaimContext, task_id: str, requests: dict[str, Any], handled: set[str]
-    ) -> None:
+    async def answer_input(
+        self,
+        ctx: ClaimContext,
+        task_id: str,
+        requests: dict[str, Any],
+        answered: set[str],
+    ) -> dict[str, Any]:
+        """Answer a task's outstanding `inputRequests` in one `tasks/update` (C65-C68).
+
+        Each key not yet in `answered` is handed once to `on_input` (or, for an
+        elicitation, to the elicitation handler) and added to `answered`, so a key
+        seen again in a later poll or push is never answered twice (C67).
+
+        Args:
+            ctx: the session to send on (`ClaimContext(session=client.session, ...)`);
+                an elicitation handler receives it as its context.
+            task_id: the task waiting in `input_required`.
+            requests: its `inputRequests` (key to request).
+            answered: the keys already handled for this task; updated in place.
+
+        Returns:
+            The answers sent (none sent when empty).
+        """
         answers: dict[str, Any] = {}
         for key, request in requests.items():
-            if key in handled:
+            if key in answered:
                 continue
-            handled.add(key)
+            answered.add(key)
             answer = await self._answer_one(ctx, key, request)
             if answer is not None:
                 answers[key] = answer
@@ -253,6 +280,7 @@ class TasksClientExtension(ClientExtension):
                 UpdateTaskRequest(params=UpdateTaskParams(taskId=task_id, inputResponses=answers)),
                 TaskState,
             )
+        return answers
 
     async def _answer_one(
         self, ctx: ClaimContext, key: str, request: dict[str, Any]
@@ -269,12 +297,6 @@ class TasksClientExtension(ClientExtension):
             return {"action": "cancel"}
         return result.model_dump(by_alias=True, mode="json", exclude_none=True)
 
-    def _interval(self, state: dict[str, Any]) -> float:
-        poll_ms = state.get("pollIntervalMs")
-        given = isinstance(poll_ms, int) and poll_ms > 0
-        seconds = poll_ms / 1000 if given else DEFAULT_POLL_SECONDS
-        return max(seconds, self.min_poll_interval)
-
     async def _report(self, state: dict[str, Any]) -> None:
         if self.on_status is None:
             return
@@ -282,26 +304,14 @@ class TasksClientExtension(ClientExtension):
         if outcome is not None:
             await outcome
 
-    @staticmethod
-    async def _get(ctx: ClaimContext, task_id: str) -> dict[str, Any]:
-        timeout = ctx.read_timeout_seconds
-        result = await ctx.session.send_request(
-            GetTaskRequest(params=TaskIdParams(taskId=task_id)),
-            TaskState,
-            request_read_timeout_seconds=None if timeout in (None, math.inf) else timeout,
-        )
-        state = result.model_dump(by_alias=True, exclude_none=False)
-        state.pop("resultType", None)
-        return {k: v for k, v in state.items() if v is not None or k == "ttlMs"}
 
-    @staticmethod
-    async def _cancel(ctx: ClaimContext, task_id: str) -> None:
-        try:
-            await ctx.session.send_request(
-                CancelTaskRequest(params=TaskIdParams(taskId=task_id)), TaskState
-            )
-        except Exception:  # best effort: the caller is already leaving
-            return
+async def send_cancel(session: ClientSession, task_id: str) -> None:
+    """Best effort `tasks/cancel` (C69): errors are swallowed, the caller is leaving."""
+    try:
+        request = CancelTaskRequest(params=TaskIdParams(taskId=task_id))
+        await session.send_request(request, TaskState)
+    except Exception:
+        return
 
 
 def _transparent(elicitation_callback: ElicitationFnT | None) -> ClientExtension:

@@ -16,32 +16,36 @@
 `call_tool_task()` sends `tools/call` with the tasks opt-in (the client's
 `TasksClientExtension` claims `resultType: "task"`) and returns a `ToolTask`
 without waiting. A server that answers synchronously yields a handle that is
-already complete. The handle polls `tasks/get` no faster than the latest
-`pollIntervalMs` (C62), raises `MCPError` with the task's error when it
-`failed`, and sends `tasks/cancel` once when a `wait()` times out or its caller
-is cancelled (C69). With `log=TaskLog(...)` the task is recorded durably as
-soon as it is created and dropped once it is seen terminal.
+already complete. The handle follows the task exactly as the transparent
+resolver does (`client_poll.TaskWatch`): pushed states over
+`subscriptions/listen` when the server offers it (through the client's
+`TasksClientExtension`, with a slow safety poll), otherwise `tasks/get` no
+faster than the latest `pollIntervalMs` (C62), retried when the transport
+drops it. The first terminal state seen is final. It raises `MCPError` with
+the task's error when it `failed`, and sends `tasks/cancel` once when a
+`wait()` times out or its caller is cancelled (C69). With `log=TaskLog(...)`
+the task is recorded durably as soon as it is created and dropped once it is
+seen terminal.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import mcp_types
+from mcp.client.extension import ClaimContext
 from mcp.shared.exceptions import MCPError
 
 from fastmcp_tasks.client import (
-    DEFAULT_POLL_SECONDS,
     CancelTaskRequest,
-    GetTaskRequest,
     InputHandler,
     TasksClientExtension,
     TaskState,
     task_outcome,
 )
+from fastmcp_tasks.client_poll import TaskWatch
 from fastmcp_tasks.wire import TERMINAL_STATUSES, CreateTaskResult, TaskIdParams
 
 if TYPE_CHECKING:
@@ -62,6 +66,18 @@ def server_name(client: Client[Any]) -> str:
     return str(url) if url else type(transport).__name__
 
 
+def tasks_extension(client: Client[Any]) -> TasksClientExtension | None:
+    """The `TasksClientExtension` folded into `client` (its own or the default one).
+
+    Handles use it to receive pushed task states; `None` (polling only) when the
+    client has none or FastMCP no longer exposes its result claims.
+    """
+    claims = getattr(client, "_claim_by_model", None) or {}
+    claim = claims.get(CreateTaskResult)
+    owner = getattr(getattr(claim, "resolve", None), "__self__", None)
+    return owner if isinstance(owner, TasksClientExtension) else None
+
+
 class ToolTask:
     """A handle on one task created by `tools/call` (or on a synchronous answer).
 
@@ -77,6 +93,9 @@ class ToolTask:
             `TasksClientExtension(on_input=...)` does; without it, input is left unanswered.
         min_poll_interval: the shortest wait between polls, whatever the server says.
         log: a `TaskLog` to drop the task from once it is seen terminal.
+        push: receive pushed states over `subscriptions/listen` when the server offers
+            it and the client has a `TasksClientExtension` (the default); polls then
+            only run as a slow safety net.
     """
 
     def __init__(
@@ -89,8 +108,10 @@ class ToolTask:
         on_input: InputHandler | None = None,
         min_poll_interval: float = 0.0,
         log: TaskLog | None = None,
+        push: bool = True,
     ) -> None:
         self.client = client
+        self.push = push
         self.task_id = task_id
         self.state: dict[str, Any] = dict(state or {})
         self.on_status_change = on_status_change
@@ -126,36 +147,39 @@ class ToolTask:
         """Fetch the task's current DetailedTask with one `tasks/get`."""
         if self.task_id is None:
             return dict(self.state)
-        result = await self.client.session.send_request(
-            GetTaskRequest(params=TaskIdParams(taskId=self.task_id)), TaskState
-        )
-        state = result.model_dump(by_alias=True, exclude_none=True)
-        state.pop("resultType", None)
-        state.pop("_meta", None)
-        await self._observe(state)
-        return dict(state)
+        await self._observe(await self._watch().get())
+        return dict(self.state)
 
     async def updates(self) -> AsyncIterator[dict[str, Any]]:
         """Yield the task's state each time it changes, ending with the terminal one.
 
-        The latest known state comes first; later ones are polled no faster than the
-        server's `pollIntervalMs` (and `min_poll_interval`).
+        The latest known state comes first; later ones are pushed by the server when
+        it serves `subscriptions/listen`, or polled no faster than its `pollIntervalMs`
+        (and `min_poll_interval`).
         """
         last: tuple[Any, ...] | None = None
         state = self.state if self.state else await self.status()
         if _missing_outcome(state):  # C76: terminal at creation, fetch the outcome once
             state = await self.status()
-        while True:
-            key = _change_key(state)
-            if key != last:
-                last = key
-                yield dict(state)
-            if state.get("status") in TERMINAL_STATUSES:
-                return
-            if state.get("status") == "input_required" and self.on_input is not None:
-                await self._answer(state.get("inputRequests") or {})
-            await anyio.sleep(self._interval(state))
-            state = await self.status()
+        if self.task_id is None or state.get("status") in TERMINAL_STATUSES:
+            yield dict(state)
+            return
+        watch = self._watch()
+        watch.start()
+        try:
+            while True:
+                key = _change_key(state)
+                if key != last:
+                    last = key
+                    yield dict(state)
+                if state.get("status") in TERMINAL_STATUSES:
+                    return
+                if state.get("status") == "input_required" and self.on_input is not None:
+                    await self.answer_input(state.get("inputRequests") or {})
+                await self._observe(await watch.next(state))
+                state = self.state
+        finally:
+            await watch.close()
 
     async def wait(self, timeout: float | None = None) -> mcp_types.CallToolResult:  # noqa: ASYNC109
         """Wait for the task's outcome: its `CallToolResult` once `completed`.
@@ -201,7 +225,30 @@ class ToolTask:
         if self.log is not None:
             await self.log.finish(self.task_id)
 
+    async def answer_input(self, requests: dict[str, Any]) -> dict[str, Any]:
+        """Answer outstanding `inputRequests` with `on_input`, each key once, in one `tasks/update`.
+
+        Returns:
+            The answers sent (empty without `on_input` or when every key was answered before).
+        """
+        if self.on_input is None or self.task_id is None:
+            return {}
+        helper = TasksClientExtension(on_input=self.on_input)
+        ctx = ClaimContext(session=self.client.session, tool_name="", read_timeout_seconds=None)
+        return await helper.answer_input(ctx, self.task_id, requests, self._answered)
+
+    def _watch(self) -> TaskWatch:
+        return TaskWatch(
+            self.client.session,
+            str(self.task_id),
+            extension=tasks_extension(self.client),
+            push=self.push,
+            min_poll_interval=self.min_poll_interval,
+        )
+
     async def _observe(self, state: dict[str, Any]) -> None:
+        if self.done and not _missing_outcome(self.state):
+            return  # the first terminal state seen is final
         self.state = state
         key = _change_key(state)
         if key != self._reported:
@@ -212,17 +259,6 @@ class ToolTask:
                     await outcome
         if self.done and self.log is not None and self.task_id is not None:
             await self.log.finish(self.task_id)
-
-    async def _answer(self, requests: dict[str, Any]) -> None:
-        helper = TasksClientExtension(on_input=self.on_input)
-        ctx = SimpleNamespace(session=self.client.session, read_timeout_seconds=None)
-        await helper._answer(ctx, str(self.task_id), requests, self._answered)  # type: ignore[arg-type]
-
-    def _interval(self, state: dict[str, Any]) -> float:
-        poll_ms = state.get("pollIntervalMs")
-        given = isinstance(poll_ms, int) and poll_ms > 0
-        seconds = poll_ms / 1000 if given else DEFAULT_POLL_SECONDS
-        return max(seconds, self.min_poll_interval)
 
 
 def _missing_outcome(state: dict[str, Any]) -> bool:
@@ -246,6 +282,7 @@ async def call_tool_task(
     on_input: InputHandler | None = None,
     min_poll_interval: float = 0.0,
     server: str | None = None,
+    push: bool = True,
 ) -> ToolTask:
     """Call a tool as a task and return its handle without waiting for the outcome.
 
@@ -260,6 +297,7 @@ async def call_tool_task(
         on_input: answers `inputRequests` entries while waiting (see `ToolTask`).
         min_poll_interval: the shortest wait between polls.
         server: the server's name in the log (default: the client's URL).
+        push: follow the task over `subscriptions/listen` when offered (see `ToolTask`).
 
     Returns:
         The task's handle; already complete when the server answered synchronously.
@@ -272,6 +310,7 @@ async def call_tool_task(
         "on_status_change": on_status_change,
         "on_input": on_input,
         "min_poll_interval": min_poll_interval,
+        "push": push,
     }
     if isinstance(created, mcp_types.CallToolResult):
         state = {

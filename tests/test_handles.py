@@ -163,7 +163,7 @@ async def test_caller_cancellation_sends_one_cancel() -> None:
 async def test_polls_no_faster_than_poll_interval() -> None:
     server = Counted(poll=timedelta(milliseconds=300))
     async with connected(server.mcp, "memory") as client:
-        task = await call_tool_task(client, "gated", {"text": "p"})
+        task = await call_tool_task(client, "gated", {"text": "p"}, push=False)
         async with anyio.create_task_group() as group:
             group.start_soon(task.wait)
             with anyio.fail_after(5):
