@@ -16,6 +16,7 @@ so every code and message the server sends lives in this one module:
 - `header_mismatch()`      -32020, `Mcp-Name` disagrees with `params.taskId` (HTTP 400)
 - `invalid_answer()`       -32602, a `tasks/update` answer that cannot answer its request
 - `limit_exceeded()`       -32000, a configured cap refuses a new task
+- `polling_too_fast()`     -32000, `tasks/get` of one task faster than the configured pace
 - `too_large()`            -32602, arguments or answers over a configured size limit
 - `store_unavailable()`    -32603, the task store failed (e.g. Redis unreachable)
 - `interrupted()`          -32603, the task's run was lost (shutdown, crash)
@@ -102,6 +103,16 @@ def limit_exceeded(limit: str, value: int) -> MCPError:
         code=LIMIT_EXCEEDED,
         message=f"Task limit reached: {limit}={value}; no task was created, retry later",
         data={"limit": limit, "value": value},
+    )
+
+
+def polling_too_fast(fraction: float, interval_ms: int, retry_after_ms: int) -> MCPError:
+    """-32000: a client polls one task far faster than its `pollIntervalMs` (C19)."""
+    return MCPError(
+        code=LIMIT_EXCEEDED,
+        message=f"Polling too fast: pollIntervalMs is {interval_ms} and "
+        f"min_poll_fraction={fraction}; retry in {retry_after_ms} ms",
+        data={"limit": "min_poll_fraction", "value": fraction, "retryAfterMs": retry_after_ms},
     )
 
 

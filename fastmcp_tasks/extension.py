@@ -89,7 +89,8 @@ class TasksExtension(ServerExtension):
             tasks whose lease ran out (see `recovery`).
         shutdown_grace: at shutdown, how long running tasks may finish before they
             are interrupted (then handed back on a durable store).
-        limits: size caps on arguments, input answers and results (`Limits`).
+        limits: caps on sizes, on active tasks (in all and per principal) and,
+            optionally, on polling (`Limits`).
     """
 
     identifier = TASKS_EXTENSION_ID
@@ -129,6 +130,7 @@ class TasksExtension(ServerExtension):
             "limits": limits,
         }
         self.limits = limits or Limits()
+        self._caps = self.limits.active_caps
         self.shutdown_grace = max(0.0, shutdown_grace.total_seconds())
         if lease <= timedelta(0):
             raise ConfigurationError(f"lease must be positive, got {lease}")
@@ -270,7 +272,7 @@ class TasksExtension(ServerExtension):
             record.lease_owner = record.lease_expires = None
             record.attempts = 0
         try:
-            await self.store.create(record)
+            await self.store.create(record, caps=self._caps)
         except TaskLimitExceeded as exc:
             raise limit_exceeded(exc.limit, exc.value) from None
         except StoreError as exc:  # e.g. Redis unreachable: nothing was created

@@ -7,9 +7,10 @@ Each handler first applies the two gates every task method shares:
 2. over Streamable HTTP, an `Mcp-Name` header that names another task than
    `params.taskId` gets -32020 (C50). A missing header is accepted.
 
-Unknown, expired and purged ids, and tasks of another principal, all get the
-same -32602 (C14, C24). Handlers never
-talk to the runner: a cancel is a store write that the runner hears about.
+With `Limits.min_poll_fraction` set, `tasks/get` of one task is paced
+(`pacing.PollPacer`, C19). Unknown, expired and purged ids, and tasks of
+another principal, all get the same -32602 (C14, C24). Handlers never talk to
+the runner: a cancel is a store write that the runner hears about.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from fastmcp_tasks.errors import (
     header_mismatch,
     invalid_answer,
     missing_capability,
+    polling_too_fast,
     store_unavailable,
     task_not_found,
     too_large,
@@ -35,6 +37,7 @@ from fastmcp_tasks.errors import (
 from fastmcp_tasks.inputs import answer_problem
 from fastmcp_tasks.limits import Limits
 from fastmcp_tasks.ownership import current_principal, may_access
+from fastmcp_tasks.pacing import PollPacer
 from fastmcp_tasks.stores.base import TaskRecord, TaskStore
 from fastmcp_tasks.wire import (
     ACK,
@@ -89,6 +92,8 @@ class TaskMethods:
     def __init__(self, store: TaskStore, limits: Limits | None = None) -> None:
         self.store = store
         self.limits = limits or Limits()
+        fraction = self.limits.min_poll_fraction
+        self.pacer = None if fraction is None else PollPacer(fraction, self.limits.poll_burst)
 
     def bindings(self) -> list[MethodBinding]:
         return [
@@ -102,7 +107,13 @@ class TaskMethods:
     ) -> dict[str, Any]:
         """`tasks/get`: the DetailedTask for the current status (C22, C23). No side effects."""
         check_request(ctx, params.task_id)
-        return render_get_result(await self._visible(params.task_id))
+        record = await self._visible(params.task_id)
+        if self.pacer is not None:
+            interval = record.poll_interval_ms
+            wait = self.pacer.retry_after_ms(params.task_id, interval)
+            if wait is not None and interval is not None:
+                raise polling_too_fast(self.pacer.fraction, interval, wait)
+        return render_get_result(record)
 
     async def update(
         self, ctx: ServerRequestContext[Any, Any], params: UpdateTaskParams

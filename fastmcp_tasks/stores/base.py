@@ -24,6 +24,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from fastmcp_tasks.errors import TaskLimitExceeded
 from fastmcp_tasks.wire import ACTIVE_STATUSES, TERMINAL_STATUSES, TaskStatus
 
 #: The edges of the SEP-2663 state machine (C21).
@@ -114,6 +115,30 @@ class TaskRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class ActiveCaps:
+    """Caps on active tasks that a store checks atomically with `create` (`None`: none).
+
+    `total` counts every active task in the store; `per_owner` counts the active
+    tasks with the new record's `owner` and applies only to records that have one.
+    A store refuses with `TaskLimitExceeded` naming `TOTAL` or `PER_OWNER`.
+    """
+
+    total: int | None = None
+    per_owner: int | None = None
+
+    TOTAL = "max_active_tasks"
+    PER_OWNER = "max_active_per_principal"
+
+    def refusal(self, active: int, owned: int, owner: str | None) -> TaskLimitExceeded | None:
+        """The error for a store holding `active` active tasks, `owned` of them `owner`'s."""
+        if self.total is not None and active >= self.total:
+            return TaskLimitExceeded(self.TOTAL, self.total)
+        if owner is not None and self.per_owner is not None and owned >= self.per_owner:
+            return TaskLimitExceeded(self.PER_OWNER, self.per_owner)
+        return None
+
+
+@dataclass(frozen=True, slots=True)
 class TaskChange:
     """One entry of a store's change feed."""
 
@@ -141,11 +166,15 @@ class TaskStore(Protocol):
         """Release everything `open` acquired. Idempotent."""
         ...
 
-    async def create(self, record: TaskRecord) -> None:
+    async def create(self, record: TaskRecord, *, caps: ActiveCaps | None = None) -> None:
         """Persist a new task so `get` finds it on return.
 
+        `caps` are checked atomically with the insert (no two concurrent creates,
+        in any process, both take the last place).
+
         Raises:
-            TaskLimitExceeded: a configured cap refuses the task; nothing was stored.
+            TaskLimitExceeded: `max_tasks` or one of `caps` refuses the task;
+                nothing was stored.
         """
         ...
 

@@ -2,10 +2,12 @@
 
 Tasks live in a dict (O(1) `get`), terminal tasks are indexed in a heap by
 expiry so a sweep costs only what it removes, and `max_tasks` caps how many
-are retained so memory cannot grow without bound. Every method runs without an
-await between its read and its write, so on one event loop each is atomic:
-that is the compare-and-set the contract asks for. Finished tasks drop their
-arguments and input state, keeping a retained task small.
+are retained so memory cannot grow without bound. Active tasks are counted (in
+all and per owner) as they are created and end, so active caps cost O(1).
+Every method runs without an await between its read and its write, so on one
+event loop each is atomic: that is the compare-and-set the contract asks for.
+Finished tasks drop their arguments and input state, keeping a retained task
+small.
 """
 
 from __future__ import annotations
@@ -25,11 +27,13 @@ from fastmcp_tasks.stores import rules
 from fastmcp_tasks.stores.base import (
     ALLOWED_TRANSITIONS,
     UNCHANGED,
+    ActiveCaps,
     TaskChange,
     TaskRecord,
     _Unchanged,
     encode_result,
 )
+from fastmcp_tasks.stores.listing import PageKey, check_listing, page_key, selected
 from fastmcp_tasks.wire import ACTIVE_STATUSES, TERMINAL_STATUSES, TaskStatus
 
 DEFAULT_MAX_TASKS = 100_000
@@ -53,6 +57,8 @@ class MemoryTaskStore:
         self.max_tasks = max_tasks
         self._tasks: dict[str, TaskRecord] = {}
         self._expiry: list[tuple[float, str]] = []
+        self._active = 0
+        self._active_by_owner: dict[str, int] = {}
         # each feed subscriber, with the task ids and change kinds it follows (None: all)
         self._subscribers: dict[
             ObjectSendStream[TaskChange], tuple[frozenset[str] | None, frozenset[str] | None]
@@ -71,16 +77,23 @@ class MemoryTaskStore:
 
     # --- reads and creation -------------------------------------------------------
 
-    async def create(self, record: TaskRecord) -> None:
+    async def create(self, record: TaskRecord, *, caps: ActiveCaps | None = None) -> None:
+        if record.task_id in self._tasks:
+            raise ValueError(f"task {record.task_id!r} already exists")
+        owner = record.owner
+        if caps is not None and record.is_active:
+            owned = 0 if owner is None else self._active_by_owner.get(owner, 0)
+            if (refused := caps.refusal(self._active, owned, owner)) is not None:
+                raise refused
         if self.max_tasks is not None and len(self._tasks) >= self.max_tasks:
             self._purge(time.time())
             if len(self._tasks) >= self.max_tasks:
                 raise TaskLimitExceeded("max_tasks", self.max_tasks)
-        if record.task_id in self._tasks:
-            raise ValueError(f"task {record.task_id!r} already exists")
         self._tasks[record.task_id] = record
         if record.is_terminal:
             self._index_expiry(record)
+        else:
+            self._count_active(owner, 1)
 
     async def get(self, task_id: str) -> TaskRecord | None:
         record = self._tasks.get(task_id)
@@ -128,6 +141,7 @@ class MemoryTaskStore:
         if not isinstance(status_message, _Unchanged):
             record.status_message = status_message
         if status in TERMINAL_STATUSES:
+            self._count_active(record.owner, -1)
             record.terminal_at = now
             completed = status == "completed" and result is not None
             record.result_json = encode_result(result) if completed else None
@@ -237,6 +251,31 @@ class MemoryTaskStore:
     async def purge_expired(self, now: float) -> int:
         return self._purge(now)
 
+    # --- listing (the `ListableTaskStore` capability) -----------------------------
+
+    async def list_tasks(
+        self,
+        *,
+        status: frozenset[str] | None = None,
+        owner: str | None = None,
+        limit: int = 100,
+        before: PageKey | None = None,
+    ) -> list[TaskRecord]:
+        statuses, now = check_listing(status, limit), time.time()
+        found = (r for r in self._tasks.values() if selected(r, statuses, owner, before, now))
+        return heapq.nlargest(limit, found, key=page_key)
+
+    async def purge_finished(self, before: float, *, dry_run: bool = False) -> int:
+        ended = [
+            task_id
+            for task_id, r in self._tasks.items()
+            if r.terminal_at is not None and r.terminal_at < before and r.is_terminal
+        ]
+        if not dry_run:
+            for task_id in ended:  # their expiry-heap entries are skipped when they come up
+                del self._tasks[task_id]
+        return len(ended)
+
     def _purge(self, now: float) -> int:
         removed = 0
         heap = self._expiry
@@ -247,6 +286,15 @@ class MemoryTaskStore:
                 del self._tasks[task_id]
                 removed += 1
         return removed
+
+    def _count_active(self, owner: str | None, delta: int) -> None:
+        self._active += delta
+        if owner is not None:
+            left = self._active_by_owner.get(owner, 0) + delta
+            if left > 0:
+                self._active_by_owner[owner] = left
+            else:
+                self._active_by_owner.pop(owner, None)
 
     def _index_expiry(self, record: TaskRecord) -> None:
         expires_at = record.expires_at

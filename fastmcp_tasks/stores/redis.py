@@ -45,6 +45,7 @@ from fastmcp_tasks.errors import ConfigurationError, StoreError, TaskLimitExceed
 from fastmcp_tasks.stores.base import (
     ALLOWED_TRANSITIONS,
     UNCHANGED,
+    ActiveCaps,
     TaskChange,
     TaskRecord,
     _Unchanged,
@@ -59,6 +60,7 @@ from fastmcp_tasks.stores.redis_keys import (
     pairs,
     parse_store_url,
 )
+from fastmcp_tasks.stores.redis_listing import RedisListing
 from fastmcp_tasks.stores.redis_scripts import SCRIPTS
 from fastmcp_tasks.wire import TERMINAL_STATUSES, TaskStatus
 
@@ -68,7 +70,7 @@ T = TypeVar("T")
 DEFAULT_MAX_TASKS = 100_000
 
 
-class RedisTaskStore:
+class RedisTaskStore(RedisListing):
     """A `TaskStore` in Redis, shared by every process that uses the same URL and prefix.
 
     Args:
@@ -217,7 +219,7 @@ class RedisTaskStore:
 
     # --- reads and creation -------------------------------------------------------
 
-    async def create(self, record: TaskRecord) -> None:
+    async def create(self, record: TaskRecord, *, caps: ActiveCaps | None = None) -> None:
         now = time.time()
         expires_at = record.expires_at
         pexpire = None if expires_at is None else max(0, math.ceil((expires_at - now) * 1000))
@@ -235,6 +237,9 @@ class RedisTaskStore:
                 "1" if record.lease_owner is None else "0",
                 "+inf" if expires_at is None else repr(expires_at),
                 "" if pexpire is None else pexpire,
+                "" if caps is None or caps.total is None else caps.total,
+                "" if caps is None or caps.per_owner is None else caps.per_owner,
+                "" if record.owner is None else self.keys.owner_active_base + record.owner,
                 *encode_task(record),
             ],
         )
@@ -242,6 +247,10 @@ class RedisTaskStore:
             raise ValueError(f"task {record.task_id!r} already exists")
         if outcome == "limit" and self.max_tasks is not None:
             raise TaskLimitExceeded("max_tasks", self.max_tasks)
+        if caps is not None and outcome == "limit_total" and caps.total is not None:
+            raise TaskLimitExceeded(caps.TOTAL, caps.total)
+        if caps is not None and outcome == "limit_owner" and caps.per_owner is not None:
+            raise TaskLimitExceeded(caps.PER_OWNER, caps.per_owner)
 
     async def get(self, task_id: str) -> TaskRecord | None:
         fields = await self._guard(self._require().hgetall(self.keys.task(task_id)))
@@ -295,6 +304,7 @@ class RedisTaskStore:
             "" if kept is None else encode_result(kept),
             "0" if failure is None else "1",
             "" if failure is None else dumps(failure),
+            self.keys.owner_active_base,
         )
 
     async def request_input(

@@ -101,6 +101,11 @@ class RedisKeys:
         return f"{self.base}terminal"
 
     @property
+    def owner_active_base(self) -> str:
+        """Set key without its owner: the active task ids of one owner (scripts append it)."""
+        return f"{self.base}owner-active:"
+
+    @property
     def changes(self) -> str:
         """Stream: the change feed."""
         return f"{self.base}changes"

@@ -54,8 +54,10 @@ end
 """
 
 #: ARGV[4..]: max_tasks ('' none), task key base, 'active'|'terminal', created score,
-#: queued '1'|'0', expiry score, pexpire ms ('' none), then field/value pairs.
-#: Returns 'ok', 'exists' or 'limit'.
+#: queued '1'|'0', expiry score, pexpire ms ('' none), active cap ('' none), per-owner
+#: active cap ('' none), the owner's active set key ('' no owner), then field/value pairs.
+#: Returns 'ok', 'exists', 'limit', 'limit_total' or 'limit_owner'. The owner's set is
+#: cleaned of ids no longer active while it is counted, so it never drifts for long.
 CREATE = """
 local key, id, now = KEYS[1], ARGV[1], ARGV[2]
 if redis.call('EXISTS', key) == 1 then return 'exists' end
@@ -63,6 +65,23 @@ if redis.call('EXISTS', key) == 1 then return 'exists' end
 redis.call('ZREM', KEYS[2], id)
 redis.call('ZREM', KEYS[3], id)
 redis.call('ZREM', KEYS[4], id)
+local owned_key = ARGV[13]
+if ARGV[6] == 'active' then
+  local total = tonumber(ARGV[11])
+  if total and redis.call('ZCARD', KEYS[2]) >= total then return 'limit_total' end
+  local per_owner = tonumber(ARGV[12])
+  if per_owner and owned_key ~= '' then
+    local owned = 0
+    for _, other in ipairs(redis.call('SMEMBERS', owned_key)) do
+      if is_active(redis.call('HGET', ARGV[5] .. other, 'status')) then
+        owned = owned + 1
+      else
+        redis.call('SREM', owned_key, other)
+      end
+    end
+    if owned >= per_owner then return 'limit_owner' end
+  end
+end
 local cap = tonumber(ARGV[4])
 if cap then
   if redis.call('ZCARD', KEYS[2]) + redis.call('ZCARD', KEYS[4]) >= cap then
@@ -72,9 +91,10 @@ if cap then
     end
   end
 end
-redis.call('HSET', key, unpack(ARGV, 11))
+redis.call('HSET', key, unpack(ARGV, 14))
 if ARGV[6] == 'active' then
   redis.call('ZADD', KEYS[2], ARGV[7], id)
+  if owned_key ~= '' then redis.call('SADD', owned_key, id) end
   if ARGV[8] == '1' then redis.call('ZADD', KEYS[3], ARGV[7], id) end
 else
   redis.call('ZADD', KEYS[4], ARGV[9], id)
@@ -85,7 +105,7 @@ return 'ok'
 
 #: ARGV[4..]: target status, allowed current statuses (space separated), message mode
 #: ('keep'|'set'|'clear'), message, terminal '1'|'0', has result, result JSON,
-#: has error, error JSON.
+#: has error, error JSON, owner active-set key base.
 TRANSITION = """
 local key, id, now = KEYS[1], ARGV[1], ARGV[2]
 local current = redis.call('HGET', key, 'status')
@@ -108,6 +128,8 @@ if ARGV[8] == '1' then
   if ARGV[11] == '1' then redis.call('HSET', key, 'error', ARGV[12]) end
   redis.call('ZREM', KEYS[2], id)
   redis.call('ZREM', KEYS[3], id)
+  local owner = redis.call('HGET', key, 'owner')
+  if owner then redis.call('SREM', ARGV[13] .. owner, id) end
   local retention = redis.call('HGET', key, 'retention_ms')
   local score = '+inf'
   if retention then
@@ -289,6 +311,29 @@ PURGE = """
 return purge(KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3]))
 """
 
+#: KEYS: [terminal]; ARGV: task key base, before, dry run '1'|'0', then task ids.
+#: Deletes (or counts) the finished tasks among the ids that ended before `before`,
+#: with their index entries; drops the entries of hashes already evicted. Returns how
+#: many it deleted (or would delete).
+PURGE_FINISHED = """
+local base, before, dry = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
+local removed = 0
+for i = 4, #ARGV do
+  local id = ARGV[i]
+  local v = redis.call('HMGET', base .. id, 'status', 'terminal_at')
+  if not v[1] then
+    if not dry then redis.call('ZREM', KEYS[1], id) end
+  elseif not is_active(v[1]) and v[2] and tonumber(v[2]) < before then
+    removed = removed + 1
+    if not dry then
+      redis.call('DEL', base .. id)
+      redis.call('ZREM', KEYS[1], id)
+    end
+  end
+end
+return removed
+"""
+
 #: Script name -> Lua source (with the shared helpers), registered once per store.
 SCRIPTS: dict[str, str] = {
     name: _PRELUDE + body
@@ -306,6 +351,7 @@ SCRIPTS: dict[str, str] = {
         "renew": RENEW,
         "claim_queued": CLAIM_QUEUED,
         "purge": PURGE,
+        "purge_finished": PURGE_FINISHED,
     }.items()
 }
 

@@ -50,12 +50,14 @@ from fastmcp_tasks.stores import sqlite_schema as schema
 from fastmcp_tasks.stores.base import (
     ALLOWED_TRANSITIONS,
     UNCHANGED,
+    ActiveCaps,
     TaskChange,
     TaskRecord,
     _Unchanged,
     encode_result,
 )
 from fastmcp_tasks.stores.sqlite_feed import ChangeReader, Feed
+from fastmcp_tasks.stores.sqlite_listing import SQLiteListing
 from fastmcp_tasks.stores.sqlite_schema import Tx, path_from_url
 from fastmcp_tasks.stores.sqlite_writer import SQLiteWriter
 from fastmcp_tasks.wire import ACTIVE_STATUSES, TERMINAL_STATUSES, TaskStatus
@@ -65,7 +67,7 @@ T = TypeVar("T")
 DEFAULT_MAX_TASKS = 100_000
 
 
-class SQLiteTaskStore:
+class SQLiteTaskStore(SQLiteListing):
     """A `TaskStore` in a SQLite file, shareable by processes on one host.
 
     Args:
@@ -222,20 +224,23 @@ class SQLiteTaskStore:
 
     # --- reads and creation -------------------------------------------------------
 
-    async def create(self, record: TaskRecord) -> None:
-        def create(tx: Tx) -> bool:
+    async def create(self, record: TaskRecord, *, caps: ActiveCaps | None = None) -> None:
+        def create(tx: Tx) -> TaskLimitExceeded | None:
+            if caps is not None and record.is_active:
+                if (refused := tx.refusal(caps, record.owner)) is not None:
+                    return refused
             if self.max_tasks is not None and tx.count() >= self.max_tasks:
                 tx.purge(time.time())
                 if tx.count() >= self.max_tasks:
-                    return False
+                    return TaskLimitExceeded("max_tasks", self.max_tasks)
             try:
                 tx.conn.execute(schema.INSERT_TASK, schema.to_row(record))
             except sqlite3.IntegrityError:
                 raise ValueError(f"task {record.task_id!r} already exists") from None
-            return True
+            return None
 
-        if not await self._run(create) and self.max_tasks is not None:
-            raise TaskLimitExceeded("max_tasks", self.max_tasks)
+        if (refused := await self._run(create)) is not None:
+            raise refused
 
     async def get(self, task_id: str) -> TaskRecord | None:
         return await self._run(lambda tx: tx.load(task_id), write=False)

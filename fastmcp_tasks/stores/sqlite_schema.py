@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from fastmcp_tasks.errors import ConfigurationError
-from fastmcp_tasks.stores.base import TaskRecord
+from fastmcp_tasks.errors import ConfigurationError, TaskLimitExceeded
+from fastmcp_tasks.stores.base import ActiveCaps, TaskRecord
 
 #: `PRAGMA application_id` of a task store file: "FMTT" in ASCII.
 APPLICATION_ID = 0x464D5454
 APPLICATION_NAME = "fastmcp-tasks"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _HEADER_MAGIC = b"SQLite format 3\x00"
 
@@ -109,8 +109,14 @@ def _v0_to_v1(conn: sqlite3.Connection) -> None:
             conn.execute(statement)
 
 
+def _v1_to_v2(conn: sqlite3.Connection) -> None:
+    """Indexes for the operator commands: listing newest first, purging by end time."""
+    conn.execute("CREATE INDEX tasks_created ON tasks (created_at, task_id)")
+    conn.execute("CREATE INDEX tasks_ended ON tasks (terminal_at) WHERE terminal_at IS NOT NULL")
+
+
 #: from-version -> the step that brings a file to from-version + 1.
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {0: _v0_to_v1}
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {0: _v0_to_v1, 1: _v1_to_v2}
 
 
 def check_header(path: Path) -> None:
@@ -341,6 +347,19 @@ class Tx:
             (task_id, kind, status, json.dumps(details or {}), time.time()),
         )
         self.emitted = True
+
+    def refusal(self, caps: ActiveCaps, owner: str | None) -> TaskLimitExceeded | None:
+        """Whether `caps` refuse one more active task for `owner` (scans of the active index)."""
+        active_only = "status IN ('working', 'input_required')"
+        active = owned = 0
+        if caps.total is not None:
+            active = self.conn.execute(
+                f"SELECT COUNT(*) FROM tasks WHERE {active_only}"
+            ).fetchone()[0]
+        if caps.per_owner is not None and owner is not None:
+            query = f"SELECT COUNT(*) FROM tasks WHERE {active_only} AND owner = ?"
+            owned = self.conn.execute(query, (owner,)).fetchone()[0]
+        return caps.refusal(active, owned, owner)
 
     def count(self) -> int:
         """Tasks in the file (kept by triggers, so O(1))."""
