@@ -1,0 +1,85 @@
+"""Listing and purging for the SQLite store (`ListableTaskStore`), mixed into `SQLiteTaskStore`.
+
+Both are index ranges (schema version 2): a listing walks `tasks_created`
+`(created_at, task_id)` backwards from the page key, so a page costs about its
+size plus the rows the filters skip; a purge deletes a range of `tasks_ended`
+(`terminal_at`) in one write transaction. A listing is a read on the store's
+connection, like `get`; it never blocks another process's writes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from fastmcp_tasks.stores.base import TaskRecord
+from fastmcp_tasks.stores.listing import ALL_STATUSES, PageKey, check_listing
+from fastmcp_tasks.stores.sqlite_schema import SELECT_TASK, Tx, from_row
+from fastmcp_tasks.wire import TERMINAL_STATUSES
+
+T = TypeVar("T")
+
+_ENDED = f"terminal_at < ? AND status IN ({', '.join('?' * len(TERMINAL_STATUSES))})"
+
+
+def list_rows(
+    tx: Tx,
+    statuses: frozenset[str],
+    owner: str | None,
+    limit: int,
+    before: PageKey | None,
+    now: float,
+) -> list[TaskRecord]:
+    """The live tasks matching the filters, newest first (see `ListableTaskStore`)."""
+    where = ["(expires_at IS NULL OR expires_at > ?)"]
+    params: list[Any] = [now]
+    if statuses != ALL_STATUSES:
+        where.append(f"status IN ({', '.join('?' * len(statuses))})")
+        params.extend(sorted(statuses))
+    if owner is not None:
+        where.append("owner = ?")
+        params.append(owner)
+    if before is not None:
+        where.append("(created_at, task_id) < (?, ?)")
+        params.extend(before)
+    query = (
+        f"{SELECT_TASK} WHERE {' AND '.join(where)} ORDER BY created_at DESC, task_id DESC LIMIT ?"
+    )
+    return [from_row(row) for row in tx.conn.execute(query, (*params, limit))]
+
+
+def purge_rows(tx: Tx, before: float, dry_run: bool) -> int:
+    """Delete (or, with `dry_run`, count) terminal tasks that ended before `before`."""
+    params = (before, *sorted(TERMINAL_STATUSES))
+    if dry_run:
+        return tx.conn.execute(f"SELECT COUNT(*) FROM tasks WHERE {_ENDED}", params).fetchone()[0]
+    return tx.conn.execute(f"DELETE FROM tasks WHERE {_ENDED}", params).rowcount
+
+
+class SQLiteListing:
+    """The `ListableTaskStore` methods of `SQLiteTaskStore`."""
+
+    if TYPE_CHECKING:
+
+        async def _run(self, fn: Callable[[Tx], T], *, write: bool = True) -> T: ...
+
+    async def list_tasks(
+        self,
+        *,
+        status: frozenset[str] | None = None,
+        owner: str | None = None,
+        limit: int = 100,
+        before: PageKey | None = None,
+    ) -> list[TaskRecord]:
+        statuses = check_listing(status, limit)
+        now = time.time()
+        return await self._run(
+            lambda tx: list_rows(tx, statuses, owner, limit, before, now), write=False
+        )
+
+    async def purge_finished(self, before: float, *, dry_run: bool = False) -> int:
+        return await self._run(lambda tx: purge_rows(tx, before, dry_run), write=not dry_run)
+
+
+__all__ = ["SQLiteListing", "list_rows", "purge_rows"]
