@@ -1,0 +1,209 @@
+"""Client robustness over HTTP: dropped polls are retried, JSON-RPC errors are not.
+
+The mcp SDK's streamable HTTP client lets a failed POST escape its task group,
+which ends the whole FastMCP session (`test_a_dropped_poll_ends_a_plain_session`).
+`RetryingTransport` resends retry-safe requests before the SDK sees the error;
+`get_task_state` retries transport errors that do reach the session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+from fastmcp import Client, FastMCP
+from fastmcp.client.transports import StreamableHttpTransport
+from fastmcp.utilities.tasks import TaskConfig
+from mcp.shared.exceptions import MCPError
+
+from fastmcp_tasks import TasksExtension
+from fastmcp_tasks.client import TasksClientExtension
+from fastmcp_tasks.client_http import RetryingTransport, TasksHttpTransport, tasks_http_client
+from fastmcp_tasks.client_poll import RetryPolicy, get_task_state
+from tests.wire import http_server
+
+pytestmark = pytest.mark.anyio
+
+QUICK = RetryPolicy(attempts=3, first_delay=0.01, max_delay=0.02)
+
+
+class Flaky(httpx2.AsyncBaseTransport):
+    """Fails the first `fails` POSTs of `method`: before any response, or while reading it."""
+
+    def __init__(self, method: str, fails: int, *, where: str = "connect") -> None:
+        self.inner = httpx2.AsyncHTTPTransport()
+        self.method, self.fails, self.where = method, fails, where
+        self.sent: list[str] = []
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        method = request.headers.get("mcp-method", "")
+        self.sent.append(method)
+        if method != self.method or self.fails <= 0:
+            return await self.inner.handle_async_request(request)
+        self.fails -= 1
+        if self.where == "connect":
+            raise httpx2.RemoteProtocolError("Server disconnected without sending a response.")
+        response = await self.inner.handle_async_request(request)
+
+        class Broken(httpx2.AsyncByteStream):
+            async def __aiter__(self) -> Any:
+                raise httpx2.ReadError("connection reset while reading the body")
+                yield b""  # pragma: no cover
+
+            async def aclose(self) -> None:
+                await response.aclose()
+
+        return httpx2.Response(response.status_code, headers=response.headers, stream=Broken())
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def factory_over(transport: httpx2.AsyncBaseTransport) -> Callable[..., httpx2.AsyncClient]:
+    def factory(**kwargs: Any) -> httpx2.AsyncClient:
+        kwargs.pop("follow_redirects", None)
+        kwargs.setdefault("timeout", httpx2.Timeout(30.0, read=300.0))
+        return httpx2.AsyncClient(transport=transport, **kwargs)
+
+    return factory
+
+
+def napping(poll: timedelta, work: float) -> tuple[FastMCP, list[float]]:
+    """A tool that works `work` seconds, polled every `poll`; records each tasks/get."""
+    mcp = FastMCP("napping")
+    extension = TasksExtension()
+    gets: list[float] = []
+    real_get = extension._methods.get
+
+    async def counting_get(ctx, params):  # type: ignore[no-untyped-def]
+        gets.append(anyio.current_time())
+        return await real_get(ctx, params)
+
+    extension._methods.get = counting_get  # type: ignore[method-assign]
+    mcp.add_extension(extension)
+
+    @mcp.tool(task=TaskConfig(poll_interval=poll))
+    async def nap() -> str:
+        await anyio.sleep(work)
+        return "rested"
+
+    return mcp, gets
+
+
+@pytest.mark.parametrize("where", ["connect", "body"])
+async def test_dropped_polls_are_resent_and_the_task_completes(where: str) -> None:
+    mcp, _ = napping(timedelta(milliseconds=50), 0.3)
+    flaky = Flaky("tasks/get", 2, where=where)
+    retrying = RetryingTransport(flaky)
+    async with http_server(mcp) as url:
+        transport = StreamableHttpTransport(url, httpx_client_factory=factory_over(retrying))
+        with anyio.fail_after(10):
+            async with Client(transport, extensions=[TasksClientExtension(push=False)]) as c:
+                assert (await c.call_tool("nap", {})).data == "rested"
+                assert await c.list_tools()  # the session lived through it
+    assert retrying.retries == 2
+    assert flaky.sent.count("tasks/get") >= 3
+
+
+async def test_a_dropped_poll_ends_a_plain_session() -> None:
+    """What the SDK does alone: the transport error escapes and the session is gone."""
+    mcp, _ = napping(timedelta(milliseconds=50), 0.3)
+    caught: Exception | None = None
+    async with http_server(mcp) as url:
+        plain = StreamableHttpTransport(
+            url, httpx_client_factory=factory_over(Flaky("tasks/get", 1))
+        )
+        with anyio.fail_after(10):
+            try:
+                async with Client(plain, extensions=[TasksClientExtension(push=False)]) as client:
+                    await client.call_tool("nap", {})
+            except Exception as exc:  # an ExceptionGroup from the SDK's task groups
+                caught = exc
+    assert caught is not None and _contains(caught, httpx2.RemoteProtocolError)
+
+
+def _contains(exc: BaseException, kind: type[BaseException]) -> bool:
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_contains(inner, kind) for inner in exc.exceptions)
+    return isinstance(exc, kind)
+
+
+async def test_retries_are_bounded_then_the_error_surfaces() -> None:
+    flaky = Flaky("tasks/get", 99)
+    retrying = RetryingTransport(flaky, retry=QUICK)
+    async with httpx2.AsyncClient(transport=retrying) as http:
+        with pytest.raises(httpx2.RemoteProtocolError):
+            await http.post("http://127.0.0.1:9/mcp", json={}, headers={"Mcp-Method": "tasks/get"})
+    assert flaky.sent == ["tasks/get"] * 3 and retrying.retries == 2
+
+
+@pytest.mark.parametrize("method", ["tasks/update", "tasks/cancel", "tools/call"])
+async def test_requests_with_effects_are_never_resent(method: str) -> None:
+    flaky = Flaky(method, 99)
+    retrying = RetryingTransport(flaky, retry=QUICK)
+    async with httpx2.AsyncClient(transport=retrying) as http:
+        with pytest.raises(httpx2.RemoteProtocolError):
+            await http.post("http://127.0.0.1:9/mcp", json={}, headers={"Mcp-Method": method})
+    assert flaky.sent == [method] and retrying.retries == 0
+
+
+async def test_a_json_rpc_error_is_not_retried() -> None:
+    mcp, gets = napping(timedelta(milliseconds=50), 0.1)
+    async with http_server(mcp) as url, Client(TasksHttpTransport(url)) as client:
+        with pytest.raises(MCPError):
+            await get_task_state(client.session, "no-such-task", retry=QUICK)
+    assert len(gets) == 1
+
+
+class DroppingSession:
+    """A session whose first `fails` requests fail in the transport, then go through."""
+
+    def __init__(self, session: Any, fails: int, error: BaseException) -> None:
+        self.session, self.fails, self.error, self.calls = session, fails, error, 0
+
+    async def send_request(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        if self.fails > 0:
+            self.fails -= 1
+            raise self.error
+        return await self.session.send_request(*args, **kwargs)
+
+
+async def test_get_task_state_retries_transport_errors_but_not_mcp_errors() -> None:
+    mcp, _ = napping(timedelta(milliseconds=50), 0.1)
+    async with Client(mcp) as client:
+        created = await client.session.call_tool("nap", {}, allow_claimed=True)
+        task_id = created.task_id  # type: ignore[union-attr]
+        flaky = DroppingSession(client.session, 2, httpx2.ReadError("reset"))
+        state = await get_task_state(flaky, task_id, retry=QUICK)  # type: ignore[arg-type]
+        assert state["taskId"] == task_id and flaky.calls == 3
+        broken = DroppingSession(client.session, 99, ConnectionResetError("reset"))
+        with pytest.raises(ConnectionResetError):
+            await get_task_state(broken, task_id, retry=QUICK)  # type: ignore[arg-type]
+        assert broken.calls == 3
+        refused = DroppingSession(client.session, 99, MCPError(code=-32602, message="unknown"))
+        with pytest.raises(MCPError):
+            await get_task_state(refused, task_id, retry=QUICK)  # type: ignore[arg-type]
+        assert refused.calls == 1
+
+
+async def test_polling_at_five_seconds_outlives_uvicorns_keep_alive() -> None:
+    """uvicorn's default keep-alive (5 s) against polls every 5 s: the poll lands as it expires."""
+    mcp, gets = napping(timedelta(milliseconds=5000), 9.0)
+    async with http_server(mcp) as url:  # uvicorn defaults: timeout_keep_alive=5
+        tasks = TasksClientExtension(push=False)
+        with anyio.fail_after(25):
+            async with Client(TasksHttpTransport(url), extensions=[tasks]) as client:
+                assert (await client.call_tool("nap", {})).data == "rested"
+                assert await client.list_tools()
+    assert len(gets) >= 2  # polled across at least two keep-alive expiries
+
+
+def test_tasks_http_client_takes_what_fastmcp_passes() -> None:
+    client = tasks_http_client(headers={"x": "1"}, auth=None, follow_redirects=True, verify=False)
+    assert isinstance(client._transport, RetryingTransport)
+    assert client.headers["x"] == "1" and client.timeout.read == 300.0
