@@ -304,3 +304,21 @@ async def test_a_crashed_client_resumes_from_its_log(tmp_path: Path) -> None:
     assert recovered.returncode == 0, recovered.stderr.decode()
     assert f"UNFINISHED {task_id} plain_job" in out
     assert "RESULT plain k" in out and "LEFT 0" in out
+
+
+async def test_a_handle_follows_pushed_states_without_polling(transport: str) -> None:
+    server = Counted(poll=timedelta(seconds=600))  # a poll would stall the test
+    async with connected(server.mcp, transport) as client:
+        task = await call_tool_task(client, "gated", {"text": "pushed"})
+        states: list[str] = []
+        async with anyio.create_task_group() as group:
+
+            async def follow() -> None:
+                async for state in task.updates():
+                    states.append(state["status"])
+
+            group.start_soon(follow)
+            server.gate.set()
+        assert text_of(await task.wait(timeout=5)) == "gated pushed"
+    assert states == ["working", "completed"]
+    assert server.gets == []  # every state after the first arrived as a notification
