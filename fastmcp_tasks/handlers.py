@@ -47,6 +47,7 @@ from fastmcp_tasks.wire import (
     TASKS_EXTENSION_ID,
     TaskIdParams,
     UpdateTaskParams,
+    could_be_task_id,
     render_get_result,
 )
 
@@ -129,10 +130,9 @@ class TaskMethods:
             problem = None if request is None else answer_problem(request, answer)
             if problem is not None:
                 raise invalid_answer(key, problem)
-        if (
-            outstanding
-            and await self.store.answer_input(params.task_id, params.input_responses) is None
-        ):
+        # only answers to outstanding keys reach the store (the rest are acked, C35)
+        answers = {k: v for k, v in params.input_responses.items() if k in outstanding}
+        if answers and await self.store.answer_input(params.task_id, answers) is None:
             raise task_not_found(params.task_id)
         return dict(ACK)
 
@@ -148,7 +148,7 @@ class TaskMethods:
 
     async def _visible(self, task_id: str) -> TaskRecord:
         """The task, if it exists and the caller may see it; else the same -32602 (C14, C24)."""
-        record = await self.store.get(task_id)
+        record = await self.store.get(task_id) if could_be_task_id(task_id) else None
         if record is None or not may_access(record, current_principal()):
             raise task_not_found(task_id)
         return record

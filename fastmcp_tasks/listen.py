@@ -70,6 +70,7 @@ from fastmcp_tasks.wire import (
     NOTIFICATION_TASKS,
     TASKS_EXTENSION_ID,
     TERMINAL_STATUSES,
+    could_be_task_id,
     render_task,
 )
 
@@ -197,6 +198,8 @@ class ListenService:
             raise MCPError(INTERNAL_ERROR, "Subscription limit reached")
         acked = []
         for task_id in task_ids:
+            if not could_be_task_id(task_id):
+                continue
             record = await self.store.get(task_id)
             if record is not None and may_access(record, principal):
                 acked.append(task_id)

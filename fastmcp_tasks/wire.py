@@ -35,6 +35,20 @@ NOTIFICATION_TASKS = "notifications/tasks"
 # --- request params -------------------------------------------------------------
 
 
+#: Longest id `could_be_task_id` accepts; ours are 32 characters.
+MAX_TASK_ID_LENGTH = 256
+
+
+def could_be_task_id(text: str) -> bool:
+    """Whether `text` could name a task at all: printable ASCII, 1-256 characters.
+
+    Ids are minted by the server (`secrets.token_urlsafe`), so anything else is
+    answered "not found" without asking the store (a lone surrogate, say, could not
+    even be sent to Redis or SQLite).
+    """
+    return 0 < len(text) <= MAX_TASK_ID_LENGTH and text.isascii() and text.isprintable()
+
+
 class TaskIdParams(RequestParams):
     """`tasks/get` and `tasks/cancel` params: `{taskId, _meta}`."""
 

@@ -4,8 +4,9 @@ Hypothesis generates `tasks/get`, `tasks/update`, `tasks/cancel`, `subscriptions
 and `tools/call` requests with arbitrary params (missing, extra and mistyped fields, 100 KB
 strings, 200-level nesting, lone surrogates and control characters, malformed `_meta`
 capability blocks, forged `resultType`, garbage `inputResponses`) and sends them to one
-live server per test, in memory and over Streamable HTTP; raw HTTP bodies (invalid JSON,
-non-UTF-8, batches) are sent with httpx. Properties, for every request:
+live server per test, in memory and over Streamable HTTP on the memory store, and in memory
+on the SQLite and Redis stores; raw HTTP bodies (invalid JSON, non-UTF-8, batches) are sent
+with httpx. Properties, for every request:
 
 - the answer is a schema-valid result or a well-formed JSON-RPC error (integer code, string
   message), never -32603 (an unexpected exception), a hang, or an HTTP 5xx;
@@ -45,6 +46,7 @@ from pydantic import Field
 
 from fastmcp_tasks.listen import METHOD_LISTEN
 from tests.servers import make_server
+from tests.test_store_contract import STORE_FACTORIES
 from tests.wire import MODERN, TASKS, http_server, validate, validate_result
 
 pytestmark = pytest.mark.anyio
@@ -56,7 +58,17 @@ SUBSCRIPTION = "io.modelcontextprotocol/subscriptionId"
 OPT_IN = {"elicitation": {}, "extensions": {TASKS: {}}}
 INTERNAL_ERROR = -32603
 HELD = "held"  # the running bystander's blocker key: never released during a test
-EXAMPLES = {"memory": 150, "http": 50}
+#: the `transport` variants: in memory and over HTTP on the memory store, and in memory on
+#: the durable stores (their stored text takes whatever the fuzzer sends, lone surrogates too)
+EXAMPLES = {"memory": 150, "http": 50, "memory+sqlite": 50, "memory+redis": 50}
+
+
+@pytest.fixture(params=list(EXAMPLES))
+def transport(request: pytest.FixtureRequest) -> str:
+    """Overrides conftest's: each test here also runs on the SQLite and Redis stores."""
+    return str(request.param)
+
+
 ANSWER_WITHIN = 5.0  # seconds any single request may take
 LISTEN_GRACE = 0.1  # seconds an acked listen with nothing to follow may take to end
 
@@ -289,8 +301,8 @@ class Int:
     value: Annotated[int, Field(ge=0, le=10)]
 
 
-def hostile_server() -> tuple[Any, Any]:
-    mcp, probes = make_server()
+def hostile_server(store: Any = None) -> tuple[Any, Any]:
+    mcp, probes = make_server() if store is None else make_server(store=store)
 
     @mcp.tool(task=True)
     async def asker(ctx: Context) -> str:
@@ -508,8 +520,10 @@ def _name_header(request: Hostile) -> str | None:
 
 
 @asynccontextmanager
-async def live_server(transport: str) -> AsyncIterator[Live]:
-    mcp, probes = hostile_server()
+async def live_server(variant: str) -> AsyncIterator[Live]:
+    transport, _, store_kind = variant.partition("+")
+    store = None if not store_kind else STORE_FACTORIES[store_kind]()
+    mcp, probes = hostile_server(store)
     if transport == "memory":
         acks: dict[str, dict[str, Any]] = {}
         wakes: dict[str, anyio.Event] = {}

@@ -19,6 +19,7 @@ Rules every implementation keeps, checked by the shared contract tests:
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
@@ -39,9 +40,37 @@ ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
 ChangeKind = Literal["status", "message", "inputs", "cancel_requested", "answered"]
 
 
-def encode_result(result: dict[str, Any]) -> str:
-    """The compact JSON text a store keeps for a completed result."""
-    return json.dumps(result, separators=(",", ":"), ensure_ascii=False)
+def encode_json(value: Any) -> str:
+    """The compact JSON text a store keeps; always valid UTF-8 (the durable stores need it).
+
+    Text with a lone surrogate (a client may send one) cannot be UTF-8: such a value
+    is written with ASCII escapes instead, which decode back to exactly the same value.
+    """
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return json.dumps(value, separators=(",", ":"), ensure_ascii=True)
+    return text
+
+
+#: The compact JSON text a store keeps for a completed result.
+encode_result = encode_json
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def storable_text(text: str | None) -> str | None:
+    """Plain text (a status message) as valid UTF-8: lone surrogates become U+FFFD."""
+    if text is None or text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATE.sub("\ufffd", text)
+    return text
 
 
 class _Unchanged:

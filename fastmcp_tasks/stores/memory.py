@@ -32,6 +32,7 @@ from fastmcp_tasks.stores.base import (
     TaskRecord,
     _Unchanged,
     encode_result,
+    storable_text,
 )
 from fastmcp_tasks.stores.listing import PageKey, check_listing, page_key, selected
 from fastmcp_tasks.wire import ACTIVE_STATUSES, TERMINAL_STATUSES, TaskStatus
@@ -111,6 +112,7 @@ class MemoryTaskStore:
         record = self._tasks.get(task_id)
         if record is None or record.status not in ACTIVE_STATUSES:
             return None
+        message = storable_text(message)
         if record.status_message != message:
             record.status_message = message
             record.updated_at = time.time()
@@ -139,7 +141,7 @@ class MemoryTaskStore:
         record.status = status
         record.updated_at = now
         if not isinstance(status_message, _Unchanged):
-            record.status_message = status_message
+            record.status_message = storable_text(status_message)
         if status in TERMINAL_STATUSES:
             self._count_active(record.owner, -1)
             record.terminal_at = now

@@ -50,6 +50,7 @@ from fastmcp_tasks.stores.base import (
     TaskRecord,
     _Unchanged,
     encode_result,
+    storable_text,
 )
 from fastmcp_tasks.stores.redis_feed import BATCH, RedisChangeFeed
 from fastmcp_tasks.stores.redis_keys import (
@@ -267,7 +268,8 @@ class RedisTaskStore(RedisListing):
 
     async def set_status_message(self, task_id: str, message: str | None) -> TaskRecord | None:
         mode = "clear" if message is None else "set"
-        return await self._record("set_status_message", task_id, mode, message or "")
+        text = storable_text(message) or ""
+        return await self._record("set_status_message", task_id, mode, text)
 
     async def transition(
         self,
@@ -289,7 +291,8 @@ class RedisTaskStore(RedisListing):
         if isinstance(status_message, _Unchanged):
             mode, message = "keep", ""
         else:
-            mode, message = ("clear", "") if status_message is None else ("set", status_message)
+            text = storable_text(status_message)
+            mode, message = ("clear", "") if text is None else ("set", text)
         kept = result if status == "completed" else None
         failure = error if status == "failed" else None
         return await self._record(
@@ -314,7 +317,7 @@ class RedisTaskStore(RedisListing):
         mode = "clear" if status_message is None else "set"
         details = dumps({"keys": list(requests)})
         return await self._record(
-            "request_input", task_id, mode, status_message or "", details, *pairs
+            "request_input", task_id, mode, storable_text(status_message) or "", details, *pairs
         )
 
     async def answer_input(self, task_id: str, responses: dict[str, Any]) -> dict[str, Any] | None:

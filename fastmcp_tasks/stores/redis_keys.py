@@ -38,7 +38,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from fastmcp_tasks.errors import ConfigurationError
-from fastmcp_tasks.stores.base import TaskRecord
+from fastmcp_tasks.stores.base import TaskRecord, encode_json, storable_text
 
 DEFAULT_PREFIX = "fastmcp-tasks"
 
@@ -160,13 +160,14 @@ _TEXT_FIELDS = ("tool", "status", "status_message", "result_json", "owner", "lea
 
 def dumps(value: Any) -> str:
     """Compact JSON text, as stored in task hash fields."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return encode_json(value)
 
 
 def encode_task(record: TaskRecord) -> list[str]:
     """The field/value pairs of a task hash (missing fields are `None`)."""
     r = record
     values: dict[str, Any] = {name: getattr(r, name) for name in _TEXT_FIELDS}
+    values["status_message"] = storable_text(r.status_message)
     values.update({name: getattr(r, name) for name in _INT_FIELDS})
     for name in _FLOAT_FIELDS:
         value = getattr(r, name)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from fastmcp_tasks.stores.base import TaskRecord
+from fastmcp_tasks.stores.base import TaskRecord, storable_text
 from fastmcp_tasks.wire import ACTIVE_STATUSES
 
 
@@ -21,7 +21,7 @@ def park(record: TaskRecord, requests: dict[str, Any], status_message: str | Non
         return False
     record.input_requests = {**(record.input_requests or {}), **requests}
     record.status = "input_required"
-    record.status_message = status_message
+    record.status_message = storable_text(status_message)
     record.updated_at = time.time()
     return True
 

@@ -55,6 +55,7 @@ from fastmcp_tasks.stores.base import (
     TaskRecord,
     _Unchanged,
     encode_result,
+    storable_text,
 )
 from fastmcp_tasks.stores.sqlite_feed import ChangeReader, Feed
 from fastmcp_tasks.stores.sqlite_listing import SQLiteListing
@@ -248,6 +249,8 @@ class SQLiteTaskStore(SQLiteListing):
     # --- changes ------------------------------------------------------------------
 
     async def set_status_message(self, task_id: str, message: str | None) -> TaskRecord | None:
+        message = storable_text(message)
+
         def change(tx: Tx) -> TaskRecord | None:
             record = tx.load(task_id)
             if record is None or record.status not in ACTIVE_STATUSES:
@@ -282,7 +285,7 @@ class SQLiteTaskStore(SQLiteListing):
             now = time.time()
             columns: dict[str, Any] = {"status": status, "updated_at": now}
             if not isinstance(status_message, _Unchanged):
-                columns["status_message"] = status_message
+                columns["status_message"] = storable_text(status_message)
             if status in TERMINAL_STATUSES:
                 kept = result if status == "completed" else None
                 columns.update(

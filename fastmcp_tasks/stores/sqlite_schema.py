@@ -21,7 +21,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from fastmcp_tasks.errors import ConfigurationError, TaskLimitExceeded
-from fastmcp_tasks.stores.base import ActiveCaps, TaskRecord
+from fastmcp_tasks.stores.base import ActiveCaps, TaskRecord, encode_json, storable_text
 
 #: `PRAGMA application_id` of a task store file: "FMTT" in ASCII.
 APPLICATION_ID = 0x464D5454
@@ -198,7 +198,7 @@ def prepare(conn: sqlite3.Connection, path: Path) -> None:
 
 def dumps(value: dict[str, Any] | None) -> str | None:
     """JSON text for a dict column (`None` stays NULL)."""
-    return None if value is None else json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return None if value is None else encode_json(value)
 
 
 def _loads(text: str | None) -> Any:
@@ -215,7 +215,7 @@ def to_row(record: TaskRecord) -> tuple[Any, ...]:
         r.created_at,
         r.updated_at,
         dumps(r.arguments),
-        r.status_message,
+        storable_text(r.status_message),
         r.poll_interval_ms,
         r.retention_ms,
         r.terminal_at,
@@ -315,7 +315,7 @@ class Tx:
             "WHERE task_id = ?",
             (
                 record.status,
-                record.status_message,
+                storable_text(record.status_message),
                 record.updated_at,
                 dumps(record.input_requests),
                 dumps(record.answers),
@@ -344,7 +344,7 @@ class Tx:
         """Append a change-feed row (in this transaction)."""
         self.conn.execute(
             "INSERT INTO changes (task_id, kind, status, details, created_at) VALUES (?,?,?,?,?)",
-            (task_id, kind, status, json.dumps(details or {}), time.time()),
+            (task_id, kind, status, encode_json(details or {}), time.time()),
         )
         self.emitted = True
 
