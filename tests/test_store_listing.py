@@ -204,7 +204,7 @@ async def test_a_version_1_file_is_migrated(tmp_path: Path) -> None:
     with closing(sqlite3.connect(path)) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
         meta = dict(conn.execute("SELECT key, value FROM meta"))
-        listing = "SELECT * FROM tasks WHERE (created_at, task_id) < (1, 'x') ORDER BY created_at DESC"
+        listing = "SELECT * FROM tasks WHERE (created_at, task_id) < (1, 'x') ORDER BY created_at"
         plan = str(conn.execute(f"EXPLAIN QUERY PLAN {listing}").fetchall())
         ended = "DELETE FROM tasks WHERE terminal_at < 1 AND status IN ('completed')"
         plan += str(conn.execute(f"EXPLAIN QUERY PLAN {ended}").fetchall())
