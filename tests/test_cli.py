@@ -1,13 +1,14 @@
-"""The client commands of `fastmcp-tasks` (call, get, wait, cancel), as a person runs them.
+"""The client commands of `fastmcp-tasks` (call, get, wait, cancel) without a terminal.
 
-Every test drives the real entry point (`python -m fastmcp_tasks ...`) in a
-subprocess against `tests/durable_server.py` served over HTTP in another one.
+Every test drives the real console script (`.venv/bin/fastmcp-tasks`) in a subprocess,
+with stdin, stdout and stderr not terminals (pipes or /dev/null), against
+`tests/durable_server.py` served over HTTP in another one, or `tests/cli_server.py`
+loaded in memory. `test_cli_terminal.py` runs it in a pseudo-terminal.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -20,14 +21,14 @@ import anyio
 import pytest
 from fastmcp import Client
 
-from fastmcp_tasks.cli import parse_arguments
-from fastmcp_tasks.handles import call_tool_task
+from fastmcp_tasks.cli_client import parse_arguments
+from fastmcp_tasks.handles import ToolTask, call_tool_task
 from tests.test_durability import Server, release, started_in
 
 pytestmark = pytest.mark.anyio
 
 ROOT = Path(__file__).parent.parent
-COMMAND = [sys.executable, "-m", "fastmcp_tasks"]
+COMMAND = [str(Path(sys.executable).parent / "fastmcp-tasks")]
 
 
 @dataclass
@@ -51,7 +52,13 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*COMMAND, *args], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
+        [*COMMAND, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        stdin=subprocess.DEVNULL,
     )
 
 
@@ -64,12 +71,12 @@ async def create(live: Live, tool: str, arguments: dict[str, Any]) -> str:
 
 async def status_becomes(live: Live, task_id: str, status: str) -> dict[str, Any]:
     with anyio.fail_after(15):
-        while True:
-            done = await anyio.run_process([*COMMAND, "get", live.url, task_id], cwd=ROOT)
-            state = json.loads(done.stdout)
-            if state["status"] == status:
-                return state
-            await anyio.sleep(0.1)
+        async with Client(live.url) as client:
+            task = await ToolTask.resume(client, task_id)
+            while task.state["status"] != status:
+                await anyio.sleep(0.05)
+                await task.status()
+            return task.state
 
 
 def test_arguments_are_json_when_they_parse() -> None:
@@ -96,33 +103,26 @@ def test_call_prints_the_task_id_the_status_and_the_result(live: Live) -> None:
     assert done.stderr == ""
 
 
-def test_call_rewrites_the_status_line_on_a_terminal(live: Live) -> None:
-    leader, follower = os.openpty()
-    try:
-        done = subprocess.run(
-            [*COMMAND, "call", live.url, "quick", "text=tty"],
-            cwd=ROOT,
-            stdout=follower,
-            stderr=subprocess.PIPE,
-            timeout=60,
-            check=False,
-        )
-        os.close(follower)
-        chunks = []
-        while True:
-            try:
-                chunk = os.read(leader, 4096)
-            except OSError:  # EIO: the terminal has no writer left
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
-    finally:
-        os.close(leader)
-    shown = b"".join(chunks).decode()
+def test_call_runs_a_server_file_in_memory() -> None:
+    done = cli("call", "tests/cli_server.py", "render", "pages=2", "delay=0.05")
     assert done.returncode == 0, done.stderr
-    assert "\r\x1b[K[working]" in shown or "\r\x1b[K[completed]" in shown
-    assert shown.rstrip().endswith("quick tty")
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("task ")
+    shown = [line.rsplit(" (", 1)[0] for line in lines[1:-1]]
+    assert "[working] Rendering page 1/2" in shown
+    assert shown[-1] == "[completed] Rendering page 2/2"
+    assert lines[-1] == "rendered 2 pages"
+    assert "\x1b" not in done.stdout and done.stderr == ""
+
+
+def test_an_elicitation_without_a_terminal_is_cancelled(live: Live) -> None:
+    done = cli("call", live.url, "ask", "question=Deploy?")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "Deploy? -> cancel:None"
+    assert done.stderr == (
+        "fastmcp-tasks: the task asks 'Deploy?'; stdin is not a terminal, "
+        "so the request is cancelled\n"
+    )
 
 
 def test_a_tool_error_exits_1_with_the_message(live: Live) -> None:
@@ -167,7 +167,9 @@ def test_errors_are_clear_and_exit_nonzero(live: Live) -> None:
         unreachable.returncode == 1 and "cannot reach http://127.0.0.1:9/mcp" in unreachable.stderr
     )
     not_a_url = cli("get", "server.py", "x")
-    assert not_a_url.returncode == 2 and "http(s) URL" in not_a_url.stderr
+    assert not_a_url.returncode == 2 and "http(s) URL or path/to/server.py" in not_a_url.stderr
+    in_memory = cli("get", "tests/cli_server.py", "no-such-task")
+    assert in_memory.returncode == 1 and "Task not found" in in_memory.stderr
 
 
 async def test_call_timeout_cancels_the_task(live: Live) -> None:
@@ -176,6 +178,17 @@ async def test_call_timeout_cancels_the_task(live: Live) -> None:
     assert done.returncode == 1 and b"timed out; the task was cancelled" in done.stderr
     task_id = done.stdout.decode().splitlines()[0].split()[1]
     await status_becomes(live, task_id, "cancelled")
+
+
+async def test_wait_timeout_leaves_the_task_running(live: Live) -> None:
+    task_id = await create(live, "plain_job", {"key": "outwaited"})
+    args = [*COMMAND, "wait", live.url, task_id, "--timeout", "0.5"]
+    done = await anyio.run_process(args, cwd=ROOT, check=False)
+    assert done.returncode == 1
+    assert done.stderr.decode() == f"fastmcp-tasks: timed out; task {task_id} keeps running\n"
+    await status_becomes(live, task_id, "working")
+    release(live.markers, "outwaited")
+    await status_becomes(live, task_id, "completed")
 
 
 async def test_ctrl_c_cancels_the_task(live: Live) -> None:
