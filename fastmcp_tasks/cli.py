@@ -5,6 +5,7 @@
     fastmcp-tasks get SERVER TASK_ID
     fastmcp-tasks wait SERVER TASK_ID [--timeout SECONDS]
     fastmcp-tasks cancel SERVER TASK_ID
+    fastmcp-tasks ls|show TASK_ID|purge --older-than AGE [--url STORE_URL]
 
 `worker` runs a server's task tools without serving MCP: it enters the server's
 lifespan, so its `TasksExtension` takes queued tasks from the shared store
@@ -18,6 +19,9 @@ The client commands (`call`, `get`, `wait`, `cancel`) live in `cli_client`: SERV
 is a Streamable HTTP URL or a `path/to/server.py[:object]` run in memory. `call`
 follows the task live, asks in the terminal for its input, and on Ctrl-C offers to
 cancel the task or detach from it.
+
+The operator commands (`ls`, `show`, `purge`) live in `cli_operator`: they open a
+shared store by its URL to list tasks, print one, or delete old finished ones.
 """
 
 from __future__ import annotations
