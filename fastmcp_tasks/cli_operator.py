@@ -154,8 +154,10 @@ def open_store(url: str | None) -> ListableTaskStore:
         if url.startswith("sqlite:") and not os.path.exists(path_from_url(url)):
             raise OperatorError(f"no task store at {url}: the file does not exist")
         store = store_from_url(url)
-    except ConfigurationError as exc:
-        raise OperatorError(str(exc), 2) from None
+    except ConfigurationError as exc:  # its message may quote the URL: hide the password
+        password = urlsplit(url).password
+        message = str(exc).replace(password, "***") if password else str(exc)
+        raise OperatorError(message, 2) from None
     if not store.durable:
         raise OperatorError(
             f"{url} keeps tasks inside one server process, so no other process can see "

@@ -246,12 +246,14 @@ def test_purge_off_a_terminal_needs_yes(sqlite_store: Store) -> None:
         (["ls", "--url", "sqlite:///no/such/dir/t.db"], 1, "the file does not exist"),
         (["purge", "--older-than", "soon", "--url", "sqlite:///t.db"], 2, "'soon' is not an age"),
         (["ls", "--status", "running", "--url", "sqlite:///t.db"], 2, "unknown task status"),
+        (["ls", "--url", "redis://:s3cret@127.0.0.1:6379/x"], 2, "'redis://:***@127.0.0.1"),
     ],
 )
 def test_refusals_and_usage_errors(args: list[str], status: int, message: str) -> None:
     result = cli(*args)
     assert result.returncode == status, result.stderr
     assert message in result.stderr and result.stdout == ""
+    assert "s3cret" not in result.stderr  # a store password is never printed
 
 
 # --- on a terminal -----------------------------------------------------------------------
