@@ -244,7 +244,7 @@ class Prompter:
         first = "a: answer" if properties else "a: accept"
         self.console.print(Text(f"  ({first}, d: decline, c: cancel)", style="dim"))
         action = _ACTIONS[(await self.choose("  Respond?", list(_ACTIONS))).lower()]
-        if action != "accept":
+        if action != "accept" or params.get("mode") == "url":  # a URL elicitation has no form
             return {"action": action}
         content: dict[str, Any] = {}
         for name, prop in properties.items():

@@ -265,3 +265,14 @@ async def test_ctrl_c_in_memory_cancels_without_asking(
     assert term.finish() == 130, term.text
     assert f"fastmcp-tasks: interrupted: cancelled task {task_id}" in term.screen()
     assert "detach?" not in term.text
+
+
+def test_a_count_or_a_percentage_in_the_message_makes_a_bar() -> None:
+    from fastmcp_tasks.cli_terminal import elapsed_text, known_total
+
+    assert known_total("Rendering page 3/5") == (3.0, 5.0)
+    assert known_total("40% done") == (40.0, 100.0)
+    assert known_total("7/5 is not a count") is None
+    assert known_total("on 2024/05/01") is None
+    assert known_total("Queued: waiting for a free worker slot") is None
+    assert [elapsed_text(s) for s in (4.24, 187, 3787)] == ["4.2s", "3:07", "1:03:07"]
