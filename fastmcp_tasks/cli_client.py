@@ -132,8 +132,13 @@ class Session:
         from fastmcp import Client
 
         from fastmcp_tasks.cli import load_server
+        from fastmcp_tasks.client_http import TasksHttpTransport
 
-        source = self.target.url or load_server(self.target.text)
+        source: Any = (
+            TasksHttpTransport(self.target.url)  # resends polls on dropped keep-alives
+            if self.target.url
+            else load_server(self.target.text)
+        )
         try:
             client = Client(source, elicitation_handler=self.elicitation_handler)
             await client.__aenter__()
@@ -162,6 +167,11 @@ class Session:
                 return await self.prompter.elicit(params)
             except EOFError:
                 return {"action": "cancel"}
+
+    def input_rejected(self, error: Exception) -> None:
+        """The server refused an answer (nothing was consumed): say why; it is asked again."""
+        message = getattr(getattr(error, "error", None), "message", None) or str(error)
+        self.report(f"the server refused the answer: {message}; asking again")
 
     async def elicitation_handler(
         self, message: str, response_type: Any, params: Any, context: Any
@@ -282,7 +292,13 @@ class Session:
         # Ctrl-C is taken from the start: one pressed while the call is sent still counts
         with anyio.open_signal_receiver(signal.SIGINT) as self.signals:
             async with self.connect() as client:
-                task = await call_tool_task(client, tool, arguments, on_input=self.on_input)
+                task = await call_tool_task(
+                    client,
+                    tool,
+                    arguments,
+                    on_input=self.on_input,
+                    on_input_rejected=self.input_rejected,
+                )
                 if task.task_id is None:  # the server answered without a task
                     return self.show(await task)
                 self.announce(task.task_id)
@@ -294,7 +310,9 @@ class Session:
 
         with anyio.open_signal_receiver(signal.SIGINT) as self.signals:
             async with self.connect() as client:
-                task = await ToolTask.resume(client, task_id, on_input=self.on_input)
+                task = await ToolTask.resume(
+                    client, task_id, on_input=self.on_input, on_input_rejected=self.input_rejected
+                )
                 return await self.follow(task, limit, "detach")
 
     async def get(self, task_id: str) -> int:

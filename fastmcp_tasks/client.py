@@ -266,6 +266,11 @@ class TasksClientExtension(ClientExtension):
 
         Returns:
             The answers sent (none sent when empty).
+
+        Raises:
+            MCPError: the server refused the `tasks/update` (e.g. -32602 naming a key
+                whose answer does not fit its request). Nothing was consumed, so the
+                keys sent leave `answered` again and may be answered anew.
         """
         answers: dict[str, Any] = {}
         for key, request in requests.items():
@@ -276,10 +281,16 @@ class TasksClientExtension(ClientExtension):
             if answer is not None:
                 answers[key] = answer
         if answers:
-            await ctx.session.send_request(
-                UpdateTaskRequest(params=UpdateTaskParams(taskId=task_id, inputResponses=answers)),
-                TaskState,
-            )
+            try:
+                await ctx.session.send_request(
+                    UpdateTaskRequest(
+                        params=UpdateTaskParams(taskId=task_id, inputResponses=answers)
+                    ),
+                    TaskState,
+                )
+            except MCPError:
+                answered.difference_update(answers)
+                raise
         return answers
 
     async def _answer_one(

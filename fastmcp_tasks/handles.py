@@ -91,6 +91,10 @@ class ToolTask:
             changed) as the handle sees it. May be async.
         on_input: answers one `inputRequests` entry while waiting, as
             `TasksClientExtension(on_input=...)` does; without it, input is left unanswered.
+        on_input_rejected: called with the `MCPError` when the server refuses the
+            answers (`tasks/update`, e.g. -32602 naming the key); the handle then asks
+            `on_input` again. Without it the error is raised from `updates()`/`wait()`.
+            May be async.
         min_poll_interval: the shortest wait between polls, whatever the server says.
         log: a `TaskLog` to drop the task from once it is seen terminal.
         push: receive pushed states over `subscriptions/listen` when the server offers
@@ -106,6 +110,7 @@ class ToolTask:
         state: dict[str, Any] | None = None,
         on_status_change: StatusChange | None = None,
         on_input: InputHandler | None = None,
+        on_input_rejected: Callable[[MCPError], Awaitable[None] | None] | None = None,
         min_poll_interval: float = 0.0,
         log: TaskLog | None = None,
         push: bool = True,
@@ -116,6 +121,7 @@ class ToolTask:
         self.state: dict[str, Any] = dict(state or {})
         self.on_status_change = on_status_change
         self.on_input = on_input
+        self.on_input_rejected = on_input_rejected
         self.min_poll_interval = min_poll_interval
         self.log = log
         self._cancel_sent = False
@@ -175,7 +181,15 @@ class ToolTask:
                 if state.get("status") in TERMINAL_STATUSES:
                     return
                 if state.get("status") == "input_required" and self.on_input is not None:
-                    await self.answer_input(state.get("inputRequests") or {})
+                    try:
+                        await self.answer_input(state.get("inputRequests") or {})
+                    except MCPError as exc:
+                        if self.on_input_rejected is None:
+                            raise
+                        outcome = self.on_input_rejected(exc)
+                        if outcome is not None:
+                            await outcome
+                        continue  # nothing was consumed: ask again
                 await self._observe(await watch.next(state))
                 state = self.state
         finally:
@@ -280,6 +294,7 @@ async def call_tool_task(
     log: TaskLog | None = None,
     on_status_change: StatusChange | None = None,
     on_input: InputHandler | None = None,
+    on_input_rejected: Callable[[MCPError], Awaitable[None] | None] | None = None,
     min_poll_interval: float = 0.0,
     server: str | None = None,
     push: bool = True,
@@ -295,6 +310,7 @@ async def call_tool_task(
             once the handle sees it terminal.
         on_status_change: called with each new state the handle sees. May be async.
         on_input: answers `inputRequests` entries while waiting (see `ToolTask`).
+        on_input_rejected: called when the server refuses answers (see `ToolTask`).
         min_poll_interval: the shortest wait between polls.
         server: the server's name in the log (default: the client's URL).
         push: follow the task over `subscriptions/listen` when offered (see `ToolTask`).
@@ -309,6 +325,7 @@ async def call_tool_task(
     options: dict[str, Any] = {
         "on_status_change": on_status_change,
         "on_input": on_input,
+        "on_input_rejected": on_input_rejected,
         "min_poll_interval": min_poll_interval,
         "push": push,
     }

@@ -13,7 +13,7 @@ from typing import Any
 
 import anyio
 import pytest
-from fastmcp import Client, FastMCP
+from fastmcp import Client, Context, FastMCP
 from fastmcp.utilities.tasks import TaskConfig
 from mcp.shared.exceptions import MCPError
 
@@ -73,13 +73,18 @@ class Counted:
 
 
 @asynccontextmanager
-async def connected(mcp: FastMCP, transport: str) -> AsyncIterator[Client[Any]]:
+async def connected(mcp: FastMCP, transport: str, **options: Any) -> AsyncIterator[Client[Any]]:
     if transport == "http":
-        async with http_server(mcp) as url, Client(url) as client:
+        async with http_server(mcp) as url, Client(url, **options) as client:
             yield client
     else:
-        async with Client(mcp) as client:
+        async with Client(mcp, **options) as client:
             yield client
+
+
+async def never_asked(*args: Any) -> Any:
+    """An elicitation handler, so the client declares elicitation; handles answer instead."""
+    raise AssertionError("the handle's on_input answers in-task elicitations")
 
 
 def text_of(result: Any) -> str:
@@ -322,3 +327,49 @@ async def test_a_handle_follows_pushed_states_without_polling(transport: str) ->
         assert text_of(await task.wait(timeout=5)) == "gated pushed"
     assert states == ["working", "completed"]
     assert server.gets == []  # every state after the first arrived as a notification
+
+
+def asking_server() -> FastMCP:
+    mcp = FastMCP("asking")
+    mcp.add_extension(TasksExtension())
+
+    @mcp.tool(task=TaskConfig(poll_interval=FAST))
+    async def how_many(ctx: Context) -> str:
+        answer = await ctx.elicit("How many?", int)
+        return f"{answer.action}:{getattr(answer, 'data', None)}"
+
+    return mcp
+
+
+async def test_a_refused_answer_is_asked_again_after_on_input_rejected(transport: str) -> None:
+    asked: list[str] = []
+    refusals: list[MCPError] = []
+    answers = iter([{"action": "accept", "content": {"value": "many"}}])
+
+    async def on_input(key: str, request: dict[str, Any]) -> dict[str, Any]:
+        asked.append(key)
+        return next(answers, {"action": "accept", "content": {"value": 3}})
+
+    async with connected(asking_server(), transport, elicitation_handler=never_asked) as client:
+        task = await call_tool_task(
+            client, "how_many", on_input=on_input, on_input_rejected=refusals.append
+        )
+        result = await task.wait(10)
+    assert result.content[0].text == "accept:3"  # type: ignore[union-attr]
+    assert len(asked) == 2 and asked[0] == asked[1]  # the same key, asked again
+    assert refusals[0].error.code == -32602 and asked[0] in refusals[0].error.message
+
+
+async def test_without_on_input_rejected_a_refused_answer_raises(transport: str) -> None:
+    async def on_input(key: str, request: dict[str, Any]) -> dict[str, Any]:
+        return {"action": "accept", "content": {"value": "many"}}
+
+    async with connected(asking_server(), transport, elicitation_handler=never_asked) as client:
+        task = await call_tool_task(client, "how_many", on_input=on_input)
+        with pytest.raises(MCPError) as info:
+            await task.wait(10)
+        assert info.value.error.code == -32602
+        state = await task.status()  # nothing was consumed: the key is still outstanding
+        assert state["status"] == "input_required"
+        with pytest.raises(MCPError):  # the key was sent again, not skipped as answered
+            await task.answer_input(state["inputRequests"])
