@@ -3,8 +3,8 @@
 Connections. Each store keeps ONE read-write connection, owned by one
 long-lived writer thread that batches queued operations into group commits
 (`sqlite_writer`), and one read-only connection for the change feed. SQLite lets
-one writer at a time into a file whatever we do, so a pool would only add lock waits inside SQLite;
-one connection per process also means one WAL reader slot per process that is
+one writer at a time into a file whatever we do, so a pool would only add lock
+waits inside SQLite; one connection per process also means one WAL reader slot per process that is
 never left inside a read transaction, so checkpoints can always finish and the
 `-wal` file stays small. `get` uses the same connection: it is one primary-key
 lookup.
@@ -26,8 +26,8 @@ is woken at once by writes made through this store instance. `purge_expired`
 trims rows older than `change_retention` seconds, keeping at most `max_changes`;
 a subscriber that falls further behind than that misses the trimmed rows.
 
-Leases (`durable = True`). `claim` is a read-check-write in one `BEGIN IMMEDIATE`
-transaction, so of two processes claiming one task exactly one wins.
+Leases (`sqlite_leases`) and listing (`sqlite_listing`) are mixed in; each of
+their methods is one transaction through `_run`, like the rest.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ from fastmcp_tasks.stores.base import (
     storable_text,
 )
 from fastmcp_tasks.stores.sqlite_feed import ChangeReader, Feed
+from fastmcp_tasks.stores.sqlite_leases import SQLiteLeases
 from fastmcp_tasks.stores.sqlite_listing import SQLiteListing
 from fastmcp_tasks.stores.sqlite_schema import Tx, path_from_url
 from fastmcp_tasks.stores.sqlite_writer import SQLiteWriter
@@ -68,7 +69,7 @@ T = TypeVar("T")
 DEFAULT_MAX_TASKS = 100_000
 
 
-class SQLiteTaskStore(SQLiteListing):
+class SQLiteTaskStore(SQLiteListing, SQLiteLeases):
     """A `TaskStore` in a SQLite file, shareable by processes on one host.
 
     Args:
@@ -387,59 +388,6 @@ class SQLiteTaskStore(SQLiteListing):
         finally:
             feed.closed = True
             self._feeds.discard(feed)
-
-    # --- leases -------------------------------------------------------------------
-
-    async def claim(
-        self, task_id: str, owner: str, until: float, *, expect_owner: str | None = None
-    ) -> TaskRecord | None:
-        def change(tx: Tx) -> TaskRecord | None:
-            record = tx.load(task_id)
-            if record is None or not rules.lease(record, owner, until, expect_owner):
-                return None
-            tx.save(record)
-            return record
-
-        return await self._run(change)
-
-    async def renew(self, owner: str, task_ids: frozenset[str], until: float) -> None:
-        def change(tx: Tx) -> None:
-            tx.conn.executemany(
-                "UPDATE tasks SET lease_expires = ? WHERE task_id = ? AND lease_owner = ? "
-                "AND status IN ('working', 'input_required')",
-                [(until, task_id, owner) for task_id in task_ids],
-            )
-
-        if task_ids:
-            await self._run(change)
-
-    async def active_tasks(self) -> list[TaskRecord]:
-        return await self._run(Tx.active, write=False)
-
-    async def requeue(self, task_id: str, owner: str) -> TaskRecord | None:
-        def give_back(tx: Tx) -> TaskRecord | None:
-            record = tx.load(task_id)
-            if record is None or record.status not in ACTIVE_STATUSES:
-                return None
-            if record.lease_owner != owner:
-                return None
-            record.lease_owner, record.lease_expires = None, None
-            tx.save(record)
-            return record
-
-        return await self._run(give_back)
-
-    async def claim_queued(self, owner: str, until: float, limit: int) -> list[TaskRecord]:
-        def take(tx: Tx) -> list[TaskRecord]:
-            taken = []
-            for record in tx.unclaimed(limit):
-                record.lease_owner, record.lease_expires = owner, until
-                record.attempts += 1
-                tx.save(record)
-                taken.append(record)
-            return taken
-
-        return await self._run(take)
 
     # --- retention ----------------------------------------------------------------
 
