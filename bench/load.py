@@ -65,7 +65,7 @@ class Server:
         command = [
             sys.executable, "-m", "bench.load_server", "--url", url, "--port", str(self.port),
             "--concurrency", str(args.concurrency), "--poll-ms", str(args.poll_ms),
-            "--progress-ms", str(args.progress_ms),
+            "--progress-ms", str(args.progress_ms), *(["--gc-freeze"] if args.gc_freeze else []),
         ]  # fmt: skip
         self.proc = subprocess.Popen(
             command, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
@@ -193,7 +193,7 @@ async def run_store(store: str, args: argparse.Namespace, load: Load) -> dict[st
     client_cpu = 100 * (after["client_cpu"] - before["client_cpu"]) / window
     lat = {kind: summary(values) for kind, values in sorted(rec.samples.items())}
     ratios = {}
-    for kind in ("get", "create"):
+    for kind in ("get", "get_probe", "create"):
         for q in ("p50_ms", "p99_ms"):
             base = lat.get("sync", {}).get(q)
             mine = lat.get(kind, {}).get(q)
@@ -272,14 +272,15 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--redis-url", default=bench_run.REDIS_URL)
     p.add_argument("--creators", type=int, default=20, help="concurrent creating callers")
     p.add_argument("--watch", type=int, default=20, help="tasks per listen stream")
-    p.add_argument("--min-ms", type=int, default=5000, help="shortest tool run")
-    p.add_argument("--max-ms", type=int, default=15000, help="longest tool run")
-    p.add_argument("--poll-ms", type=int, default=2000, help="the tool's pollIntervalMs")
-    p.add_argument("--progress-ms", type=int, default=1000, help="progress step of the tool")
+    p.add_argument("--min-ms", type=int, help="shortest tool run (10000; quick 2000)")
+    p.add_argument("--max-ms", type=int, help="longest tool run (30000; quick 5000)")
+    p.add_argument("--poll-ms", type=int, help="the tool's pollIntervalMs (5000; quick 1000)")
+    p.add_argument("--progress-ms", type=int, default=2000, help="progress step of the tool")
     p.add_argument("--probe-ms", type=int, default=50, help="pause between sync probes")
     p.add_argument("--concurrency", type=int, help="TasksExtension concurrency (= --tasks)")
     p.add_argument("--settle", type=float, help="ramp seconds left out of latencies (15; quick 3)")
     p.add_argument("--drain", type=float, default=60.0, help="longest wait for in-flight tasks")
+    p.add_argument("--gc-freeze", action="store_true", help="server: gc.freeze() once up")
     p.add_argument("--output", type=Path, default=OUTPUT)
     args = p.parse_args(argv)
     args.duration = args.duration or (10.0 if args.quick else 60.0)
@@ -287,8 +288,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     args.concurrency = args.concurrency or args.tasks
     if args.settle is None:
         args.settle = 3.0 if args.quick else 15.0
-    if args.quick:  # shorter tasks, so that 10 s see several generations of them
-        args.min_ms, args.max_ms, args.poll_ms = 1000, 3000, 1000
+    # quick: shorter tasks polled more often, so that 10 s see several generations of them
+    args.min_ms = args.min_ms or (2000 if args.quick else 10_000)
+    args.max_ms = args.max_ms or (5000 if args.quick else 30_000)
+    args.poll_ms = args.poll_ms or (1000 if args.quick else 5000)
     return args
 
 

@@ -1,7 +1,8 @@
 """The load of one store (`bench/load.py`): creators, pollers, subscribers, a sync prober.
 
 - **creators** (`--creators`, each on its own connection) keep `--tasks` tasks in flight:
-  a token per slot, a slot freed when a poller sees its task terminal; each creation is
+  a token per slot (the first ones released evenly over one poll interval), a slot freed
+  when a poller sees its task terminal; each creation is
   `work(key, ms)` with a unique key and `ms` uniform in `--min-ms..--max-ms`.
 - **pollers** (`--pollers`) honour `pollIntervalMs`: a task is due one interval after its
   creation and after each non-terminal `tasks/get`; a dispatcher hands due tasks to
@@ -10,7 +11,10 @@
   `subscriptions/listen` on them (tasks opt-in in `_meta`), read until the stream ends, and
   check the ack names every id and that each id got exactly one terminal frame with the
   right result.
-- **prober**: one caller, a synchronous `tools/call ping` every `--probe-ms`.
+- **prober**: one caller; every `--probe-ms`, a synchronous `tools/call ping` and a
+  `tasks/get` of a random in-flight task (`get_probe`), in alternating order: the same
+  moments under the same load, so `get_probe / sync` is a fair ratio (the pollers' gets
+  come in bursts, whenever many polls fall due together).
 
 After `--duration` the creators stop, the pollers drain what is in flight (`--drain`
 seconds at most), and every created task is read once more (`verify`).
@@ -19,6 +23,7 @@ seconds at most), and every created task is read once more (`verify`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import heapq
 import itertools
 import random
@@ -223,15 +228,30 @@ class Driver:
 
     async def prober(self) -> None:
         caller = Caller(self.port)
-        params: dict[str, Any] = {"name": "ping", "arguments": {}}
+        ping: dict[str, Any] = {"name": "ping", "arguments": {}}
         try:
-            while True:
-                result = await timed(self.rec, "sync", caller.call("tools/call", params, False))
-                if result is not None and result.get("resultType") == "task":
-                    self.rec.error("sync", "a sync call got a task")
+            for turn in itertools.count():
+                for kind in ("sync", "get_probe") if turn % 2 else ("get_probe", "sync"):
+                    if kind == "sync":
+                        result = await timed(self.rec, kind, caller.call("tools/call", ping, False))
+                        if result is not None and result.get("resultType") == "task":
+                            self.rec.error("sync", "a sync call got a task")
+                    elif self.in_flight:  # a read only: polling stays the pollers' job
+                        params = {"taskId": random.choice(list(self.in_flight))}
+                        await timed(self.rec, kind, caller.call("tasks/get", params, True))
                 await asyncio.sleep(self.load.probe_ms / 1000)
         finally:
             await caller.aclose()
+
+    async def release(self, tokens: int, seconds: float) -> None:
+        """The initial slots, at an even pace over `seconds` (one poll interval): each task's
+        polls keep the phase of its creation, and a replacement is created when a poll sees a
+        task finished, so a burst here would come back every poll interval for the whole run.
+        """
+        start = time.monotonic()
+        for i in range(tokens):
+            await asyncio.sleep(max(0.0, start + i * seconds / tokens - time.monotonic()))
+            self.free.put_nowait(True)
 
     async def lag(self) -> None:
         """This process's event-loop lag (a 20 ms sleep, how late it woke), after the ramp."""
@@ -254,11 +274,10 @@ class Driver:
         """The load window, then the drain; what happened (verification is separate)."""
         load = self.load
         self.started = time.monotonic()
-        for _ in range(load.tasks):
-            self.free.put_nowait(True)
         background = [
             asyncio.create_task(actor())
             for actor in (
+                functools.partial(self.release, load.tasks, load.poll_ms / 1000),
                 self.sampler,
                 self.dispatcher,
                 self.prober,
@@ -286,7 +305,7 @@ class Driver:
                 except TimeoutError:
                     pass
             drain_seconds = time.monotonic() - stopped
-            subscribers = background[4 + load.pollers :]
+            subscribers = background[5 + load.pollers :]
             if subscribers:
                 await asyncio.wait(subscribers, timeout=load.max_ms / 1000 + 35)
         finally:
