@@ -154,7 +154,7 @@ async def test_task_creation_is_refused_at_the_cap(transport: str) -> None:
 class _FailingStore(MemoryTaskStore):
     """A store whose backend has gone away (as Redis does when it is unreachable)."""
 
-    async def create(self, record):  # type: ignore[no-untyped-def]
+    async def create(self, record, *, caps=None):  # type: ignore[no-untyped-def]
         raise StoreError("redis://127.0.0.1:1/0 is unreachable: connection refused")
 
     async def get(self, task_id):  # type: ignore[no-untyped-def]
