@@ -31,6 +31,8 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
+    CONNECTION_CLOSED,
+    PARSE_ERROR,
     Request,
     Result,
     SubscriptionFilter,
@@ -90,6 +92,26 @@ class RetryPolicy:
 DEFAULT_RETRY = RetryPolicy()
 
 
+def transient_error(error: MCPError) -> float | None:
+    """Seconds to wait before resending a `tasks/get` that got `error`, or `None`: final.
+
+    Two kinds of JSON-RPC error are not the server's answer about the task: the
+    ones the SDK makes up when an HTTP response stream breaks (-32000 "SSE stream
+    ...", -32700 "Failed to parse JSON response ..."), and a pacing refusal that
+    says when to come back (`data.retryAfterMs`, C19). Every other error is final.
+    """
+    data = error.error
+    message = data.message or ""
+    if data.code == CONNECTION_CLOSED and message.startswith("SSE stream"):
+        return 0.0
+    if data.code == PARSE_ERROR and message.startswith("Failed to parse JSON response"):
+        return 0.0
+    retry_after = data.data.get("retryAfterMs") if isinstance(data.data, dict) else None
+    if isinstance(retry_after, int) and 0 < retry_after <= 60_000:
+        return retry_after / 1000
+    return None
+
+
 async def get_task_state(
     session: ClientSession,
     task_id: str,
@@ -100,7 +122,8 @@ async def get_task_state(
     """One `tasks/get`, retried on transient transport errors; the DetailedTask fields.
 
     Raises:
-        MCPError: the server's JSON-RPC error (never retried).
+        MCPError: the server's JSON-RPC error (not retried, except the transient ones
+            of `transient_error`, which count as tries).
         httpx2.TransportError | OSError: the transport kept failing `retry.attempts` times.
     """
     timeout = None if read_timeout in (None, math.inf) else read_timeout
@@ -110,8 +133,12 @@ async def get_task_state(
             result = await session.send_request(
                 request, TaskState, request_read_timeout_seconds=timeout
             )
-        except MCPError:
-            raise
+        except MCPError as exc:
+            wait = transient_error(exc)
+            if wait is None or delay is None:
+                raise
+            await anyio.sleep(max(wait, delay))
+            continue
         except TRANSIENT_ERRORS:
             if delay is None:
                 raise

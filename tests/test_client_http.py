@@ -189,6 +189,20 @@ async def test_get_task_state_retries_transport_errors_but_not_mcp_errors() -> N
         with pytest.raises(MCPError):
             await get_task_state(refused, task_id, retry=QUICK)  # type: ignore[arg-type]
         assert refused.calls == 1
+        # errors the SDK makes up for a broken response stream are the transport's, not
+        # the server's answer; a pacing refusal says when to come back
+        for made_up in (
+            MCPError(code=-32000, message="SSE stream ended without a response"),
+            MCPError(code=-32700, message="Failed to parse JSON response: truncated"),
+            MCPError(code=-32000, message="Polling too fast", data={"retryAfterMs": 20}),
+        ):
+            stream_broke = DroppingSession(client.session, 1, made_up)
+            state = await get_task_state(stream_broke, task_id, retry=QUICK)  # type: ignore[arg-type]
+            assert state["taskId"] == task_id and stream_broke.calls == 2
+        server_said = DroppingSession(client.session, 99, MCPError(code=-32000, message="SSE?"))
+        with pytest.raises(MCPError):
+            await get_task_state(server_said, task_id, retry=QUICK)  # type: ignore[arg-type]
+        assert server_said.calls == 1
 
 
 async def test_polling_at_five_seconds_outlives_uvicorns_keep_alive() -> None:
