@@ -317,8 +317,13 @@ def main(argv: list[str] | None = None) -> int:
     bench_run.REDIS_URL = args.redis_url
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # unwind like Ctrl-C
     load_before = os.getloadavg()
-    results = asyncio.run(main_async(args))
-    keys_left = bench_run.redis_leftovers() if "redis" in args.stores else None
+    try:
+        results = asyncio.run(main_async(args))
+    except KeyboardInterrupt:
+        print("interrupted: servers stopped, nothing written", file=sys.stderr)
+        return 130
+    finally:  # any Redis key of this run still there (crash paths) is deleted
+        keys_left = bench_run.redis_leftovers() if "redis" in args.stores else None
     print()
     print(table(results))
     ok = all(
