@@ -9,8 +9,8 @@
   whichever poller is free (lateness = send time - due time, in the JSON).
 - **subscribers** (`--subscribers`) loop: pick `--watch` random in-flight tasks, open
   `subscriptions/listen` on them (tasks opt-in in `_meta`), read until the stream ends, and
-  check the ack names every id and that each id got exactly one terminal frame with the
-  right result.
+  check the ack names every id, that each id got exactly one terminal frame with the
+  right result, and no frame after it.
 - **prober**: one caller; every `--probe-ms`, a synchronous `tools/call ping` and a
   `tasks/get` of a random in-flight task (`get_probe`), in alternating order: the same
   moments under the same load, so `get_probe / sync` is a fair ratio (the pollers' gets
@@ -196,6 +196,8 @@ class Driver:
                     params = message["params"]
                     rec.listen["frames"] += 1
                     task_id, status = params.get("taskId"), params.get("status")
+                    if terminal[task_id] and status not in TERMINAL:
+                        rec.error("listen", f"a {status} frame after the terminal one")
                     if status in TERMINAL:
                         terminal[task_id] += 1
                         key = keys.get(task_id)
