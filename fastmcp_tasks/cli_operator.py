@@ -38,6 +38,7 @@ from urllib.parse import urlsplit, urlunsplit
 import anyio
 import anyio.to_thread
 
+from fastmcp_tasks.cli_terminal import STYLES
 from fastmcp_tasks.errors import ConfigurationError, StoreError
 from fastmcp_tasks.stores import store_from_url
 from fastmcp_tasks.stores.base import TaskRecord
@@ -47,13 +48,6 @@ from fastmcp_tasks.wire import ACTIVE_STATUSES, TERMINAL_STATUSES
 
 COMMANDS = ("ls", "show", "purge")
 URL_ENV = "FASTMCP_TASKS_URL"
-STYLES = {
-    "working": "cyan",
-    "input_required": "yellow",
-    "completed": "green",
-    "failed": "red",
-    "cancelled": "magenta",
-}
 _GROUPS = {"active": ACTIVE_STATUSES, "finished": TERMINAL_STATUSES}
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
 _AGE = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")

@@ -86,3 +86,25 @@ def make_server(poll: timedelta | None = None, **extension: Any) -> tuple[FastMC
         return "logged"
 
     return mcp, probes
+
+
+def napping(poll: timedelta, work: float) -> tuple[FastMCP, list[float]]:
+    """A tool that works `work` seconds, polled every `poll`; records each tasks/get."""
+    mcp = FastMCP("napping")
+    extension = TasksExtension()
+    gets: list[float] = []
+    real_get = extension._methods.get
+
+    async def counting_get(ctx, params):  # type: ignore[no-untyped-def]
+        gets.append(anyio.current_time())
+        return await real_get(ctx, params)
+
+    extension._methods.get = counting_get  # type: ignore[method-assign]
+    mcp.add_extension(extension)
+
+    @mcp.tool(task=TaskConfig(poll_interval=poll))
+    async def nap() -> str:
+        await anyio.sleep(work)
+        return "rested"
+
+    return mcp, gets

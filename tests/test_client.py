@@ -17,7 +17,7 @@ from mcp.shared.exceptions import MCPError
 
 from fastmcp_tasks import TasksExtension
 from fastmcp_tasks.client import TasksClientExtension
-from tests.servers import make_server
+from tests.servers import make_server, napping
 from tests.wire import http_server
 
 pytestmark = pytest.mark.anyio
@@ -48,24 +48,7 @@ async def test_failed_task_raises_the_json_rpc_error() -> None:
 
 def napping_server() -> tuple[FastMCP, list[float]]:
     """A 1 s tool polled every 300 ms; counts the tasks/get requests it serves."""
-    mcp = FastMCP("slow-poll")
-    extension = TasksExtension()
-    gets: list[float] = []
-    real_get = extension._methods.get
-
-    async def counting_get(ctx, params):  # type: ignore[no-untyped-def]
-        gets.append(anyio.current_time())
-        return await real_get(ctx, params)
-
-    extension._methods.get = counting_get  # type: ignore[method-assign]
-    mcp.add_extension(extension)
-
-    @mcp.tool(task=TaskConfig(poll_interval=timedelta(milliseconds=300)))
-    async def nap() -> str:
-        await anyio.sleep(1.0)
-        return "rested"
-
-    return mcp, gets
+    return napping(timedelta(milliseconds=300), 1.0)
 
 
 async def test_poll_interval_is_a_floor() -> None:

@@ -15,15 +15,14 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
-from fastmcp import Client, FastMCP
+from fastmcp import Client
 from fastmcp.client.transports import StreamableHttpTransport
-from fastmcp.utilities.tasks import TaskConfig
 from mcp.shared.exceptions import MCPError
 
-from fastmcp_tasks import TasksExtension
 from fastmcp_tasks.client import TasksClientExtension
 from fastmcp_tasks.client_http import RetryingTransport, TasksHttpTransport, tasks_http_client
 from fastmcp_tasks.client_poll import RetryPolicy, get_task_state
+from tests.servers import napping
 from tests.wire import http_server
 
 pytestmark = pytest.mark.anyio
@@ -70,28 +69,6 @@ def factory_over(transport: httpx2.AsyncBaseTransport) -> Callable[..., httpx2.A
         return httpx2.AsyncClient(transport=transport, **kwargs)
 
     return factory
-
-
-def napping(poll: timedelta, work: float) -> tuple[FastMCP, list[float]]:
-    """A tool that works `work` seconds, polled every `poll`; records each tasks/get."""
-    mcp = FastMCP("napping")
-    extension = TasksExtension()
-    gets: list[float] = []
-    real_get = extension._methods.get
-
-    async def counting_get(ctx, params):  # type: ignore[no-untyped-def]
-        gets.append(anyio.current_time())
-        return await real_get(ctx, params)
-
-    extension._methods.get = counting_get  # type: ignore[method-assign]
-    mcp.add_extension(extension)
-
-    @mcp.tool(task=TaskConfig(poll_interval=poll))
-    async def nap() -> str:
-        await anyio.sleep(work)
-        return "rested"
-
-    return mcp, gets
 
 
 @pytest.mark.parametrize("where", ["connect", "body"])
