@@ -25,8 +25,6 @@ import json
 import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 import anyio
@@ -34,6 +32,13 @@ import mcp_types
 from rich.console import Console
 from rich.text import Text
 
+from fastmcp_tasks.cli_target import (
+    SERVER_HELP,
+    Target,
+    add_connection_options,
+    parse_arguments,
+    parse_target,
+)
 from fastmcp_tasks.cli_terminal import Prompter, TaskView
 
 Interrupt = Literal["cancel", "detach"]
@@ -43,49 +48,6 @@ CANCEL_GRACE = 5.0
 
 class TaskFailure(Exception):
     """A client command's failure, reported on stderr with exit status 1."""
-
-
-@dataclass(frozen=True)
-class Target:
-    """The SERVER argument: an http(s) URL, or a server file loaded in memory."""
-
-    text: str
-    url: str | None
-
-    @property
-    def detachable(self) -> bool:
-        """Whether a task outlives this command (not for an in-memory server)."""
-        return self.url is not None
-
-
-def parse_target(text: str) -> Target:
-    """The SERVER argument, checked: an http(s) URL or an existing `path/to/server.py`."""
-    from fastmcp_tasks.cli import CommandError
-
-    if text.startswith(("http://", "https://")):
-        return Target(text, text)
-    path = text.partition(":")[0]
-    if not Path(path).is_file():
-        raise CommandError(
-            f"SERVER must be an http(s) URL or path/to/server.py[:object]; no such file: {path}"
-        )
-    return Target(text, None)
-
-
-def parse_arguments(items: list[str]) -> dict[str, Any]:
-    """`key=value` pairs as tool arguments; a value is JSON when it parses, else a string."""
-    from fastmcp_tasks.cli import CommandError
-
-    arguments: dict[str, Any] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise CommandError(f"arguments are key=value, got {item!r}")
-        try:
-            arguments[key] = json.loads(raw)
-        except ValueError:
-            arguments[key] = raw
-    return arguments
 
 
 def result_text(result: mcp_types.CallToolResult) -> str:
@@ -131,19 +93,13 @@ class Session:
         """A connected `fastmcp.Client` for the target, which prompts for elicitations."""
         from fastmcp import Client
 
-        from fastmcp_tasks.cli import load_server
-        from fastmcp_tasks.client_http import TasksHttpTransport
-
-        source: Any = (
-            TasksHttpTransport(self.target.url)  # resends polls on dropped keep-alives
-            if self.target.url
-            else load_server(self.target.text)
-        )
+        source = self.target.transport()
         try:
             client = Client(source, elicitation_handler=self.elicitation_handler)
             await client.__aenter__()
         except Exception as exc:
-            raise TaskFailure(f"cannot reach {self.target.text}: {exc}") from None
+            reason = await self.target.refusal() or str(exc)
+            raise TaskFailure(f"cannot reach {self.target.text}: {reason}") from None
         try:
             yield client
         finally:
@@ -341,12 +297,6 @@ class Session:
         return 0
 
 
-SERVER_HELP = (
-    "the server: its http(s) URL, or path/to/server.py[:object] run in memory "
-    "(its tasks end with this command)"
-)
-
-
 def add_client_commands(commands: Any) -> None:
     """Add `call`, `get`, `wait` and `cancel` to the `fastmcp-tasks` subcommands."""
     call = commands.add_parser(
@@ -357,6 +307,7 @@ def add_client_commands(commands: Any) -> None:
     call.add_argument("tool", help="the tool to call")
     call.add_argument("arguments", nargs="*", help="key=value (values parsed as JSON if valid)")
     call.add_argument("--timeout", type=float, default=None, help="cancel after SECONDS")
+    add_connection_options(call)
     for name, text in (
         ("get", "print a task as JSON"),
         ("wait", "follow a task and print its result (Ctrl-C stops waiting)"),
@@ -365,6 +316,7 @@ def add_client_commands(commands: Any) -> None:
         command = commands.add_parser(name, help=text)
         command.add_argument("server", help=SERVER_HELP)
         command.add_argument("task_id", help="the task's id")
+        add_connection_options(command)
         if name == "wait":
             command.add_argument(
                 "--timeout", type=float, default=None, help="stop waiting after SECONDS"
@@ -375,7 +327,8 @@ def run_client_command(args: argparse.Namespace) -> int:
     """Run a parsed client command; the exit status (errors reported on stderr)."""
     from mcp.shared.exceptions import MCPError
 
-    session = Session(parse_target(args.server), lines=args.command == "call")
+    target = parse_target(args.server, token=args.token, headers=args.header)
+    session = Session(target, lines=args.command == "call")
     try:
         if args.command == "call":
             arguments = parse_arguments(args.arguments)

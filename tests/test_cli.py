@@ -9,21 +9,28 @@ loaded in memory. `test_cli_terminal.py` runs it in a pseudo-terminal.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from fastmcp import Client
+from fastmcp import Client, FastMCP
+from fastmcp.server.auth.providers.jwt import StaticTokenVerifier
+from fastmcp.utilities.tasks import TaskConfig
 
-from fastmcp_tasks.cli_client import parse_arguments
+from fastmcp_tasks import TasksExtension
+from fastmcp_tasks.cli_target import parse_arguments
 from fastmcp_tasks.handles import ToolTask, call_tool_task
+from tests.test_auth import TOKENS
 from tests.test_durability import Server, release, started_in
+from tests.wire import http_server
 
 pytestmark = pytest.mark.anyio
 
@@ -205,3 +212,54 @@ async def test_ctrl_c_cancels_the_task(live: Live) -> None:
         err = b"".join([chunk async for chunk in proc.stderr]).decode()
     assert f"interrupted: cancelled task {task_id}" in err
     await status_becomes(live, task_id, "cancelled")
+
+
+def authed_cli_server() -> FastMCP:
+    mcp = FastMCP("authed", auth=StaticTokenVerifier(tokens=TOKENS))
+    mcp.add_extension(TasksExtension())
+
+    @mcp.tool(task=TaskConfig(poll_interval=timedelta(milliseconds=50)))
+    async def whoami(text: str) -> str:
+        return f"ok {text}"
+
+    return mcp
+
+
+async def run_cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    done = await anyio.run_process(
+        [*COMMAND, *args],
+        cwd=ROOT,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
+    )
+    return done.returncode, done.stdout.decode(), done.stderr.decode()
+
+
+async def test_a_token_reaches_an_authenticated_server() -> None:
+    async with http_server(authed_cli_server()) as url:
+        with anyio.fail_after(60):
+            code, out, err = await run_cli(
+                "call", url, "whoami", "text=hi", "--token", "alice-token"
+            )
+            assert code == 0, err
+            assert out.splitlines()[-1] == "ok hi"
+            task_id = out.split()[1]
+            # the environment variable works too, and the task is alice's alone (C14)
+            code, out, err = await run_cli(
+                "get", url, task_id, env={"FASTMCP_TASKS_TOKEN": "alice-token"}
+            )
+            assert code == 0 and json.loads(out)["status"] == "completed", err
+            code, out, err = await run_cli("get", url, task_id, "--token", "bob-token")
+            assert code == 1 and "not found" in err.lower()
+            code, out, err = await run_cli(
+                "get", url, task_id, "--header", "Authorization: Bearer alice-token"
+            )
+            assert code == 0, err
+            code, out, err = await run_cli("call", url, "whoami", "text=hi")
+            assert code == 1 and "HTTP 401" in err and "--token" in err
+            code, out, err = await run_cli("call", url, "whoami", "--token", "mallory-token")
+            assert code == 1 and "HTTP 401" in err and "token was refused" in err
+            assert "mallory-token" not in out + err  # a token is never printed
+            code, out, err = await run_cli("call", url, "whoami", "--header", "no colon")
+            assert code == 2 and "Name: value" in err
