@@ -34,13 +34,23 @@ class RpcError(Exception):
 
 def frame(method: str, params: dict[str, Any], opt_in: bool) -> tuple[bytes, dict[str, str]]:
     """Body and headers of one request; `opt_in` declares the tasks extension in `_meta`."""
+    capabilities = {"extensions": {TASKS: {}}} if opt_in else {}
+    return request_frame(method, params, capabilities, next(_ids), "bench-load")
+
+
+def request_frame(
+    method: str,
+    params: dict[str, Any],
+    capabilities: dict[str, Any],
+    request_id: int,
+    client: str,
+) -> tuple[bytes, dict[str, str]]:
+    """Body and headers of one modern-era request over Streamable HTTP (also `bench.run`'s)."""
     params = dict(params)
     params["_meta"] = {
         "io.modelcontextprotocol/protocolVersion": MODERN,
-        "io.modelcontextprotocol/clientInfo": {"name": "bench-load", "version": "1"},
-        "io.modelcontextprotocol/clientCapabilities": (
-            {"extensions": {TASKS: {}}} if opt_in else {}
-        ),
+        "io.modelcontextprotocol/clientInfo": {"name": client, "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
     }
     headers = {
         "Accept": "application/json, text/event-stream",
@@ -50,7 +60,7 @@ def frame(method: str, params: dict[str, Any], opt_in: bool) -> tuple[bytes, dic
     name = params.get("taskId") if method.startswith("tasks/") else params.get("name")
     if isinstance(name, str):
         headers["Mcp-Name"] = name
-    body = {"jsonrpc": "2.0", "id": next(_ids), "method": method, "params": params}
+    body = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
     return json.dumps(body, separators=(",", ":")).encode(), headers
 
 

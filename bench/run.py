@@ -638,24 +638,11 @@ async def http_transport(server: FastMCP, listen: bool = False) -> AsyncIterator
     counter = 0
 
     def frame(method: str, params: dict[str, Any], opt_in: OptIn) -> tuple[bytes, dict[str, str]]:
+        from bench.load_wire import request_frame  # load_wire imports this module
+
         nonlocal counter
         counter += 1
-        params = dict(params)
-        params["_meta"] = {
-            "io.modelcontextprotocol/protocolVersion": MODERN,
-            "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "1"},
-            "io.modelcontextprotocol/clientCapabilities": _caps(opt_in),
-        }
-        headers = {
-            "Accept": "application/json, text/event-stream",
-            "MCP-Protocol-Version": MODERN,
-            "Mcp-Method": method,
-        }
-        name = params.get("taskId") if method.startswith("tasks/") else params.get("name")
-        if isinstance(name, str):
-            headers["Mcp-Name"] = name
-        body = {"jsonrpc": "2.0", "id": counter, "method": method, "params": params}
-        return json.dumps(body, separators=(",", ":")).encode(), headers
+        return request_frame(method, params, _caps(opt_in), counter, "bench")
 
     def answer(status: int, content_type: str, payload: bytes) -> dict[str, Any]:
         message = _parse_http(content_type, payload)
