@@ -68,7 +68,7 @@ class OperatorError(Exception):
 def parse_age(text: str) -> float:
     """`90s`, `30m`, `12h`, `1d`, `2w` as seconds (an argparse `type`)."""
     match = _AGE.fullmatch(text.strip().lower())
-    if match is None or float(match[1]) <= 0:
+    if match is None or float(match[1]) < 0:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not an age: give a number and a unit, like 90s, 30m, 12h, 1d or 2w"
         )
