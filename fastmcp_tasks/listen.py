@@ -65,7 +65,7 @@ from pydantic import BaseModel, PrivateAttr, model_serializer
 
 from fastmcp_tasks.errors import missing_capability
 from fastmcp_tasks.ownership import current_principal, may_access
-from fastmcp_tasks.stores.base import TaskStore
+from fastmcp_tasks.stores.base import TaskStore, get_many
 from fastmcp_tasks.wire import (
     NOTIFICATION_TASKS,
     TASKS_EXTENSION_ID,
@@ -196,13 +196,13 @@ class ListenService:
             raise MCPError(INVALID_REQUEST, "subscriptions/listen requires a request id")
         if len(self._streams) >= self.max_subscriptions:
             raise MCPError(INTERNAL_ERROR, "Subscription limit reached")
-        acked = []
-        for task_id in task_ids:
-            if not could_be_task_id(task_id):
-                continue
-            record = await self.store.get(task_id)
-            if record is not None and may_access(record, principal):
-                acked.append(task_id)
+        candidates = list(dict.fromkeys(t for t in task_ids if could_be_task_id(t)))
+        found = await get_many(self.store, candidates)
+        acked = [
+            task_id
+            for task_id in candidates
+            if (record := found.get(task_id)) is not None and may_access(record, principal)
+        ]
         return await self._serve(ctx, subscription_id, requested, acked)
 
     async def _serve(
@@ -283,21 +283,23 @@ class ListenService:
                     event_to_notification(event, meta), related_request_id=subscription_id
                 )
             while stream.dirty:
-                task_id = next(iter(stream.dirty))
-                del stream.dirty[task_id]
-                if task_id not in watched:
-                    continue  # its terminal state was sent: later marks are stale
-                record = await self.store.get(task_id)
-                if record is None:
-                    watched.discard(task_id)
-                    continue
-                task = render_task(record)  # read before the send: records may be live
-                if task["status"] in TERMINAL_STATUSES:
-                    watched.discard(task_id)
-                await session.send_notification(
-                    task_notification(task, meta),  # type: ignore[arg-type]
-                    related_request_id=subscription_id,
-                )
+                # the marked tasks still followed (a terminal one's later marks are stale),
+                # read in one round trip where the store can
+                batch = [task_id for task_id in stream.dirty if task_id in watched]
+                stream.dirty.clear()
+                records = await get_many(self.store, batch)
+                for task_id in batch:
+                    record = records.get(task_id)
+                    if record is None or task_id not in watched:
+                        watched.discard(task_id)
+                        continue
+                    task = render_task(record)  # just before the send: records may be live
+                    if task["status"] in TERMINAL_STATUSES:
+                        watched.discard(task_id)
+                    await session.send_notification(
+                        task_notification(task, meta),  # type: ignore[arg-type]
+                        related_request_id=subscription_id,
+                    )
             if stream.overflowed:
                 logger.warning("listen stream %r backlog full; ending it", subscription_id)
                 return

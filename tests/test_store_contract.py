@@ -266,3 +266,17 @@ async def test_expired_tasks_make_room_under_the_cap(store: TaskStore) -> None:
         await store.create(task)
     await store.transition(created[0].task_id, "completed", result={})
     await store.create(record())  # the expired one was swept to make room
+
+
+async def test_get_many_reads_the_live_tasks_at_once(store: TaskStore) -> None:
+    from fastmcp_tasks.stores.base import get_many
+
+    kept, gone = record(), record(retention_ms=0)
+    await store.create(kept)
+    await store.create(gone)
+    await store.transition(gone.task_id, "completed", result={})  # expires at once
+    ids = [kept.task_id, gone.task_id, "missing", *(f"none-{i}" for i in range(600))]
+    found = await get_many(store, ids)
+    assert list(found) == [kept.task_id] and found[kept.task_id].status == "working"
+    assert getattr(store, "get_many", None) is not None  # every built-in store batches
+    assert await get_many(store, []) == {}

@@ -177,6 +177,26 @@ class TaskChange:
     details: dict[str, Any] = field(default_factory=dict)
 
 
+async def get_many(store: TaskStore, task_ids: list[str]) -> dict[str, TaskRecord]:
+    """The live tasks among `task_ids`, by id, in one round trip where the store can.
+
+    A store may offer `get_many(task_ids)` (all three built-in stores do: a dict
+    lookup, one `IN (...)` query, one Redis pipeline); any other store is read one
+    `get` at a time. `subscriptions/listen` reads its acknowledged and changed
+    tasks this way.
+    """
+    batch = getattr(store, "get_many", None)
+    if batch is not None:
+        found: dict[str, TaskRecord] = await batch(task_ids)
+        return found
+    records: dict[str, TaskRecord] = {}
+    for task_id in task_ids:
+        record = await store.get(task_id)
+        if record is not None:
+            records[task_id] = record
+    return records
+
+
 @runtime_checkable
 class TaskStore(Protocol):
     """What the extension needs from a backend. Every method is safe to call concurrently."""

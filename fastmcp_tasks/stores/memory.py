@@ -253,6 +253,14 @@ class MemoryTaskStore:
     async def purge_expired(self, now: float) -> int:
         return self._purge(now)
 
+    async def get_many(self, task_ids: list[str]) -> dict[str, TaskRecord]:
+        """The live tasks among `task_ids`, by id (see `base.get_many`)."""
+        found = {}
+        for task_id in task_ids:
+            if (record := await self.get(task_id)) is not None:
+                found[task_id] = record
+        return found
+
     # --- listing (the `ListableTaskStore` capability) -----------------------------
 
     async def list_tasks(

@@ -146,6 +146,14 @@ class RedisListing:
             if cursor == 0:
                 return
 
+    async def get_many(self, task_ids: list[str]) -> dict[str, TaskRecord]:
+        """The live tasks among `task_ids`, by id: one pipeline (see `base.get_many`)."""
+        found = {}
+        for start in range(0, len(task_ids), BATCH):
+            for record in await self._load(task_ids[start : start + BATCH]):
+                found[record.task_id] = record
+        return found
+
     async def _load(self, ids: list[str]) -> list[TaskRecord]:
         """The live tasks among `ids`, in order (one pipelined `HGETALL` each)."""
         if not ids:

@@ -20,6 +20,7 @@ from fastmcp_tasks.wire import TERMINAL_STATUSES
 
 T = TypeVar("T")
 
+_BATCH = 500  # ids per `IN (...)`: well under SQLite's 32,766 parameters
 _ENDED = f"terminal_at < ? AND status IN ({', '.join('?' * len(TERMINAL_STATUSES))})"
 
 
@@ -57,12 +58,32 @@ def purge_rows(tx: Tx, before: float, dry_run: bool) -> int:
     return tx.conn.execute(f"DELETE FROM tasks WHERE {_ENDED}", params).rowcount
 
 
+def load_many(tx: Tx, task_ids: list[str], now: float) -> dict[str, TaskRecord]:
+    """The live tasks among `task_ids`, by id (primary-key lookups, `_BATCH` per query)."""
+    found = {}
+    for start in range(0, len(task_ids), _BATCH):
+        chunk = task_ids[start : start + _BATCH]
+        query = (
+            f"{SELECT_TASK} WHERE task_id IN ({', '.join('?' * len(chunk))}) "
+            "AND (expires_at IS NULL OR expires_at > ?)"
+        )
+        for row in tx.conn.execute(query, (*chunk, now)):
+            record = from_row(row)
+            found[record.task_id] = record
+    return found
+
+
 class SQLiteListing:
     """The `ListableTaskStore` methods of `SQLiteTaskStore`."""
 
     if TYPE_CHECKING:
 
         async def _run(self, fn: Callable[[Tx], T], *, write: bool = True) -> T: ...
+
+    async def get_many(self, task_ids: list[str]) -> dict[str, TaskRecord]:
+        """The live tasks among `task_ids`, by id: one read (see `base.get_many`)."""
+        now = time.time()
+        return await self._run(lambda tx: load_many(tx, task_ids, now), write=False)
 
     async def list_tasks(
         self,
@@ -82,4 +103,4 @@ class SQLiteListing:
         return await self._run(lambda tx: purge_rows(tx, before, dry_run), write=not dry_run)
 
 
-__all__ = ["SQLiteListing", "list_rows", "purge_rows"]
+__all__ = ["SQLiteListing", "list_rows", "load_many", "purge_rows"]
