@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -88,8 +89,13 @@ def make_server(poll: timedelta | None = None, **extension: Any) -> tuple[FastMC
     return mcp, probes
 
 
-def napping(poll: timedelta, work: float) -> tuple[FastMCP, list[float]]:
-    """A tool that works `work` seconds, polled every `poll`; records each tasks/get."""
+def napping(
+    poll: timedelta, work: float, answer: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+) -> tuple[FastMCP, list[float]]:
+    """A tool that works `work` seconds, polled every `poll`; records each tasks/get.
+
+    `answer`, when given, rewrites each `tasks/get` result before it is sent.
+    """
     mcp = FastMCP("napping")
     extension = TasksExtension()
     gets: list[float] = []
@@ -97,7 +103,8 @@ def napping(poll: timedelta, work: float) -> tuple[FastMCP, list[float]]:
 
     async def counting_get(ctx, params):  # type: ignore[no-untyped-def]
         gets.append(anyio.current_time())
-        return await real_get(ctx, params)
+        state = await real_get(ctx, params)
+        return state if answer is None else answer(state)
 
     extension._methods.get = counting_get  # type: ignore[method-assign]
     mcp.add_extension(extension)

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -164,3 +165,42 @@ async def test_any_client_resolves_tasks_once_fastmcp_tasks_is_imported() -> Non
         assert (await client.call_tool("echo", {"text": "plain client"})).data == "plain client"
     async with Client(mcp_asks, elicitation_handler=approve) as client:
         assert (await client.call_tool("confirm", {})).data == "accept:True"
+
+
+async def _call_and_count(mcp: FastMCP, transport: str) -> Any:
+    tasks = TasksClientExtension(push=False)
+    if transport == "http":
+        async with http_server(mcp) as url, Client(url, extensions=[tasks]) as client:
+            return await client.call_tool("nap", {})
+    async with Client(mcp, extensions=[tasks]) as client:
+        return await client.call_tool("nap", {})
+
+
+@pytest.mark.parametrize("transport", ["memory", "http"])
+async def test_a_one_second_interval_over_three_seconds(transport: str) -> None:
+    """C62: 3 s of work at pollIntervalMs 1000 is 3 or 4 polls, each at least 1 s apart."""
+    mcp, polls = napping(timedelta(seconds=1), 3.0)
+    result = await _call_and_count(mcp, transport)
+    assert result.data == "rested"
+    assert 3 <= len(polls) <= 4
+    assert all(b - a >= 0.99 for a, b in itertools.pairwise(polls))
+
+
+@pytest.mark.parametrize("transport", ["memory", "http"])
+async def test_a_changed_interval_is_honoured(transport: str) -> None:
+    """The server may change pollIntervalMs (C19): each wait follows the latest value."""
+    schedule = iter([150, 150, 600, 600])
+    answered: list[tuple[float, int]] = []
+
+    def changing(state: dict[str, Any]) -> dict[str, Any]:
+        if state["status"] == "working":
+            state = {**state, "pollIntervalMs": next(schedule, 150)}
+        answered.append((anyio.current_time(), state.get("pollIntervalMs", 0)))
+        return state
+
+    mcp, _ = napping(timedelta(milliseconds=900), 2.2, changing)
+    result = await _call_and_count(mcp, transport)
+    assert result.data == "rested"
+    gaps = [(b[0] - a[0], a[1]) for a, b in itertools.pairwise(answered)]
+    assert all(gap >= asked / 1000 - 0.01 for gap, asked in gaps)  # a floor, always
+    assert any(gap < 0.4 for gap, asked in gaps if asked == 150)  # and it follows it down
