@@ -3,25 +3,16 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 
 import anyio
 import pytest
 
 from fastmcp_tasks import TaskStore
-from tests.test_store_contract import STORE_FACTORIES, record
+from tests.test_store_contract import record, store
 
 pytestmark = pytest.mark.anyio
 
-
-@pytest.fixture(params=sorted(STORE_FACTORIES))
-async def store(request: pytest.FixtureRequest) -> AsyncIterator[TaskStore]:
-    instance = STORE_FACTORIES[request.param]()
-    await instance.open()
-    try:
-        yield instance
-    finally:
-        await instance.close()
+__all__ = ["store"]  # the contract's parametrized fixture, shared rather than copied
 
 
 async def test_claim_is_exclusive_while_the_lease_lives(store: TaskStore) -> None:

@@ -110,9 +110,14 @@ def _v0_to_v1(conn: sqlite3.Connection) -> None:
 
 
 def _v1_to_v2(conn: sqlite3.Connection) -> None:
-    """Indexes for the operator commands: listing newest first, purging by end time."""
+    """Indexes for the operator commands (listing newest first, purging by end time) and
+    for the per-principal active-task cap (one principal's active tasks)."""
     conn.execute("CREATE INDEX tasks_created ON tasks (created_at, task_id)")
     conn.execute("CREATE INDEX tasks_ended ON tasks (terminal_at) WHERE terminal_at IS NOT NULL")
+    conn.execute(
+        "CREATE INDEX tasks_owner_active ON tasks (owner) "
+        "WHERE status IN ('working', 'input_required')"
+    )
 
 
 #: from-version -> the step that brings a file to from-version + 1.
