@@ -5,7 +5,9 @@ The hierarchy::
     TasksError                      base of everything this package raises
     ├── ConfigurationError          bad construction arguments (also a ValueError)
     ├── StoreError                  a store could not do what was asked
-    │   └── TaskLimitExceeded       a store refused a new task: a cap is reached
+    │   ├── TaskLimitExceeded       a store refused a new task: a cap is reached
+    │   └── StoreTimeout            a store call took longer than `store_timeout`
+    ├── DuplicateTask               `create` of an id the store already has (also a ValueError)
     └── InvalidTransition           a state change the task's state machine forbids
 
 Wire errors are `mcp.shared.exceptions.MCPError` built by the functions below,
@@ -55,6 +57,18 @@ class TaskLimitExceeded(StoreError):
         super().__init__(f"{limit}={value} reached")
         self.limit = limit
         self.value = value
+
+
+class StoreTimeout(StoreError):
+    """A store call did not answer within the extension's `store_timeout`."""
+
+
+class DuplicateTask(TasksError, ValueError):
+    """`create` was given a task id the store already holds.
+
+    Ids are 192 random bits, so after a `create` whose reply was lost (a timeout) a
+    retry that meets this error means the first attempt did commit.
+    """
 
 
 class InvalidTransition(TasksError):
@@ -116,9 +130,16 @@ def polling_too_fast(fraction: float, interval_ms: int, retry_after_ms: int) -> 
     )
 
 
-def store_unavailable(error: StoreError) -> MCPError:
-    """-32603: the store could not answer; nothing was created or changed."""
-    return MCPError(code=INTERNAL_ERROR, message=f"Task store unavailable: {error}")
+STORE_UNAVAILABLE = "Task store unavailable; nothing was created or changed, retry later"
+
+
+def store_unavailable() -> MCPError:
+    """-32603: the store could not answer; nothing was created or changed.
+
+    The message never carries the store's own error (it may name hosts, ports,
+    prefixes or file paths): the server log has it (`fastmcp_tasks.health`).
+    """
+    return MCPError(code=INTERNAL_ERROR, message=STORE_UNAVAILABLE)
 
 
 def too_large(what: str, limit: str, value: int, size: int) -> MCPError:

@@ -2,14 +2,15 @@
 
 The shared contract (`test_store_contract`, `test_store_leases`) runs against Redis
 too; these tests cover what only a shared backend has: two store instances on one
-Redis, key prefixes, TTL expiry, an unreachable server. Each test uses its own key
-prefix and deletes its keys afterwards. Without a Redis at `REDIS_URL` they skip
-(fail when `CI=true`), like the contract's Redis parameter.
+Redis, key prefixes, applications sharing one prefix (their queues, `queued` wake-ups,
+narrow lease reads), TTL expiry. Outages (unreachable, killed, black-holed Redis)
+are `test_redis_outages`. Each test uses its own key prefix and deletes its keys
+afterwards. Without a Redis at `REDIS_URL` they skip (fail when `CI=true`), like
+the contract's Redis parameter.
 """
 
 from __future__ import annotations
 
-import socket
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -19,10 +20,11 @@ import anyio
 import pytest
 import redis.asyncio as aioredis
 
-from fastmcp_tasks.errors import ConfigurationError, StoreError
+from fastmcp_tasks.errors import ConfigurationError
 from fastmcp_tasks.stores import store_from_url
-from fastmcp_tasks.stores.base import TaskChange
+from fastmcp_tasks.stores.base import TaskChange, active_leases
 from fastmcp_tasks.stores.redis import RedisTaskStore
+from fastmcp_tasks.stores.redis_feed import BATCH
 from tests.test_store_contract import REDIS_URL, record, redis_store
 
 pytestmark = pytest.mark.anyio
@@ -108,25 +110,6 @@ async def test_every_change_after_subscribing_arrives_in_order(
     assert current is not None and current.status_message == "step 49"
 
 
-async def test_the_feed_reconnects_without_losing_changes(
-    pair: tuple[RedisTaskStore, RedisTaskStore], raw: aioredis.Redis
-) -> None:
-    a, b = pair
-    task = record()
-    await a.create(task)
-    async with a.changes(frozenset({task.task_id})) as feed:
-        await anyio.sleep(0.05)  # the reader is in its blocking read
-        name = f"fastmcp-tasks-feed:{a.keys.prefix}"
-        killed = [c["id"] for c in await raw.client_list() if c["name"] == name]
-        assert len(killed) == 1
-        await raw.client_kill_filter(_id=killed[0])
-        await b.set_status_message(task.task_id, "while the reader was down")
-        await b.request_cancel(task.task_id)
-        with anyio.fail_after(5):
-            kinds = [(await anext(feed)).kind, (await anext(feed)).kind]
-    assert kinds == ["message", "cancel_requested"]
-
-
 async def test_terminal_states_hold_under_concurrent_transitions_from_two_instances(
     pair: tuple[RedisTaskStore, RedisTaskStore],
 ) -> None:
@@ -205,79 +188,6 @@ async def test_a_second_prefix_is_isolated(raw: aioredis.Redis) -> None:
         await first.close()
 
 
-def _closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-async def test_an_unreachable_redis_is_a_store_error() -> None:
-    port = _closed_port()
-    store = RedisTaskStore(f"redis://127.0.0.1:{port}/0", timeout=1)
-    started = time.monotonic()
-    with pytest.raises(StoreError, match=rf"127\.0\.0\.1:{port}.*unreachable"):
-        await store.open()
-    assert time.monotonic() - started < 3
-    with pytest.raises(StoreError, match="not open"):
-        await store.get("x")
-    await store.close()
-
-
-async def test_redis_going_away_fails_operations_without_half_created_tasks(
-    raw: aioredis.Redis,
-) -> None:
-    """Through a TCP proxy that is then shut: every operation is a `StoreError`."""
-    target = raw.connection_pool.connection_kwargs
-    links: list[anyio.abc.SocketStream] = []
-
-    async def pipe(source: anyio.abc.SocketStream, sink: anyio.abc.SocketStream) -> None:
-        try:
-            async for chunk in source:
-                await sink.send(chunk)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-            pass
-        finally:
-            await sink.aclose()
-
-    async def serve(client: anyio.abc.SocketStream) -> None:
-        upstream = await anyio.connect_tcp(target["host"], target["port"])
-        links.extend((client, upstream))
-        async with anyio.create_task_group() as group:
-            group.start_soon(pipe, client, upstream)
-            group.start_soon(pipe, upstream, client)
-
-    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
-    port = listener.extra(anyio.abc.SocketAttribute.local_port)
-    prefix = f"test-{uuid.uuid4().hex[:16]}"
-    store = RedisTaskStore(f"redis://127.0.0.1:{port}/{target['db']}", prefix=prefix, timeout=1)
-    before, after = record(), record()
-    try:
-        async with anyio.create_task_group() as group:
-            group.start_soon(listener.serve, serve)
-            await store.open()
-            await store.create(before)
-            assert await store.get(before.task_id) is not None
-            group.cancel_scope.cancel()
-        await listener.aclose()  # the proxy is gone: Redis is unreachable from here on
-        for link in links:
-            await link.aclose()
-        calls = (
-            lambda: store.create(after),
-            lambda: store.get(before.task_id),
-            store.active_tasks,
-            lambda: store.claim_queued("w", time.time() + 60, 5),
-        )
-        for call in calls:
-            with pytest.raises(StoreError, match="unreachable"):
-                await call()
-        assert await raw.exists(store.keys.task(after.task_id)) == 0
-        assert await raw.zscore(store.keys.active, after.task_id) is None
-    finally:
-        await store.close()
-        if leftovers := [key async for key in raw.scan_iter(match=store.keys.pattern)]:
-            await raw.delete(*leftovers)
-
-
 async def test_claim_queued_from_two_instances_hands_each_task_to_one(
     pair: tuple[RedisTaskStore, RedisTaskStore],
 ) -> None:
@@ -336,11 +246,108 @@ async def test_the_feed_stream_stays_bounded(raw: aioredis.Redis) -> None:
         await store.close()
 
 
+async def test_apps_share_a_prefix_each_with_its_own_queue(
+    pair: tuple[RedisTaskStore, RedisTaskStore], raw: aioredis.Redis
+) -> None:
+    a, b = pair
+    keys = a.keys
+    alpha, beta, plain, alpha2 = (
+        record(app="alpha"),
+        record(app="beta"),
+        record(),
+        record(app="alpha"),
+    )
+    for task in (alpha, beta, plain, alpha2):
+        await a.create(task)
+    got, untagged = await b.get(alpha.task_id), await b.get(plain.task_id)
+    assert got is not None and got.app == "alpha" and untagged is not None and untagged.app is None
+    assert await raw.zrange(keys.queued_for("alpha"), 0, -1) == [alpha.task_id, alpha2.task_id]
+    assert await raw.zcard(keys.queued) == 4  # every application's (None: the old key)
+    later = time.time() + 60
+    taken = await b.claim_queued("w-alpha", later, 10, app="alpha")
+    assert [r.task_id for r in taken] == [alpha.task_id, alpha2.task_id]
+    assert all(r.app == "alpha" and r.lease_owner == "w-alpha" for r in taken)
+    assert await b.claim_queued("w-gamma", later, 10, app="gamma") == []
+    rest = await b.claim_queued("anyone", later, 10)  # app=None: any application's
+    assert [r.task_id for r in rest] == [beta.task_id, plain.task_id]
+    assert await b.claim_queued("w-beta", later, 10, app="beta") == []  # it left both sets
+    assert await raw.zcard(keys.queued_for("beta")) == 0 and await raw.zcard(keys.queued) == 0
+    for task in (alpha, alpha2):  # back in both sets; a claim or an end takes it out of both
+        await a.requeue(task.task_id, "w-alpha")
+    assert await raw.zcard(keys.queued_for("alpha")) == 2 and await raw.zcard(keys.queued) == 2
+    await a.claim(alpha.task_id, "direct", later)
+    await a.transition(alpha2.task_id, "cancelled")
+    assert await raw.zcard(keys.queued_for("alpha")) == 0 and await raw.zcard(keys.queued) == 0
+
+
+async def test_unleased_creates_and_requeues_announce_queued(
+    pair: tuple[RedisTaskStore, RedisTaskStore],
+) -> None:
+    a, b = pair
+    later = time.time() + 60
+    held = record(app="alpha", lease_owner="front", lease_expires=later)
+    alpha, plain = record(app="alpha"), record()
+    async with a.changes(kinds=frozenset({"queued"})) as feed:
+        await b.create(held)  # leased: nothing for a worker to take
+        await b.create(alpha)
+        await b.create(plain)
+        await b.requeue(held.task_id, "front")
+        await b.claim(plain.task_id, "w", later)  # claims are not announced
+        await b.requeue(plain.task_id, "w")
+        with anyio.fail_after(5):
+            got = [await anext(feed) for _ in range(4)]
+    assert [(c.task_id, c.kind, c.status, c.details) for c in got] == [
+        (alpha.task_id, "queued", "working", {"app": "alpha"}),
+        (plain.task_id, "queued", "working", {"app": None}),
+        (held.task_id, "queued", "working", {"app": "alpha"}),
+        (plain.task_id, "queued", "working", {"app": None}),
+    ]
+
+
+async def test_active_leases_read_lease_fields_only_in_one_round_trip_per_batch(
+    pair: tuple[RedisTaskStore, RedisTaskStore],
+) -> None:
+    a, _ = pair
+    later = time.time() + 60
+    mine = record(app="alpha", owner="alice", context={"c": 1})
+    parked, theirs, done = record(app="alpha"), record(app="beta"), record(app="alpha")
+    for task in (mine, parked, theirs, done):
+        await a.create(task)
+    await a.claim(mine.task_id, "w1", later)
+    await a.set_status_message(mine.task_id, "step 1")
+    await a.request_input(parked.task_id, {"k": {"method": "elicitation/create"}})
+    await a.transition(done.task_id, "completed", result={"content": []})
+    sent = a.stats["round_trips"]
+    leases = {r.task_id: r for r in await active_leases(a, "alpha")}
+    assert a.stats["round_trips"] - sent == 2  # ZRANGE, then one pipeline of HMGETs
+    assert set(leases) == {mine.task_id, parked.task_id}
+    lease = leases[mine.task_id]
+    assert (lease.tool, lease.status, lease.status_message, lease.attempts) == (
+        "tool",
+        "working",
+        "step 1",
+        1,
+    )
+    assert (lease.app, lease.lease_owner, lease.lease_expires) == ("alpha", "w1", later)
+    assert lease.arguments is None and lease.context is None and lease.owner is None
+    assert leases[parked.task_id].status == "input_required"
+    assert leases[parked.task_id].input_requests is None and leases[parked.task_id].attempts == 0
+    every = {r.task_id for r in await a.active_leases()}
+    assert every == {mine.task_id, parked.task_id, theirs.task_id}
+    for _ in range(BATCH):
+        await a.create(record(app="bulk"))
+    sent = a.stats["round_trips"]
+    assert len(await a.active_leases(app="bulk")) == BATCH
+    assert a.stats["round_trips"] - sent == 3  # 503 active tasks: two batches
+
+
 def test_urls_and_prefixes() -> None:
     store = store_from_url("redis://127.0.0.1:6379/15?prefix=app.one", max_tasks=10)
     assert isinstance(store, RedisTaskStore)
     assert (store.scheme, store.durable, store.keys.prefix) == ("redis", True, "app.one")
     assert store.keys.task("t") == "{app.one}:task:t" and "prefix" not in store.url
+    assert store.keys.queued_for(None) == store.keys.queued == "{app.one}:queued"
+    assert store.keys.queued_for("billing {x}") == "{app.one}:queued:billing {x}"
     secure = store_from_url("rediss://:secret@cache.example:6380/2")
     assert isinstance(secure, RedisTaskStore) and secure.keys.prefix == "fastmcp-tasks"
     assert "secret" not in secure.where and "secret" not in repr(secure)

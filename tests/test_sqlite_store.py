@@ -2,19 +2,17 @@
 
 `tests/test_store_contract.py` checks the protocol semantics; these tests check
 what only a file-backed store has: persistence across reopen, several
-connections and processes sharing one file (tasks and the change feed), no
-`SQLITE_BUSY` reaching callers, refusal of files that are not ours (left
-byte-identical), bounded growth under steady load, and the URL forms.
+connections and processes sharing one file (tasks and the change feed),
+migration of older files and refusal of files that are not ours (left
+byte-identical), bounded growth under steady load, and the URL forms. Another
+connection holding the write lock, another process, and the idle cost are
+`test_sqlite_contention`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import sqlite3
-import subprocess
-import sys
-import textwrap
-import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, closing
@@ -29,18 +27,19 @@ from fastmcp_tasks.stores.base import TaskChange
 from fastmcp_tasks.stores.sqlite import SQLiteTaskStore
 from fastmcp_tasks.stores.sqlite_schema import (
     APPLICATION_ID,
+    COLUMNS,
     MIGRATIONS,
     SCHEMA_VERSION,
     prepare,
+    to_row,
 )
 
 pytestmark = pytest.mark.anyio
 
-REPO = Path(__file__).resolve().parents[1]
 _ids: Iterator[int] = iter(range(10**9))
 
 
-def record(*, retention_ms: int | None = 60_000) -> TaskRecord:
+def record(*, retention_ms: int | None = 60_000, **fields: object) -> TaskRecord:
     now = time.time()
     return TaskRecord(
         task_id=f"sq-{next(_ids)}",
@@ -53,6 +52,7 @@ def record(*, retention_ms: int | None = 60_000) -> TaskRecord:
         poll_interval_ms=500,
         owner="alice",
         context={"trace": "abc"},
+        **fields,  # type: ignore[arg-type]
     )
 
 
@@ -180,53 +180,6 @@ async def test_closing_the_store_ends_its_feeds(tmp_path: Path) -> None:
         await store.get("x")
 
 
-# --- contention ----------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "options", [{}, {"busy_timeout": 0, "busy_retries": 12}], ids=["timeout", "backoff"]
-)
-async def test_concurrent_writers_never_see_busy(tmp_path: Path, options: dict[str, float]) -> None:
-    path = tmp_path / "busy.db"
-    async with opened(path, **options) as a, opened(path, **options) as b:
-
-        async def churn(store: SQLiteTaskStore, n: int) -> None:
-            for _ in range(n):
-                task = record()
-                await store.create(task)
-                await store.set_status_message(task.task_id, "half")
-                await store.transition(task.task_id, "completed", result={"content": []})
-
-        async with anyio.create_task_group() as group:
-            for store in (a, b, a, b):
-                group.start_soon(churn, store, 40)
-    assert rows(path, "tasks") == 160
-
-
-async def test_a_lock_held_past_the_bound_is_a_store_error(tmp_path: Path) -> None:
-    path = tmp_path / "locked.db"
-    async with opened(path, busy_timeout=0.01, busy_retries=2) as store:
-        with closing(sqlite3.connect(path, isolation_level=None)) as other:
-            other.execute("BEGIN IMMEDIATE")
-            with pytest.raises(StoreError, match="locked"):
-                await store.create(record())
-            other.execute("COMMIT")
-        await store.create(record())
-
-
-async def test_a_lock_released_within_the_bound_is_retried(tmp_path: Path) -> None:
-    path = tmp_path / "locked.db"
-    async with opened(path, busy_timeout=0.01, busy_retries=10) as store:
-        other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        other.execute("BEGIN IMMEDIATE")
-        release = threading.Timer(0.3, lambda: (other.execute("COMMIT"), other.close()))
-        release.start()
-        task = record()
-        await store.create(task)  # waits out the lock through backoff
-        release.join()
-        assert await store.get(task.task_id) is not None
-
-
 # --- files that are not ours --------------------------------------------------------
 
 
@@ -292,6 +245,50 @@ async def test_missing_directory_is_a_configuration_error(tmp_path: Path) -> Non
         await SQLiteTaskStore(tmp_path / "nope" / "t.db").open()
 
 
+def write_v2_file(path: Path, task: TaskRecord) -> None:
+    """A task store file as schema version 2 left it (no `app` column), holding `task`."""
+    assert COLUMNS[-1] == "app" and SCHEMA_VERSION == 3
+    row = to_row(task)
+    v2_row = (*row[:-2], row[-1])  # every column but `app`, then `expires_at`
+    columns = ", ".join((*COLUMNS[:-1], "expires_at"))
+    with closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        MIGRATIONS[0](conn)
+        MIGRATIONS[1](conn)
+        conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        conn.execute("PRAGMA user_version = 2")
+        conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', 2)")
+        conn.execute(
+            f"INSERT INTO tasks ({columns}) VALUES ({', '.join('?' * len(v2_row))})", v2_row
+        )
+        conn.execute("UPDATE meta SET value = 1 WHERE key = 'task_count'")
+
+
+async def test_a_version_2_file_gains_the_app_column(tmp_path: Path) -> None:
+    path = tmp_path / "v2.db"
+    old, new = record(), record(app="billing")
+    write_v2_file(path, old)
+    async with opened(path) as store:
+        kept = await store.get(old.task_id)
+        assert kept is not None and kept.app is None and kept.arguments == old.arguments
+        await store.create(new)
+        got = await store.get(new.task_id)
+        assert got is not None and got.app == "billing"
+        later = time.time() + 60
+        taken = await store.claim_queued("w", later, 5, app="billing")
+        assert [r.task_id for r in taken] == [new.task_id]
+        assert [r.task_id for r in await store.claim_queued("w", later, 5)] == [old.task_id]
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
+        meta = dict(conn.execute("SELECT key, value FROM meta"))
+        queued = (
+            "SELECT task_id FROM tasks WHERE app = 'x' AND status IN ('working', "
+            "'input_required') AND lease_owner IS NULL ORDER BY created_at"
+        )
+        plan = str(conn.execute(f"EXPLAIN QUERY PLAN {queued}").fetchall())
+    assert meta["schema_version"] == 3 and meta["task_count"] == 2
+    assert "tasks_queued" in plan and "TEMP B-TREE" not in plan  # an index range, in order
+
+
 # --- retention ---------------------------------------------------------------------
 
 
@@ -318,7 +315,7 @@ async def test_purge_keeps_the_file_bounded_under_steady_load(tmp_path: Path) ->
 async def test_purge_trims_old_feed_rows(tmp_path: Path) -> None:
     path = tmp_path / "trim.db"
     async with opened(path, change_retention=0) as store:
-        task = record()
+        task = record(lease_owner="me", lease_expires=time.time() + 60)  # no `queued` row
         await store.create(task)
         await store.set_status_message(task.task_id, "a")
         assert rows(path, "changes") == 1
@@ -353,58 +350,3 @@ async def test_url_forms(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
         store_from_url("sqlite:///x.db?mode=ro")
     with pytest.raises(ConfigurationError):
         SQLiteTaskStore(":memory:")
-
-
-# --- two processes -----------------------------------------------------------------
-
-_OTHER_PROCESS = textwrap.dedent(
-    """
-    import sys, anyio
-    from fastmcp_tasks.stores.sqlite import SQLiteTaskStore
-
-    async def main(path, cancel_id, answer_id):
-        store = SQLiteTaskStore(path)
-        await store.open()
-        try:
-            marked = await store.request_cancel(cancel_id)
-            accepted = await store.answer_input(answer_id, {"q": {"action": "accept"}})
-            print(marked.cancel_requested, sorted(accepted))
-        finally:
-            await store.close()
-
-    anyio.run(main, *sys.argv[1:])
-    """
-)
-
-
-async def test_another_process_reaches_this_process_change_feed(tmp_path: Path) -> None:
-    path = tmp_path / "ipc.db"
-    async with opened(path, poll_interval=0.02) as store:
-        running, asking = record(), record()
-        await store.create(running)
-        await store.create(asking)
-        await store.request_input(asking.task_id, {"q": {"method": "elicitation/create"}})
-        async with store.changes(frozenset({running.task_id, asking.task_id})) as feed:
-            command = [sys.executable, "-c", _OTHER_PROCESS, str(path)]
-            command += [running.task_id, asking.task_id]
-            process = await anyio.open_process(command, cwd=REPO, stderr=subprocess.STDOUT)
-            try:
-                cancel = await next_change(feed, "cancel_requested", within=20)
-                answered = await next_change(feed, "answered", within=5)
-                with anyio.fail_after(10):
-                    await process.wait()
-                    assert process.stdout is not None
-                    output = (await process.stdout.receive()).decode()
-            finally:
-                if process.returncode is None:
-                    process.kill()
-                    await process.wait()
-        assert process.returncode == 0, output
-        assert output.strip() == "True ['q']"
-        assert cancel.task_id == running.task_id
-        assert answered.task_id == asking.task_id and answered.details == {"keys": ["q"]}
-        resumed = await store.get(asking.task_id)
-        assert resumed is not None and resumed.status == "working"
-        assert await store.take_answers(asking.task_id, frozenset({"q"})) == {
-            "q": {"action": "accept"}
-        }

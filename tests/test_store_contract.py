@@ -7,6 +7,7 @@ adds itself to `STORE_FACTORIES` and inherits the whole suite.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import os
 import tempfile
@@ -20,7 +21,7 @@ import anyio
 import pytest
 
 from fastmcp_tasks import MemoryTaskStore, TaskLimitExceeded, TaskRecord, TaskStore
-from fastmcp_tasks.errors import StoreError
+from fastmcp_tasks.errors import DuplicateTask, StoreError
 from fastmcp_tasks.stores.base import UNCHANGED, TaskChange
 from fastmcp_tasks.stores.sqlite import SQLiteTaskStore
 
@@ -280,3 +281,81 @@ async def test_get_many_reads_the_live_tasks_at_once(store: TaskStore) -> None:
     assert list(found) == [kept.task_id] and found[kept.task_id].status == "working"
     assert getattr(store, "get_many", None) is not None  # every built-in store batches
     assert await get_many(store, []) == {}
+
+
+# --- applications, the queue's wake-ups, recovery scans -----------------------------
+
+
+async def test_app_round_trips(store: TaskStore) -> None:
+    billing, plain = record(app="billing"), record()
+    await store.create(billing)
+    await store.create(plain)
+    got, other = await store.get(billing.task_id), await store.get(plain.task_id)
+    assert got is not None and got.app == "billing"
+    assert other is not None and other.app is None
+
+
+async def test_claim_queued_takes_only_its_apps_tasks(store: TaskStore) -> None:
+    a, b, c = record(app="a"), record(app="b"), record(app="c")
+    for task in (a, b, c):
+        await store.create(task)
+    later = time.time() + 60
+    assert [r.task_id for r in await store.claim_queued("wa", later, 5, app="a")] == [a.task_id]
+    assert await store.claim_queued("wa", later, 5, app="a") == []
+    assert await store.claim_queued("wz", later, 5, app="z") == []
+    taken = await store.claim_queued("any", later, 5)  # `app=None`: any application's
+    assert [r.task_id for r in taken] == [b.task_id, c.task_id]
+    got = await store.get(b.task_id)
+    assert got is not None and got.lease_owner == "any" and got.app == "b"
+
+
+async def _next_queued(feed: AsyncIterator[TaskChange]) -> TaskChange:
+    with anyio.fail_after(5):
+        async for change in feed:
+            if change.kind == "queued":
+                return change
+    raise AssertionError("feed ended")
+
+
+async def test_unleased_creates_and_requeues_announce_queued(store: TaskStore) -> None:
+    leased = record(app="a", lease_owner="front", lease_expires=time.time() + 60)
+    queued = record(app="a")
+    async with store.changes() as feed:
+        await store.create(leased)  # runs where it was created: nothing to announce
+        await store.create(queued)
+        first = await _next_queued(feed)
+        assert first.task_id == queued.task_id and first.details == {"app": "a"}
+        await store.claim(queued.task_id, "w", time.time() + 60)
+        await store.requeue(queued.task_id, "w")
+        again = await _next_queued(feed)
+        assert again.task_id == queued.task_id and again.details == {"app": "a"}
+
+
+async def test_active_leases_are_the_apps_active_tasks_without_payloads(store: TaskStore) -> None:
+    from fastmcp_tasks.stores.base import active_leases
+
+    mine, theirs, done = record(app="a"), record(app="b"), record(app="a")
+    for task in (mine, theirs, done):
+        await store.create(task)
+    until = time.time() + 60
+    await store.claim(mine.task_id, "w", until)
+    await store.transition(done.task_id, "completed", result={})
+    assert getattr(store, "active_leases", None) is not None  # every built-in store narrows
+    (lease,) = await active_leases(store, "a")
+    assert lease.task_id == mine.task_id and lease.tool == "tool" and lease.status == "working"
+    assert lease.app == "a" and lease.lease_owner == "w" and lease.attempts == 1
+    assert lease.lease_expires == pytest.approx(until)
+    assert lease.arguments is None and lease.context is None and lease.result_json is None
+    assert lease.input_requests is None and lease.answers is None
+    every = {r.task_id for r in await active_leases(store, None)}
+    assert every == {mine.task_id, theirs.task_id}
+    assert (await store.get(mine.task_id)).arguments == {"a": 1}  # type: ignore[union-attr]
+
+
+async def test_duplicate_create_is_refused(store: TaskStore) -> None:
+    task = record()
+    await store.create(task)
+    with pytest.raises(DuplicateTask):
+        await store.create(dataclasses.replace(task, tool="other"))
+    got = await store.get(task.task_id)
+    assert got is not None and got.tool == "tool"

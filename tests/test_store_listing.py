@@ -21,7 +21,7 @@ from fastmcp_tasks.stores.listing import ListableTaskStore, page_key
 from fastmcp_tasks.stores.sqlite import SQLiteTaskStore
 from fastmcp_tasks.stores.sqlite_schema import (
     APPLICATION_ID,
-    INSERT_TASK,
+    COLUMNS,
     MIGRATIONS,
     SCHEMA_VERSION,
     to_row,
@@ -185,7 +185,11 @@ def write_v1_file(path: Path, task: TaskRecord) -> None:
         conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
         conn.execute("PRAGMA user_version = 1")
         conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', 1)")
-        conn.execute(INSERT_TASK, to_row(task))
+        row = to_row(task)  # version 1 has every column but `app` (added by version 3)
+        columns = ", ".join((*COLUMNS[:-1], "expires_at"))
+        values = (*row[:-2], row[-1])
+        marks = ", ".join("?" * len(values))
+        conn.execute(f"INSERT INTO tasks ({columns}) VALUES ({marks})", values)
         conn.execute("UPDATE meta SET value = 1 WHERE key = 'task_count'")
 
 
@@ -202,11 +206,11 @@ async def test_a_version_1_file_is_migrated(tmp_path: Path) -> None:
     finally:
         await store.close()
     with closing(sqlite3.connect(path)) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         meta = dict(conn.execute("SELECT key, value FROM meta"))
         listing = "SELECT * FROM tasks WHERE (created_at, task_id) < (1, 'x') ORDER BY created_at"
         plan = str(conn.execute(f"EXPLAIN QUERY PLAN {listing}").fetchall())
         ended = "DELETE FROM tasks WHERE terminal_at < 1 AND status IN ('completed')"
         plan += str(conn.execute(f"EXPLAIN QUERY PLAN {ended}").fetchall())
-    assert meta["schema_version"] == 2 and meta["task_count"] == 1
+    assert meta["schema_version"] == SCHEMA_VERSION and meta["task_count"] == 1
     assert "tasks_created" in plan and "tasks_ended" in plan

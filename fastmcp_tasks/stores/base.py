@@ -37,7 +37,9 @@ ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
     "cancelled": frozenset(),
 }
 
-ChangeKind = Literal["status", "message", "inputs", "cancel_requested", "answered"]
+#: `queued`: a task became claimable by any worker of its application (created without a
+#: lease, or requeued); `details` carry `{"app": ...}`. Workers wake on it instead of polling.
+ChangeKind = Literal["status", "message", "inputs", "cancel_requested", "answered", "queued"]
 
 
 def encode_json(value: Any) -> str:
@@ -121,6 +123,9 @@ class TaskRecord:
     attempts: int = 0
     lease_owner: str | None = None
     lease_expires: float | None = None
+    #: The application the task belongs to (by default the FastMCP server's name): on a
+    #: store shared by several applications a process claims and recovers only its own.
+    app: str | None = None
 
     @property
     def result(self) -> dict[str, Any] | None:
@@ -175,6 +180,22 @@ class TaskChange:
     kind: ChangeKind
     status: TaskStatus | None = None
     details: dict[str, Any] = field(default_factory=dict)
+
+
+async def active_leases(store: TaskStore, app: str | None) -> list[TaskRecord]:
+    """The active tasks of `app` as recovery scans them: lease fields, not payloads.
+
+    A store may offer `active_leases(app=...)` (the built-in ones do: a narrow query
+    returning records with `task_id`, `tool`, `status`, `status_message`, `attempts`,
+    `app`, `lease_owner`, `lease_expires` and the timestamps set and the payload fields
+    (arguments, context, result, input requests and answers) left `None`);
+    any other store is read with `active_tasks()` and filtered here.
+    """
+    narrow = getattr(store, "active_leases", None)
+    if narrow is not None:
+        found: list[TaskRecord] = await narrow(app=app)
+        return found
+    return [r for r in await store.active_tasks() if app is None or r.app == app]
 
 
 async def get_many(store: TaskStore, task_ids: list[str]) -> dict[str, TaskRecord]:
@@ -324,7 +345,7 @@ class TaskStore(Protocol):
         ...
 
     async def active_tasks(self) -> list[TaskRecord]:
-        """Every task in `working` or `input_required` (for recovery scans)."""
+        """Every task in `working` or `input_required` (operators; see `active_leases`)."""
         ...
 
     async def requeue(self, task_id: str, owner: str) -> TaskRecord | None:
@@ -334,11 +355,14 @@ class TaskStore(Protocol):
         """
         ...
 
-    async def claim_queued(self, owner: str, until: float, limit: int) -> list[TaskRecord]:
+    async def claim_queued(
+        self, owner: str, until: float, limit: int, *, app: str | None = None
+    ) -> list[TaskRecord]:
         """Lease up to `limit` tasks nobody has taken yet (`lease_owner` unset), oldest first.
 
         Front ends that run nothing themselves (`concurrency=0`) create tasks
         unleased; worker processes take them here. Each task is handed to exactly
-        one caller; its `attempts` goes up by one.
+        one caller; its `attempts` goes up by one. With `app`, only tasks whose
+        `record.app` equals it are taken (`None`: any application's).
         """
         ...

@@ -22,7 +22,7 @@ from typing import Any
 import anyio
 from anyio.abc import ObjectSendStream
 
-from fastmcp_tasks.errors import ConfigurationError, TaskLimitExceeded
+from fastmcp_tasks.errors import ConfigurationError, DuplicateTask, TaskLimitExceeded
 from fastmcp_tasks.stores import rules
 from fastmcp_tasks.stores.base import (
     ALLOWED_TRANSITIONS,
@@ -80,7 +80,7 @@ class MemoryTaskStore:
 
     async def create(self, record: TaskRecord, *, caps: ActiveCaps | None = None) -> None:
         if record.task_id in self._tasks:
-            raise ValueError(f"task {record.task_id!r} already exists")
+            raise DuplicateTask(f"task {record.task_id!r} already exists")
         owner = record.owner
         if caps is not None and record.is_active:
             owned = 0 if owner is None else self._active_by_owner.get(owner, 0)
@@ -95,6 +95,8 @@ class MemoryTaskStore:
             self._index_expiry(record)
         else:
             self._count_active(owner, 1)
+            if record.lease_owner is None:  # for any worker to take
+                self._emit(TaskChange(record.task_id, "queued", record.status, {"app": record.app}))
 
     async def get(self, task_id: str) -> TaskRecord | None:
         record = self._tasks.get(task_id)
@@ -234,13 +236,26 @@ class MemoryTaskStore:
             return None
         record.lease_owner = None
         record.lease_expires = None
+        self._emit(TaskChange(task_id, "queued", record.status, {"app": record.app}))
         return record
 
-    async def claim_queued(self, owner: str, until: float, limit: int) -> list[TaskRecord]:
+    async def active_leases(self, *, app: str | None = None) -> list[TaskRecord]:
+        """The active tasks of `app` (all: `None`), lease fields only (`base.active_leases`)."""
+        return [
+            rules.lease_view(r)
+            for r in self._tasks.values()
+            if r.status in ACTIVE_STATUSES and (app is None or r.app == app)
+        ]
+
+    async def claim_queued(
+        self, owner: str, until: float, limit: int, *, app: str | None = None
+    ) -> list[TaskRecord]:
         taken: list[TaskRecord] = []
         for record in self._tasks.values():  # insertion order: oldest first
             if len(taken) >= limit:
                 break
+            if app is not None and record.app != app:
+                continue
             if record.lease_owner is None and record.status in ACTIVE_STATUSES:
                 record.lease_owner = owner
                 record.lease_expires = until

@@ -1,17 +1,30 @@
 """The Redis store (`redis://host:port/db`, `rediss://`): tasks shared by every process.
 
 This module owns `RedisTaskStore`: its connections, the calls of the Lua scripts
-(`redis_scripts`) and error mapping. The key space and the layout of a task hash
-are `redis_keys`; several applications share one Redis by giving each its own
-`prefix`. The change feed (one Redis Stream per store) is read by `redis_feed`.
+(`redis_scripts`), error mapping and the round-trip counter. The key space and the
+layout of a task hash are `redis_keys`; several stores share one Redis by giving
+each its own `prefix`, and applications sharing one store are told apart by
+`TaskRecord.app` (each has its own queue). Leases and the queue are
+`redis_leases`, listing `redis_listing`; the change feed (one Redis Stream per
+store) is read by `redis_feed`.
 
-Connections. `open()` creates a blocking connection pool for commands, with a finite
-`socket_connect_timeout` and `socket_timeout` (`timeout`), and checks that Redis
-answers; an unreachable or hung Redis is a `StoreError` within that bound, for
-`open()` and for every operation, instead of a hung request. redis-py
+Connections. `open()` creates a blocking connection pool for commands and checks
+that Redis answers. Every call is bounded as a whole by `timeout` (pool wait,
+connecting, reply: an `asyncio.timeout`, not redis-py's `socket_timeout`, which
+costs a task per send and can swallow a cancellation on Python 3.11, see
+`redis_feed`), so an unreachable, restarting or black-holed Redis (connections held
+open, no bytes) is a `StoreError` within that bound, never a hung request. redis-py
 does not retry: a script whose reply was lost may already have run, and running it
-twice is not always harmless (`claim` counts attempts). The change feed reads on
-its own dedicated connection (`redis_feed`).
+twice is not always harmless (`claim` counts attempts); the engine retries. The
+store is never reopened: the pool replaces a dead connection when it hands it out,
+so once Redis is back (restarted on the same address, say) the next call works; a
+`NOSCRIPT` (empty script cache) makes redis-py's `AsyncScript` load the script and
+call it again. The change feed reads on its own connection (`redis_feed`).
+
+Cost. `stats["round_trips"]` (a plain dict entry, cheap enough to leave on) counts
+round trips: one per command, pipeline or script call (a `NOSCRIPT` re-load counts
+once), one per change-feed read. An idle store with subscribers costs one `XREAD`
+per `block_ms`; without, nothing.
 
 Atomicity. Every read-modify-write is one Lua script (registered once per `open`),
 which also keeps the indexes consistent and appends to the change feed.
@@ -24,6 +37,7 @@ removes the index entries of expired tasks.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import time
@@ -41,7 +55,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from fastmcp_tasks.errors import ConfigurationError, StoreError, TaskLimitExceeded
+from fastmcp_tasks.errors import ConfigurationError, DuplicateTask, StoreError, TaskLimitExceeded
 from fastmcp_tasks.stores.base import (
     ALLOWED_TRANSITIONS,
     UNCHANGED,
@@ -61,6 +75,7 @@ from fastmcp_tasks.stores.redis_keys import (
     pairs,
     parse_store_url,
 )
+from fastmcp_tasks.stores.redis_leases import RedisLeases
 from fastmcp_tasks.stores.redis_listing import RedisListing
 from fastmcp_tasks.stores.redis_scripts import SCRIPTS
 from fastmcp_tasks.wire import TERMINAL_STATUSES, TaskStatus
@@ -71,7 +86,7 @@ T = TypeVar("T")
 DEFAULT_MAX_TASKS = 100_000
 
 
-class RedisTaskStore(RedisListing):
+class RedisTaskStore(RedisLeases, RedisListing):
     """A `TaskStore` in Redis, shared by every process that uses the same URL and prefix.
 
     Args:
@@ -80,7 +95,8 @@ class RedisTaskStore(RedisListing):
         prefix: sets this store's keys apart on a shared Redis (default
             `fastmcp-tasks`); also accepted as the URL query `?prefix=...`.
         max_tasks: most tasks retained at once, as in `MemoryTaskStore`; `None`: no cap.
-        timeout: seconds to connect and to wait for a reply to a command.
+        timeout: seconds any one call may take (connecting included) before it fails
+            with `StoreError`; also how long past `block_ms` the feed waits for a read.
         max_connections: size of the command connection pool.
         max_changes: about how many change-feed entries the stream keeps.
         block_ms: longest single `XREAD BLOCK` of the change-feed reader.
@@ -125,6 +141,8 @@ class RedisTaskStore(RedisListing):
         self.block_ms = block_ms
         self._client: aioredis.Redis | None = None
         self._scripts: dict[str, AsyncScript] = {}
+        #: Counters for benchmarks: `round_trips` sent to Redis (module doc).
+        self.stats: dict[str, int] = {"round_trips": 0}
         self._feed = RedisChangeFeed(
             stream=self.keys.changes,
             feed_url=feed_url,
@@ -133,6 +151,8 @@ class RedisTaskStore(RedisListing):
             client_name=f"fastmcp-tasks-feed:{self.keys.prefix}",
             newest=self._newest_change,
             label=repr(self),
+            read_margin=timeout,
+            stats=self.stats,
         )
 
     # --- lifecycle ----------------------------------------------------------------
@@ -149,7 +169,7 @@ class RedisTaskStore(RedisListing):
             self.url,
             decode_responses=True,
             socket_connect_timeout=self.timeout,
-            socket_timeout=self.timeout,
+            socket_timeout=None,  # `_guard` bounds every call (module doc)
             max_connections=self.max_connections,
             timeout=self.timeout,
             retry=Retry(NoBackoff(), 0),
@@ -199,8 +219,15 @@ class RedisTaskStore(RedisListing):
         return self._client
 
     async def _guard(self, call: Awaitable[T]) -> T:
+        """Await one round trip to Redis, bounded by `timeout`; failures as `StoreError`."""
+        self.stats["round_trips"] += 1
         try:
-            return await call
+            async with asyncio.timeout(self.timeout):
+                return await call
+        except TimeoutError as exc:  # the whole call: pool wait, connect and reply
+            raise StoreError(
+                f"Redis task store {self.where} is unreachable: no reply within {self.timeout} s"
+            ) from exc
         except (RedisConnectionError, RedisTimeoutError) as exc:
             raise StoreError(f"Redis task store {self.where} is unreachable: {exc}") from exc
         except RedisError as exc:
@@ -226,7 +253,11 @@ class RedisTaskStore(RedisListing):
         pexpire = None if expires_at is None else max(0, math.ceil((expires_at - now) * 1000))
         outcome = await self._script(
             "create",
-            [self.keys.task(record.task_id), *self.keys.indexes()],
+            [
+                self.keys.task(record.task_id),
+                *self.keys.indexes(),
+                self.keys.queued_for(record.app),
+            ],
             [
                 record.task_id,
                 repr(now),
@@ -241,11 +272,12 @@ class RedisTaskStore(RedisListing):
                 "" if caps is None or caps.total is None else caps.total,
                 "" if caps is None or caps.per_owner is None else caps.per_owner,
                 "" if record.owner is None else self.keys.owner_active_base + record.owner,
+                dumps({"app": record.app}),
                 *encode_task(record),
             ],
         )
         if outcome == "exists":
-            raise ValueError(f"task {record.task_id!r} already exists")
+            raise DuplicateTask(f"task {record.task_id!r} already exists")
         if outcome == "limit" and self.max_tasks is not None:
             raise TaskLimitExceeded("max_tasks", self.max_tasks)
         if caps is not None and outcome == "limit_total" and caps.total is not None:
@@ -348,46 +380,6 @@ class RedisTaskStore(RedisListing):
 
     async def _newest_change(self) -> list[Any]:
         return await self._guard(self._require().xrevrange(self.keys.changes, count=1))
-
-    # --- leases -------------------------------------------------------------------
-
-    async def claim(
-        self, task_id: str, owner: str, until: float, *, expect_owner: str | None = None
-    ) -> TaskRecord | None:
-        expect = ("0", "") if expect_owner is None else ("1", expect_owner)
-        return await self._record("claim", task_id, owner, repr(float(until)), *expect)
-
-    async def renew(self, owner: str, task_ids: frozenset[str], until: float) -> None:
-        ids = sorted(task_ids)
-        for start in range(0, len(ids), BATCH):
-            keys = [self.keys.task(task_id) for task_id in ids[start : start + BATCH]]
-            await self._script("renew", keys, [owner, repr(float(until))])
-
-    async def active_tasks(self) -> list[TaskRecord]:
-        client = self._require()
-        ids: list[str] = await self._guard(client.zrange(self.keys.active, 0, -1))
-        records: list[TaskRecord] = []
-        for start in range(0, len(ids), BATCH):
-            chunk = ids[start : start + BATCH]
-            async with client.pipeline(transaction=False) as pipe:
-                for task_id in chunk:
-                    pipe.hgetall(self.keys.task(task_id))
-                replies = await self._guard(pipe.execute())
-            for task_id, fields in zip(chunk, replies, strict=True):
-                record = self._live(task_id, fields)
-                if record is not None and record.is_active:
-                    records.append(record)
-        return records
-
-    async def requeue(self, task_id: str, owner: str) -> TaskRecord | None:
-        return await self._record("requeue", task_id, owner)
-
-    async def claim_queued(self, owner: str, until: float, limit: int) -> list[TaskRecord]:
-        if limit < 1:
-            return []
-        args = [self.keys.task_base, owner, repr(float(until)), limit]
-        taken = await self._script("claim_queued", [self.keys.queued], args)
-        return [decode_task(task_id, pairs(flat)) for task_id, flat in taken]
 
     # --- retention ----------------------------------------------------------------
 

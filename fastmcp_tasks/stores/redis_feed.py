@@ -9,12 +9,25 @@ to in-process subscribers. Every subscriber resolves the newest id when it
 subscribes and sees exactly the entries after it. A reader that falls more than
 `max_changes` entries behind misses the trimmed ones.
 
-The reader's connection has `socket_timeout=None`: `XREAD BLOCK` waits up to
-`block_ms` for new entries, and redis-py's default 5 s socket timeout (or any
-finite timeout shorter than the block) would abort such a read with a spurious
-`TimeoutError`. TCP keepalive is on instead, to notice a dead peer. A failed
-read is retried with backoff; subscribers wait and lose nothing still in the
-stream.
+Every read is bounded by `block_ms` plus `read_margin` (the store's `timeout`),
+connecting included: `XREAD BLOCK` answers by the end of its block at the latest,
+so a reply later than that by more than the bound any other command gets means the
+connection is dead or black-holed (held open, no bytes, which TCP keepalive takes
+hours to notice). A shorter bound would abort healthy blocking reads; none (the old
+behaviour) hung the reader forever. The bound is an `asyncio.timeout` around each
+read, not redis-py's `socket_timeout`: with one, redis-py sends through
+`asyncio.wait_for`, which on Python 3.11 can swallow the cancellation that stops
+the reader (python/cpython#86296), leaving it reading forever. TCP keepalive stays
+on for peers that vanish between reads.
+
+A failed read (reset, timeout, Redis restarting) is logged once per outage and
+retried with backoff on a new connection, from the id of the last entry
+dispatched: an entry is dispatched once, when its read succeeds, so none is lost
+or delivered twice while it is still in the stream (a Redis restarted from its
+append-only file keeps the stream and its ids).
+
+Each `XREAD` adds one to `stats["round_trips"]` (the store's counter): an idle
+store with subscribers costs one round trip per `block_ms`.
 """
 
 from __future__ import annotations
@@ -99,6 +112,9 @@ class RedisChangeFeed:
         newest: reads the newest entry of the stream through the command pool
             (`XREVRANGE stream + - COUNT 1`), raising `StoreError` when Redis fails.
         label: how log lines name the store.
+        read_margin: seconds a blocking read may take beyond `block_ms` before the
+            connection counts as dead (module doc).
+        stats: the store's counters; the reader adds to `"round_trips"`.
     """
 
     def __init__(
@@ -111,6 +127,8 @@ class RedisChangeFeed:
         client_name: str,
         newest: Callable[[], Awaitable[list[Any]]],
         label: str,
+        read_margin: float,
+        stats: dict[str, int],
     ) -> None:
         self.stream = stream
         self.feed_url = feed_url
@@ -119,6 +137,8 @@ class RedisChangeFeed:
         self.client_name = client_name
         self._newest = newest
         self.label = label
+        self.read_timeout = block_ms / 1000 + read_margin
+        self.stats = stats
         self._subscribers: set[_Subscriber] = set()
         self._subscribe_lock = anyio.Lock()
         self._reader: asyncio.Task[None] | None = None
@@ -128,7 +148,12 @@ class RedisChangeFeed:
     async def subscribe(
         self, task_ids: frozenset[str] | None, kinds: frozenset[str] | None
     ) -> AsyncIterator[AsyncIterator[TaskChange]]:
-        """The changes of these kinds to these tasks made after this call (default: all)."""
+        """The changes of these kinds to these tasks made after this call (default: all).
+
+        Raises:
+            StoreError: Redis did not tell the newest entry (the reader is not started
+                for this subscription; nothing is left behind).
+        """
         send, receive = anyio.create_memory_object_stream[tuple[StreamId, TaskChange]](math.inf)
         sub = _Subscriber(task_ids, kinds, send)
         try:
@@ -168,7 +193,7 @@ class RedisChangeFeed:
             self.feed_url,
             decode_responses=True,
             socket_connect_timeout=self.connect_timeout,
-            socket_timeout=None,  # a finite timeout would abort the blocking read (module doc)
+            socket_timeout=None,  # bounded per read instead (module doc)
             socket_keepalive=True,
             retry=Retry(NoBackoff(), 0),
             client_name=self.client_name,
@@ -177,13 +202,20 @@ class RedisChangeFeed:
         delay = 0.0
         try:
             while True:
+                self.stats["round_trips"] += 1
                 try:
-                    reply = await conn.xread(
-                        {self.stream: self._cursor}, count=BATCH, block=self.block_ms
-                    )
+                    async with asyncio.timeout(self.read_timeout):  # above the block (module doc)
+                        reply = await conn.xread(
+                            {self.stream: self._cursor}, count=BATCH, block=self.block_ms
+                        )
                 except Exception as exc:  # keep reading: subscribers wait, nothing is lost
                     if not delay:
-                        logger.warning("%s: change feed read failed, retrying: %s", self.label, exc)
+                        why = (
+                            f"no reply within {self.read_timeout:g} s"
+                            if isinstance(exc, TimeoutError)
+                            else exc
+                        )
+                        logger.warning("%s: change feed read failed, retrying: %s", self.label, why)
                     delay = min(max(delay * 2, 0.05), 2.0)
                     await asyncio.sleep(delay)
                     continue

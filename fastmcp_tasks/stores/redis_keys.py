@@ -5,23 +5,28 @@ This module owns the key names (`RedisKeys`), the choice of prefix from the stor
 
 All keys of one store start with its prefix in a hash tag, `{<prefix>}:`, so
 
-- several applications share one Redis by choosing different prefixes: the closing
-  brace ends the prefix, so `{app}:...` and `{app:x}:...` can never collide;
+- several stores share one Redis by choosing different prefixes: the closing
+  brace ends the prefix, so `{app}:...` and `{app:x}:...` can never collide
+  (applications sharing one store are told apart by `TaskRecord.app` instead);
 - every key of a store hashes to one Redis Cluster slot, which the Lua scripts need
   (they reach task hashes named by index members, not only by declared keys).
 
 The keys of the prefix `P`:
 
 - `{P}:task:<task_id>`   hash, one per task. Scalar fields hold text (`status`, `tool`,
-  `owner`, ...), numbers as decimal text, dict fields as JSON text (`arguments`,
+  `owner`, `app`, ...), numbers as decimal text, dict fields as JSON text (`arguments`,
   `error`, `context`), `result_json` the compact result JSON. Outstanding input
   requests are fields `r:<key>`, stored answers `a:<key>` (JSON text each), so the
   scripts add and remove them without re-encoding JSON. A missing field is `None`.
   A finished task carries a Redis TTL of its `retention_ms`.
 - `{P}:active`           sorted set of active task ids (`working`, `input_required`),
   scored by creation time.
-- `{P}:queued`           sorted set of active task ids nobody holds the lease of,
-  scored by creation time: `claim_queued` takes the lowest scores first.
+- `{P}:queued`           sorted set of active task ids nobody holds the lease of, of
+  every application, scored by creation time: `claim_queued(app=None)` takes the
+  lowest scores first. It predates applications: tasks without an `app` are only here.
+- `{P}:queued:<app>`     the same for the tasks of one application (`record.app`),
+  which are in both sets: `claim_queued(app=...)` takes from this one. The scripts
+  derive it from the `queued` key as `queued .. ':' .. app` (`RedisKeys.queued_for`).
 - `{P}:terminal`         sorted set of finished task ids, scored by expiry time
   (`+inf` when kept forever): `purge_expired` takes a score range. The retained
   task count (`max_tasks`) is `ZCARD active + ZCARD terminal`.
@@ -95,6 +100,14 @@ class RedisKeys:
         """Sorted set: active, unleased task ids by creation time."""
         return f"{self.base}queued"
 
+    def queued_for(self, app: str | None) -> str:
+        """The queued set `claim_queued(app=app)` takes from: `queued` for `None` (any app's).
+
+        Any text is a valid app name: it follows the hash tag, so it changes neither the
+        cluster slot nor what `pattern` matches.
+        """
+        return self.queued if app is None else f"{self.queued}:{app}"
+
     @property
     def terminal(self) -> str:
         """Sorted set: finished task ids by expiry time."""
@@ -125,7 +138,7 @@ def parse_store_url(url: str, prefix: str | None) -> tuple[str, str, RedisKeys]:
 
     The query's `prefix=` names the key prefix (an explicit `prefix` must agree with
     it); other query options go to redis-py, except that the feed URL drops
-    `socket_timeout` (its blocking reads need none).
+    `socket_timeout` (the feed sets its own, longer than its blocking reads).
 
     Raises:
         ConfigurationError: not `redis://` or `rediss://`, a path that is not a database
@@ -155,7 +168,7 @@ def parse_store_url(url: str, prefix: str | None) -> tuple[str, str, RedisKeys]:
 _JSON_FIELDS = ("arguments", "error", "context")
 _FLOAT_FIELDS = ("created_at", "updated_at", "terminal_at", "lease_expires")
 _INT_FIELDS = ("poll_interval_ms", "retention_ms", "attempts")
-_TEXT_FIELDS = ("tool", "status", "status_message", "result_json", "owner", "lease_owner")
+_TEXT_FIELDS = ("tool", "status", "status_message", "result_json", "owner", "lease_owner", "app")
 
 
 def dumps(value: Any) -> str:
@@ -201,6 +214,7 @@ def decode_task(task_id: str, fields: dict[str, str]) -> TaskRecord:
         cancel_requested=get("cancel_requested") == "1",
         owner=get("owner"),
         lease_owner=get("lease_owner"),
+        app=get("app"),
     )
     for name in _INT_FIELDS:
         if name in fields:

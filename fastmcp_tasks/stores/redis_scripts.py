@@ -7,8 +7,11 @@ for, whichever process or instance calls it. Each script also keeps the indexes 
 step, so the feed never disagrees with the data.
 
 Calling conventions. Per-task scripts (`CREATE` .. `REQUEUE`) take the keys
-`[task hash, active, queued, terminal, changes]` and start ARGV with
-`[task id, now, feed max length]`; their own arguments follow from `ARGV[4]`.
+`[task hash, active, queued, terminal, changes]` (`CREATE` also the queued set of
+the task's application) and start ARGV with `[task id, now, feed max length]`;
+their own arguments follow from `ARGV[4]`. A queued task is in `queued` and, when
+it has an `app`, in `queued .. ':' .. app` too (`redis_keys`): every script that
+adds or removes one does both, reading the app from the hash where it must.
 Times are epoch seconds as decimal text written by the caller (the client clock,
 as in the other stores), never re-formatted by Lua except the expiry score, which
 `%.17g` keeps exact. A script returns the task hash (`HGETALL`) after the change,
@@ -47,17 +50,33 @@ local function purge(terminal, base, now, limit)
   return #ids
 end
 
+-- the application's queued set of the task at `key` (nil: the task has no app)
+local function app_queue(queued, key)
+  local app = redis.call('HGET', key, 'app')
+  if app then return queued .. ':' .. app end
+  return nil
+end
+
+local function unqueue(queued, key, id)
+  redis.call('ZREM', queued, id)
+  local mine = app_queue(queued, key)
+  if mine then redis.call('ZREM', mine, id) end
+end
+
 local function set_message(key, mode, text)
   if mode == 'set' then redis.call('HSET', key, 'status_message', text)
   elseif mode == 'clear' then redis.call('HDEL', key, 'status_message') end
 end
 """
 
+#: KEYS[6]: the queued set of the task's application (`KEYS[3]` when it has none).
 #: ARGV[4..]: max_tasks ('' none), task key base, 'active'|'terminal', created score,
 #: queued '1'|'0', expiry score, pexpire ms ('' none), active cap ('' none), per-owner
-#: active cap ('' none), the owner's active set key ('' no owner), then field/value pairs.
+#: active cap ('' none), the owner's active set key ('' no owner), the `queued` change's
+#: details JSON, then field/value pairs.
 #: Returns 'ok', 'exists', 'limit', 'limit_total' or 'limit_owner'. The owner's set is
 #: cleaned of ids no longer active while it is counted, so it never drifts for long.
+#: An active task stored without a lease is queued and announced (`queued` change).
 CREATE = """
 local key, id, now = KEYS[1], ARGV[1], ARGV[2]
 if redis.call('EXISTS', key) == 1 then return 'exists' end
@@ -65,6 +84,7 @@ if redis.call('EXISTS', key) == 1 then return 'exists' end
 redis.call('ZREM', KEYS[2], id)
 redis.call('ZREM', KEYS[3], id)
 redis.call('ZREM', KEYS[4], id)
+if KEYS[6] ~= KEYS[3] then redis.call('ZREM', KEYS[6], id) end
 local owned_key = ARGV[13]
 if ARGV[6] == 'active' then
   local total = tonumber(ARGV[11])
@@ -91,11 +111,15 @@ if cap then
     end
   end
 end
-redis.call('HSET', key, unpack(ARGV, 14))
+redis.call('HSET', key, unpack(ARGV, 15))
 if ARGV[6] == 'active' then
   redis.call('ZADD', KEYS[2], ARGV[7], id)
   if owned_key ~= '' then redis.call('SADD', owned_key, id) end
-  if ARGV[8] == '1' then redis.call('ZADD', KEYS[3], ARGV[7], id) end
+  if ARGV[8] == '1' then
+    redis.call('ZADD', KEYS[3], ARGV[7], id)
+    if KEYS[6] ~= KEYS[3] then redis.call('ZADD', KEYS[6], ARGV[7], id) end
+    emit(KEYS[5], ARGV[3], id, 'queued', redis.call('HGET', key, 'status'), ARGV[14])
+  end
 else
   redis.call('ZADD', KEYS[4], ARGV[9], id)
   if ARGV[10] ~= '' then redis.call('PEXPIRE', key, ARGV[10]) end
@@ -127,7 +151,7 @@ if ARGV[8] == '1' then
   if ARGV[9] == '1' then redis.call('HSET', key, 'result_json', ARGV[10]) end
   if ARGV[11] == '1' then redis.call('HSET', key, 'error', ARGV[12]) end
   redis.call('ZREM', KEYS[2], id)
-  redis.call('ZREM', KEYS[3], id)
+  unqueue(KEYS[3], key, id)
   local owner = redis.call('HGET', key, 'owner')
   if owner then redis.call('SREM', ARGV[13] .. owner, id) end
   local retention = redis.call('HGET', key, 'retention_ms')
@@ -260,17 +284,23 @@ local free = (not holder) or holder == ARGV[4] or (ARGV[6] == '1' and holder == 
 if not free and (tonumber(v[3] or '') or 0) > tonumber(ARGV[2]) then return false end
 redis.call('HSET', key, 'lease_owner', ARGV[4], 'lease_expires', ARGV[5])
 redis.call('HINCRBY', key, 'attempts', 1)
-redis.call('ZREM', KEYS[3], ARGV[1])
+unqueue(KEYS[3], key, ARGV[1])
 return redis.call('HGETALL', key)
 """
 
-#: ARGV[4..]: owner.
+#: ARGV[4..]: owner. Queues the task again (both sets) and announces it (`queued`).
 REQUEUE = """
-local key = KEYS[1]
-local v = redis.call('HMGET', key, 'status', 'lease_owner', 'created_at')
+local key, id = KEYS[1], ARGV[1]
+local v = redis.call('HMGET', key, 'status', 'lease_owner', 'created_at', 'app')
 if not is_active(v[1]) or v[2] ~= ARGV[4] then return false end
 redis.call('HDEL', key, 'lease_owner', 'lease_expires')
-redis.call('ZADD', KEYS[3], v[3], ARGV[1])
+redis.call('ZADD', KEYS[3], v[3], id)
+local details = '{"app":null}'
+if v[4] then
+  redis.call('ZADD', KEYS[3] .. ':' .. v[4], v[3], id)
+  details = cjson.encode({app = v[4]})
+end
+emit(KEYS[5], ARGV[3], id, 'queued', v[1], details)
 return redis.call('HGETALL', key)
 """
 
@@ -285,9 +315,12 @@ end
 return 0
 """
 
-#: KEYS: [queued]; ARGV: task key base, owner, until, limit. Returns {id, hash} pairs.
+#: KEYS: [the set to take from, queued]: `queued` itself for any application's tasks,
+#: or one application's set. ARGV: task key base, owner, until, limit, one application
+#: '1'|'0', its name. Returns {id, hash} pairs. Every id looked at leaves the set taken
+#: from; a task taken also leaves the other set.
 CLAIM_QUEUED = """
-local limit = tonumber(ARGV[4])
+local limit, one_app, wanted = tonumber(ARGV[4]), ARGV[5] == '1', ARGV[6]
 local taken = {}
 while #taken < limit do
   local ids = redis.call('ZRANGE', KEYS[1], 0, limit - #taken - 1)
@@ -295,7 +328,12 @@ while #taken < limit do
   for _, id in ipairs(ids) do
     redis.call('ZREM', KEYS[1], id)
     local key = ARGV[1] .. id
-    local v = redis.call('HMGET', key, 'status', 'lease_owner')
+    local v = redis.call('HMGET', key, 'status', 'lease_owner', 'app')
+    if one_app then
+      if v[3] == wanted then redis.call('ZREM', KEYS[2], id) else v[1] = false end
+    elseif v[3] then
+      redis.call('ZREM', KEYS[2] .. ':' .. v[3], id)
+    end
     if is_active(v[1]) and not v[2] then
       redis.call('HSET', key, 'lease_owner', ARGV[2], 'lease_expires', ARGV[3])
       redis.call('HINCRBY', key, 'attempts', 1)

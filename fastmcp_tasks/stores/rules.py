@@ -81,3 +81,20 @@ def lease(record: TaskRecord, owner: str, until: float, expect_owner: str | None
     record.lease_expires = until
     record.attempts += 1
     return True
+
+
+def lease_view(record: TaskRecord) -> TaskRecord:
+    """A copy of an active task as `active_leases` returns it: lease fields, no payloads."""
+    return TaskRecord(
+        task_id=record.task_id,
+        tool=record.tool,
+        status=record.status,
+        created_at=record.created_at,
+        updated_at=record.updated_at,
+        status_message=record.status_message,
+        attempts=record.attempts,
+        app=record.app,
+        lease_owner=record.lease_owner,
+        lease_expires=record.lease_expires,
+        cancel_requested=record.cancel_requested,
+    )

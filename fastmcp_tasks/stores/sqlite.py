@@ -1,81 +1,83 @@
 """The SQLite store (`sqlite:///path.db`): tasks survive restarts; processes share one file.
 
-Connections. Each store keeps ONE read-write connection, owned by one
-long-lived writer thread that batches queued operations into group commits
-(`sqlite_writer`), and one read-only connection for the change feed. SQLite lets
-one writer at a time into a file whatever we do, so a pool would only add lock
-waits inside SQLite; one connection per process also means one WAL reader slot per process that is
-never left inside a read transaction, so checkpoints can always finish and the
-`-wal` file stays small. `get` uses the same connection: it is one primary-key
-lookup.
+Connections (`sqlite_connections`). Each store keeps TWO connections, each owned
+by one long-lived thread that drains its queue in batches (`sqlite_writer`):
+
+- the read-write connection, whose writer thread batches queued writes into
+  group commits. SQLite lets one writer at a time into a file whatever we do, so
+  a pool would only add lock waits inside SQLite;
+- a read-only connection, whose reader thread serves every read (`get`,
+  `get_many`, listings, `active_tasks`, `active_leases`, the probe before
+  `claim_queued`) and the change feed's polls. In WAL mode a reader never waits
+  for a writer, so while another process holds the write lock for seconds (and
+  our writer waits in `BEGIN IMMEDIATE`), `tasks/get` still answers at once. A
+  read issued after an awaited write sees it. The reader is never left inside a
+  read transaction, so checkpoints can always finish and the `-wal` file stays small.
 
 Durability. WAL mode with `synchronous=NORMAL`: a committed change survives a
 crash of any process; a power loss or OS crash may lose the last transactions
 (never corrupt the file). Contention with other processes is absorbed by
 `busy_timeout` plus a bounded exponential-backoff retry of the whole
 transaction; past that bound the caller gets `StoreError`, never a failed task.
+A caller that gives up on a write still waiting for the lock (a timeout) is
+sure it never happens; one that gives up once it runs gets its outcome anyway.
 
 Atomicity. Every read-modify-write runs in one `BEGIN IMMEDIATE` transaction;
 `transition` is an `UPDATE ... WHERE status IN (...)` checked by row count.
 
 Change feed (`sqlite_feed`). Each change is a row of the `changes` table, written
 in the transaction that makes the change, so subscribers in other processes see it.
-A subscriber reads rows past the highest `seq` at subscription time; it polls
-every `poll_interval` seconds (an idle poll is one `PRAGMA data_version`) and
-is woken at once by writes made through this store instance. `purge_expired`
-trims rows older than `change_retention` seconds, keeping at most `max_changes`;
-a subscriber that falls further behind than that misses the trimmed rows.
+A subscriber reads rows past the highest `seq` at subscription time; an idle poll
+is one `PRAGMA data_version`, every `poll_interval` seconds, backing off to
+`idle_poll_interval` while nothing happens, and it is woken at once by writes made
+through this store instance. `purge_expired` trims rows older than
+`change_retention` seconds, keeping at most `max_changes`; a subscriber that falls
+further behind than that misses the trimmed rows. A task that becomes claimable
+(created unleased, or requeued) emits a `queued` change naming its `app`.
 
-Leases (`sqlite_leases`) and listing (`sqlite_listing`) are mixed in; each of
-their methods is one transaction through `_run`, like the rest.
+Idle cost. With nothing to do a process costs the file one feed poll a second
+per subscription and one index probe per `claim_queued`; it takes the write lock
+only to write. `stats` counts what the store does (`StoreStats`).
+
+Leases (`sqlite_leases`) and listing (`sqlite_listing`) are mixed in.
 """
 
 from __future__ import annotations
 
-import os
 import sqlite3
-import threading
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-import anyio
-import anyio.to_thread
-
-from fastmcp_tasks.errors import ConfigurationError, StoreError, TaskLimitExceeded
+from fastmcp_tasks.errors import DuplicateTask, TaskLimitExceeded
 from fastmcp_tasks.stores import rules
 from fastmcp_tasks.stores import sqlite_schema as schema
 from fastmcp_tasks.stores.base import (
     ALLOWED_TRANSITIONS,
     UNCHANGED,
     ActiveCaps,
-    TaskChange,
     TaskRecord,
     _Unchanged,
     encode_result,
     storable_text,
 )
-from fastmcp_tasks.stores.sqlite_feed import ChangeReader, Feed
+from fastmcp_tasks.stores.sqlite_connections import DEFAULT_MAX_TASKS, SQLiteConnections
 from fastmcp_tasks.stores.sqlite_leases import SQLiteLeases
 from fastmcp_tasks.stores.sqlite_listing import SQLiteListing
-from fastmcp_tasks.stores.sqlite_schema import Tx, path_from_url
-from fastmcp_tasks.stores.sqlite_writer import SQLiteWriter
+from fastmcp_tasks.stores.sqlite_schema import path_from_url
+from fastmcp_tasks.stores.sqlite_tx import Tx
 from fastmcp_tasks.wire import ACTIVE_STATUSES, TERMINAL_STATUSES, TaskStatus
 
-T = TypeVar("T")
 
-DEFAULT_MAX_TASKS = 100_000
-
-
-class SQLiteTaskStore(SQLiteListing, SQLiteLeases):
+class SQLiteTaskStore(SQLiteListing, SQLiteLeases, SQLiteConnections):
     """A `TaskStore` in a SQLite file, shareable by processes on one host.
 
     Args:
         path: the database file; created with the schema when missing or empty.
         max_tasks: most tasks retained at once, as in `MemoryTaskStore`; `None`: no cap.
-        poll_interval: seconds between change-feed polls for other processes' writes.
+        poll_interval: seconds between change-feed polls for other processes' writes
+            while changes arrive.
+        idle_poll_interval: the longest wait between polls: with no changes the wait
+            doubles from `poll_interval` up to this (never below `poll_interval`).
         busy_timeout: seconds SQLite waits for another process's write lock.
         busy_retries: further attempts (exponential backoff) before `StoreError`.
         change_retention: seconds a change-feed row is kept by `purge_expired`.
@@ -84,145 +86,6 @@ class SQLiteTaskStore(SQLiteListing, SQLiteLeases):
 
     scheme = "sqlite"
     durable = True
-
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        max_tasks: int | None = DEFAULT_MAX_TASKS,
-        poll_interval: float = 0.025,
-        busy_timeout: float = 1.0,
-        busy_retries: int = 6,
-        change_retention: float = 300.0,
-        max_changes: int = 100_000,
-    ) -> None:
-        text = os.fspath(path)
-        if not text or text == ":memory:" or text.startswith("file:"):
-            raise ConfigurationError(
-                f"SQLite task store needs a file path, got {text!r}: an in-memory database "
-                "cannot be shared between processes or survive a restart"
-            )
-        if max_tasks is not None and max_tasks < 1:
-            raise ConfigurationError(f"max_tasks must be at least 1, got {max_tasks}")
-        if poll_interval <= 0 or busy_timeout < 0 or busy_retries < 0 or max_changes < 1:
-            raise ConfigurationError(
-                "SQLite task store needs poll_interval > 0, busy_timeout >= 0, "
-                "busy_retries >= 0 and max_changes >= 1"
-            )
-        self.path = Path(text).expanduser().absolute()
-        self.max_tasks = max_tasks
-        self.poll_interval = poll_interval
-        self.busy_timeout = busy_timeout
-        self.busy_retries = busy_retries
-        self.change_retention = change_retention
-        self.max_changes = max_changes
-        self._conn: sqlite3.Connection | None = None
-        self._changes: ChangeReader | None = None
-        self._lock = threading.Lock()
-        self._writer: SQLiteWriter | None = None
-        self._wake = anyio.Event()
-        self._feeds: set[Feed] = set()
-
-    # --- lifecycle ----------------------------------------------------------------
-
-    async def open(self) -> None:
-        if self._conn is None:
-            await anyio.to_thread.run_sync(self._open)
-
-    def _open(self) -> None:
-        path = self.path
-        if not path.parent.is_dir():
-            raise ConfigurationError(f"SQLite task store {str(path)!r}: no such directory")
-        schema.check_header(path)
-        conn = self._connect()
-        try:
-            self._locked(conn, lambda tx: schema.prepare(tx.conn, path), write=True)
-            self._locked(conn, Tx.use_wal, write=False)
-            reader = self._connect()
-            reader.execute("PRAGMA query_only = ON")
-        except StoreError as exc:
-            conn.close()
-            cause = exc.__cause__
-            if isinstance(cause, sqlite3.Error) and not schema.is_busy(cause):
-                raise ConfigurationError(f"{exc}; refusing to use it") from cause
-            raise
-        except BaseException:
-            conn.close()
-            raise
-        self._conn, self._changes = conn, ChangeReader(reader, str(path))
-        self._writer = SQLiteWriter(conn, str(path), self.busy_retries)
-
-    def _connect(self) -> sqlite3.Connection:
-        try:
-            conn = sqlite3.connect(
-                self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
-            )
-            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
-        except sqlite3.Error as exc:
-            raise ConfigurationError(f"SQLite task store {str(self.path)!r}: {exc}") from exc
-        return conn
-
-    async def close(self) -> None:
-        for feed in self._feeds:
-            feed.closed = True
-        self._feeds.clear()
-        self._notify()
-        await anyio.to_thread.run_sync(self._close)
-
-    def _close(self) -> None:
-        writer, self._writer = self._writer, None
-        if writer is not None:
-            writer.stop()
-        changes, self._changes = self._changes, None
-        if changes is not None:
-            changes.close()
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-            self._conn = None
-
-    # --- running SQL off the event loop -------------------------------------------
-
-    async def _run(self, fn: Callable[[Tx], T], *, write: bool = True) -> T:
-        writer = self._writer
-        if writer is None:
-            raise StoreError(f"SQLite task store {str(self.path)!r} is not open")
-        value, emitted = await writer.submit(fn, write)
-        if emitted:
-            self._notify()
-        return value
-
-    def _locked(self, conn: sqlite3.Connection, fn: Callable[[Tx], T], *, write: bool) -> Any:
-        delay = 0.01
-        for attempt in range(self.busy_retries + 1):
-            tx = Tx(conn)
-            try:
-                if not write:
-                    return fn(tx), False
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    value = fn(tx)
-                    conn.execute("COMMIT")
-                except BaseException:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                    raise
-                return value, tx.emitted
-            except sqlite3.Error as exc:
-                if not schema.is_busy(exc):
-                    raise StoreError(f"SQLite task store {str(self.path)!r}: {exc}") from exc
-                if attempt == self.busy_retries:
-                    raise StoreError(
-                        f"SQLite task store {str(self.path)!r} stayed locked by another "
-                        f"connection through {attempt + 1} attempts: {exc}"
-                    ) from exc
-                time.sleep(delay)
-                delay = min(delay * 2, 0.5)
-        raise AssertionError("unreachable")
-
-    def _notify(self) -> None:
-        self._wake.set()
-        self._wake = anyio.Event()
 
     # --- reads and creation -------------------------------------------------------
 
@@ -238,14 +101,16 @@ class SQLiteTaskStore(SQLiteListing, SQLiteLeases):
             try:
                 tx.conn.execute(schema.INSERT_TASK, schema.to_row(record))
             except sqlite3.IntegrityError:
-                raise ValueError(f"task {record.task_id!r} already exists") from None
+                raise DuplicateTask(f"task {record.task_id!r} already exists") from None
+            if record.is_active and record.lease_owner is None:  # for any worker to take
+                tx.emit(record.task_id, "queued", record.status, {"app": record.app})
             return None
 
         if (refused := await self._run(create)) is not None:
             raise refused
 
     async def get(self, task_id: str) -> TaskRecord | None:
-        return await self._run(lambda tx: tx.load(task_id), write=False)
+        return await self._read(lambda tx: tx.load(task_id))
 
     # --- changes ------------------------------------------------------------------
 
@@ -343,7 +208,9 @@ class SQLiteTaskStore(SQLiteListing, SQLiteLeases):
     async def take_answers(self, task_id: str, keys: frozenset[str]) -> dict[str, Any]:
         def change(tx: Tx) -> dict[str, Any]:
             record = tx.load(task_id)
-            taken = {} if record is None else rules.take_answers(record, keys)
+            if record is None:
+                return {}
+            taken = rules.take_answers(record, keys)
             if taken:
                 tx.save(record)
             return taken
@@ -374,21 +241,6 @@ class SQLiteTaskStore(SQLiteListing, SQLiteLeases):
 
         return await self._run(change)
 
-    @asynccontextmanager
-    async def changes(
-        self, task_ids: frozenset[str] | None = None, kinds: frozenset[str] | None = None
-    ) -> AsyncIterator[AsyncIterator[TaskChange]]:
-        after = await self._run(Tx.last_seq, write=False)
-        if self._changes is None:
-            raise StoreError(f"SQLite task store {str(self.path)!r} is not open")
-        feed = Feed(self._changes, lambda: self._wake, self.poll_interval, after, task_ids, kinds)
-        self._feeds.add(feed)
-        try:
-            yield feed
-        finally:
-            feed.closed = True
-            self._feeds.discard(feed)
-
     # --- retention ----------------------------------------------------------------
 
     async def purge_expired(self, now: float) -> int:
@@ -400,4 +252,4 @@ class SQLiteTaskStore(SQLiteListing, SQLiteLeases):
         return await self._run(purge)
 
 
-__all__ = ["SQLiteTaskStore", "path_from_url"]
+__all__ = ["DEFAULT_MAX_TASKS", "SQLiteTaskStore", "path_from_url"]

@@ -4,7 +4,8 @@ Both are index ranges (schema version 2): a listing walks `tasks_created`
 `(created_at, task_id)` backwards from the page key, so a page costs about its
 size plus the rows the filters skip; a purge deletes a range of `tasks_ended`
 (`terminal_at`) in one write transaction. A listing is a read on the store's
-connection, like `get`; it never blocks another process's writes.
+read-only connection, like `get`: it neither waits for nor blocks another
+process's writes.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from fastmcp_tasks.stores.base import TaskRecord
 from fastmcp_tasks.stores.listing import ALL_STATUSES, PageKey, check_listing
-from fastmcp_tasks.stores.sqlite_schema import SELECT_TASK, Tx, from_row
+from fastmcp_tasks.stores.sqlite_schema import SELECT_TASK, from_row
+from fastmcp_tasks.stores.sqlite_tx import Tx
 from fastmcp_tasks.wire import TERMINAL_STATUSES
 
 T = TypeVar("T")
@@ -80,10 +82,12 @@ class SQLiteListing:
 
         async def _run(self, fn: Callable[[Tx], T], *, write: bool = True) -> T: ...
 
+        async def _read(self, fn: Callable[[Tx], T]) -> T: ...
+
     async def get_many(self, task_ids: list[str]) -> dict[str, TaskRecord]:
         """The live tasks among `task_ids`, by id: one read (see `base.get_many`)."""
         now = time.time()
-        return await self._run(lambda tx: load_many(tx, task_ids, now), write=False)
+        return await self._read(lambda tx: load_many(tx, task_ids, now))
 
     async def list_tasks(
         self,
@@ -95,12 +99,12 @@ class SQLiteListing:
     ) -> list[TaskRecord]:
         statuses = check_listing(status, limit)
         now = time.time()
-        return await self._run(
-            lambda tx: list_rows(tx, statuses, owner, limit, before, now), write=False
-        )
+        return await self._read(lambda tx: list_rows(tx, statuses, owner, limit, before, now))
 
     async def purge_finished(self, before: float, *, dry_run: bool = False) -> int:
-        return await self._run(lambda tx: purge_rows(tx, before, dry_run), write=not dry_run)
+        if dry_run:
+            return await self._read(lambda tx: purge_rows(tx, before, True))
+        return await self._run(lambda tx: purge_rows(tx, before, False))
 
 
 __all__ = ["SQLiteListing", "list_rows", "load_many", "purge_rows"]

@@ -1,4 +1,4 @@
-"""The SQLite store's file format and SQL: schema, migrations, open-time checks, rows.
+"""The SQLite store's file format: schema, migrations, open-time checks, rows.
 
 A task store file is marked twice: `PRAGMA application_id` holds `APPLICATION_ID`
 and `PRAGMA user_version` the schema version, mirrored by the `meta` table
@@ -8,25 +8,28 @@ and `PRAGMA user_version` the schema version, mirrored by the `meta` table
 - ours at an older version: migrated in one transaction, step by step (`MIGRATIONS`);
 - ours at a newer version, another program's database, or not SQLite at all:
   `ConfigurationError` naming the file; nothing is written to it.
+
+Versions: 1 the tables; 2 the listing, purging and per-principal indexes; 3 the
+`app` column and the index of queued tasks. The statements a transaction runs
+on these tables are `sqlite_tx.Tx`.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from fastmcp_tasks.errors import ConfigurationError, TaskLimitExceeded
-from fastmcp_tasks.stores.base import ActiveCaps, TaskRecord, encode_json, storable_text
+from fastmcp_tasks.errors import ConfigurationError
+from fastmcp_tasks.stores.base import TaskRecord, encode_json, storable_text
 
 #: `PRAGMA application_id` of a task store file: "FMTT" in ASCII.
 APPLICATION_ID = 0x464D5454
 APPLICATION_NAME = "fastmcp-tasks"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _HEADER_MAGIC = b"SQLite format 3\x00"
 
@@ -52,6 +55,7 @@ COLUMNS = (
     "attempts",
     "lease_owner",
     "lease_expires",
+    "app",
 )
 SELECT_TASK = f"SELECT {', '.join(COLUMNS)} FROM tasks"
 INSERT_TASK = (
@@ -120,8 +124,26 @@ def _v1_to_v2(conn: sqlite3.Connection) -> None:
     )
 
 
+#: The active tasks nobody has leased, by application then age: `claim_queued` is a range
+#: of it (`INDEXED BY` when any application's tasks are taken) and costs what it takes.
+QUEUED_INDEX = "tasks_queued"
+ACTIVE = "status IN ('working', 'input_required')"
+UNLEASED = f"{ACTIVE} AND lease_owner IS NULL"
+
+
+def _v2_to_v3(conn: sqlite3.Connection) -> None:
+    """The application a task belongs to (`TaskRecord.app`, NULL for older tasks) and the
+    index of queued tasks per application."""
+    conn.execute("ALTER TABLE tasks ADD COLUMN app TEXT")
+    conn.execute(f"CREATE INDEX {QUEUED_INDEX} ON tasks (app, created_at) WHERE {UNLEASED}")
+
+
 #: from-version -> the step that brings a file to from-version + 1.
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {0: _v0_to_v1, 1: _v1_to_v2}
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
+    0: _v0_to_v1,
+    1: _v1_to_v2,
+    2: _v2_to_v3,
+}
 
 
 def check_header(path: Path) -> None:
@@ -234,6 +256,7 @@ def to_row(record: TaskRecord) -> tuple[Any, ...]:
         r.attempts,
         r.lease_owner,
         r.lease_expires,
+        r.app,
         r.expires_at,
     )
 
@@ -261,6 +284,7 @@ def from_row(row: tuple[Any, ...]) -> TaskRecord:
         attempts=row[17],
         lease_owner=row[18],
         lease_expires=row[19],
+        app=row[20],
     )
 
 
@@ -292,102 +316,3 @@ def path_from_url(url: str) -> str:
             f"(no host, query or fragment), got {url!r}"
         )
     return path
-
-
-class Tx:
-    """One transaction (or read) on a connection, and whether it wrote to the change feed."""
-
-    __slots__ = ("conn", "emitted")
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self.conn = conn
-        self.emitted = False
-
-    def load(self, task_id: str, *, live: bool = True) -> TaskRecord | None:
-        """The task by primary key; with `live`, `None` once it has expired."""
-        if live:
-            query = f"{SELECT_TASK} WHERE task_id = ? AND (expires_at IS NULL OR expires_at > ?)"
-            row = self.conn.execute(query, (task_id, time.time())).fetchone()
-        else:
-            row = self.conn.execute(f"{SELECT_TASK} WHERE task_id = ?", (task_id,)).fetchone()
-        return None if row is None else from_row(row)
-
-    def save(self, record: TaskRecord) -> None:
-        """Write back the fields an active task's methods change (not the terminal ones)."""
-        self.conn.execute(
-            "UPDATE tasks SET status = ?, status_message = ?, updated_at = ?, input_requests = ?, "
-            "answers = ?, cancel_requested = ?, attempts = ?, lease_owner = ?, lease_expires = ? "
-            "WHERE task_id = ?",
-            (
-                record.status,
-                storable_text(record.status_message),
-                record.updated_at,
-                dumps(record.input_requests),
-                dumps(record.answers),
-                int(record.cancel_requested),
-                record.attempts,
-                record.lease_owner,
-                record.lease_expires,
-                record.task_id,
-            ),
-        )
-
-    def active(self) -> list[TaskRecord]:
-        """Every task in `working` or `input_required` (a scan of the partial index)."""
-        query = f"{SELECT_TASK} WHERE status IN ('working', 'input_required')"
-        return [from_row(row) for row in self.conn.execute(query)]
-
-    def unclaimed(self, limit: int) -> list[TaskRecord]:
-        """Active tasks nobody has leased, oldest first (a scan of the partial index)."""
-        query = (
-            f"{SELECT_TASK} WHERE status IN ('working', 'input_required') "
-            "AND lease_owner IS NULL ORDER BY created_at LIMIT ?"
-        )
-        return [from_row(row) for row in self.conn.execute(query, (limit,))]
-
-    def emit(self, task_id: str, kind: str, status: str | None, details: Any = None) -> None:
-        """Append a change-feed row (in this transaction)."""
-        self.conn.execute(
-            "INSERT INTO changes (task_id, kind, status, details, created_at) VALUES (?,?,?,?,?)",
-            (task_id, kind, status, encode_json(details or {}), time.time()),
-        )
-        self.emitted = True
-
-    def refusal(self, caps: ActiveCaps, owner: str | None) -> TaskLimitExceeded | None:
-        """Whether `caps` refuse one more active task for `owner` (scans of the active index)."""
-        active_only = "status IN ('working', 'input_required')"
-        active = owned = 0
-        if caps.total is not None:
-            active = self.conn.execute(
-                f"SELECT COUNT(*) FROM tasks WHERE {active_only}"
-            ).fetchone()[0]
-        if caps.per_owner is not None and owner is not None:
-            query = f"SELECT COUNT(*) FROM tasks WHERE {active_only} AND owner = ?"
-            owned = self.conn.execute(query, (owner,)).fetchone()[0]
-        return caps.refusal(active, owned, owner)
-
-    def count(self) -> int:
-        """Tasks in the file (kept by triggers, so O(1))."""
-        return self.conn.execute("SELECT value FROM meta WHERE key = 'task_count'").fetchone()[0]
-
-    def purge(self, now: float) -> int:
-        """Delete tasks expired by `now` (a range on the expiry index)."""
-        return self.conn.execute("DELETE FROM tasks WHERE expires_at <= ?", (now,)).rowcount
-
-    def trim_changes(self, before: float, keep: int) -> None:
-        """Drop feed rows created before `before`, and all but the last `keep`."""
-        self.conn.execute("DELETE FROM changes WHERE created_at < ?", (before,))
-        self.conn.execute(
-            "DELETE FROM changes WHERE seq <= (SELECT MAX(seq) FROM changes) - ?", (keep,)
-        )
-
-    def last_seq(self) -> int:
-        """The highest change-feed `seq` ever issued (0 for none)."""
-        query = "SELECT seq FROM sqlite_sequence WHERE name = 'changes'"
-        row = self.conn.execute(query).fetchone()
-        return 0 if row is None else row[0]
-
-    def use_wal(self) -> None:
-        """WAL journal, `synchronous=NORMAL` (outside any transaction)."""
-        self.conn.execute("PRAGMA journal_mode = WAL")
-        self.conn.execute("PRAGMA synchronous = NORMAL")
