@@ -13,9 +13,10 @@ async def render(pages: int) -> str: ...
 from __future__ import annotations
 
 from fastmcp_tasks.client import register_transparent_client
-from fastmcp_tasks.errors import ConfigurationError, TaskLimitExceeded, TasksError
+from fastmcp_tasks.errors import ConfigurationError, StoreError, TaskLimitExceeded, TasksError
 from fastmcp_tasks.extension import TasksExtension
 from fastmcp_tasks.handles import ToolTask, call_tool_task
+from fastmcp_tasks.health import EngineHealth
 from fastmcp_tasks.limits import Limits
 from fastmcp_tasks.options import task_options
 from fastmcp_tasks.progress import Progress
@@ -36,10 +37,12 @@ register_transparent_client()
 __all__ = [
     "TASKS_EXTENSION_ID",
     "ConfigurationError",
+    "EngineHealth",
     "Limits",
     "MemoryTaskStore",
     "Progress",
     "SQLiteTaskStore",
+    "StoreError",
     "TaskLimitExceeded",
     "TaskLog",
     "TaskRecord",

@@ -99,6 +99,12 @@ async def run_worker(server: Any, concurrency: int | None, grace: float) -> None
                 f"fastmcp-tasks worker: {extension.url}, concurrency {extension.concurrency}",
                 flush=True,
             )
+            if extension.health().status == "starting":  # the store did not answer yet
+                print(
+                    "fastmcp-tasks worker: the task store is unreachable; waiting for it "
+                    "(retrying with backoff)",
+                    flush=True,
+                )
             async for _ in signals:
                 print("fastmcp-tasks worker: stopping", flush=True)
                 break

@@ -36,10 +36,12 @@ from fastmcp.server.elicitation import (
 )
 
 from fastmcp_tasks import observability
+from fastmcp_tasks.errors import StoreError
 from fastmcp_tasks.inputs import InputBroker, elicitation_request, new_key
 from fastmcp_tasks.stores.base import TaskStore
 
 tool_logger = logging.getLogger("fastmcp_tasks.tool")
+logger = logging.getLogger("fastmcp_tasks.runner")
 
 _LEVELS = {
     "debug": logging.DEBUG,
@@ -71,10 +73,22 @@ class RunningTask:
     input_kinds: frozenset[str] = field(default_factory=frozenset)
 
     async def status(self, message: str | None) -> None:
+        """Set the task's `statusMessage`; best effort: a store failure never fails the tool.
+
+        A message the store did not take is not remembered, so the next report retries.
+        """
         if message == self.message:
             return
+        try:
+            await self.store.set_status_message(self.task_id, message)
+        except StoreError as exc:
+            logger.debug(
+                "Status of task %s not written (%s); the next one retries",
+                observability.shown_id(self.task_id),
+                exc,
+            )
+            return
         self.message = message
-        await self.store.set_status_message(self.task_id, message)
 
     async def ask(self, requests: dict[str, dict[str, Any]], status: str | None) -> dict[str, Any]:
         """Park the task on `requests`; the answers that arrived before the timeout."""
@@ -137,14 +151,15 @@ class TaskContext(Context):
     ) -> None:
         name = level or "info"
         logger = logging.getLogger(f"fastmcp_tasks.tool.{logger_name}") if logger_name else None
+        shown = observability.shown_id(self._running.task_id)
         (logger or tool_logger).log(
             _LEVELS.get(str(name), logging.INFO),
             "[task %s %s] %s",
-            self._running.task_id,
+            shown,
             self._running.tool,
             message,
             extra={
-                "task_id": self._running.task_id,
+                "task_id": shown,
                 "tool": self._running.tool,
                 "mcp_extra": dict(extra) if extra else None,
             },

@@ -7,32 +7,34 @@
   and hands it to the runner.
 - `lifespan()` opens the store, serves `subscriptions/listen` (see `listen`)
   and runs the runner for the server's lifetime.
+
+Faults. Handlers, listen and the runner use the store through
+`monitored_store` (every request-serving call bounded by `store_timeout`, every
+outcome reported to the `HealthMonitor` behind `health()`). A store that is
+unreachable at startup does not stop the server by default (`startup`): it
+starts degraded and the engine starts when the store answers.
 """
 
 from __future__ import annotations
 
-import functools
 import os
-import secrets
-import sys
-import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
-import mcp_types
+import anyio
 from fastmcp.server.context import Context
 from fastmcp.server.dependencies import _is_client_tool_call
 from fastmcp.server.extensions import MethodBinding, ServerExtension, ToolCallContinuation
 from fastmcp.tools.base import InputRequiredToolResult, Tool
 from fastmcp.utilities.versions import VersionSpec
 from mcp.shared.exceptions import MCPError
-from mcp_types import CLIENT_CAPABILITIES_META_KEY, INTERNAL_ERROR, CallToolRequestParams
+from mcp_types import INTERNAL_ERROR, CallToolRequestParams
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import TypeAdapter
 
 from fastmcp_tasks import observability
+from fastmcp_tasks.creation import TASK_ID_BYTES, created_after_all, new_record, new_task_id
 from fastmcp_tasks.errors import (
     ConfigurationError,
     StoreError,
@@ -43,14 +45,15 @@ from fastmcp_tasks.errors import (
     too_large,
 )
 from fastmcp_tasks.handlers import TaskMethods
+from fastmcp_tasks.health import EngineHealth, HealthMonitor
 from fastmcp_tasks.limits import Limits
 from fastmcp_tasks.listen import ListenService
+from fastmcp_tasks.monitored_store import monitored
 from fastmcp_tasks.options import TaskOptions, options_of
-from fastmcp_tasks.ownership import current_principal
 from fastmcp_tasks.progress import install_core_progress_adapter
-from fastmcp_tasks.runner import QUEUED_MESSAGE, Job, TaskRunner
+from fastmcp_tasks.runner import Job, TaskRunner
 from fastmcp_tasks.stores import store_from_url
-from fastmcp_tasks.stores.base import TaskRecord, TaskStore
+from fastmcp_tasks.stores.base import TaskStore
 from fastmcp_tasks.validation import arguments_valid
 from fastmcp_tasks.wire import TASKS_EXTENSION_ID, render_create_result
 
@@ -59,7 +62,9 @@ DEFAULT_URL = "memory://"
 DEFAULT_CONCURRENCY = 100
 DEFAULT_RETENTION = timedelta(hours=1)
 DEFAULT_MAX_TASKS = 100_000
-TASK_ID_BYTES = 24  # 192 bits from `secrets`, 32 URL-safe characters
+DEFAULT_STORE_TIMEOUT = timedelta(seconds=5)
+DURABLE_SHUTDOWN_GRACE = timedelta(seconds=30)  # the same as `fastmcp-tasks worker --grace`
+STARTUP_MODES = ("degraded", "wait", "fail")
 
 _MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
 
@@ -88,9 +93,22 @@ class TasksExtension(ServerExtension):
             without a heartbeat; on a durable store another process recovers
             tasks whose lease ran out (see `recovery`).
         shutdown_grace: at shutdown, how long running tasks may finish before they
-            are interrupted (then handed back on a durable store).
+            are interrupted (then handed back on a durable store). `None`: 30 s on
+            a durable store (like `fastmcp-tasks worker`), 0 in memory.
         limits: caps on sizes, on active tasks (in all and per principal) and,
             optionally, on polling (`Limits`).
+        store_timeout: longest wait for the store while serving a request or a
+            running task; past it the request answers -32603 "Task store
+            unavailable". `None`: only the store's own timeouts.
+        startup: what a store that is unreachable at startup does: `"degraded"`
+            (default) starts the server anyway (synchronous tools work, task
+            calls answer "Task store unavailable") and the engine starts when the
+            store answers; `"wait"` holds startup until it answers; `"fail"`
+            stops startup with the error. A malformed URL or a foreign file
+            always stops startup.
+        app: the application this server's tasks belong to on a shared store
+            (default: the FastMCP server's name): a process claims, recovers
+            and fails only its own application's tasks.
     """
 
     identifier = TASKS_EXTENSION_ID
@@ -106,8 +124,11 @@ class TasksExtension(ServerExtension):
         sweep_interval: timedelta = timedelta(seconds=60),
         input_timeout: timedelta | None = None,
         lease: timedelta = timedelta(seconds=30),
-        shutdown_grace: timedelta = timedelta(0),
+        shutdown_grace: timedelta | None = None,
         limits: Limits | None = None,
+        store_timeout: timedelta | None = DEFAULT_STORE_TIMEOUT,
+        startup: str = "degraded",
+        app: str | None = None,
     ) -> None:
         if store is not None and url is not None:
             raise ConfigurationError("pass either url= or store=, not both")
@@ -117,6 +138,10 @@ class TasksExtension(ServerExtension):
             raise ConfigurationError(f"retention must not be negative, got {retention}")
         if sweep_interval <= timedelta(0):
             raise ConfigurationError(f"sweep_interval must be positive, got {sweep_interval}")
+        if startup not in STARTUP_MODES:
+            raise ConfigurationError(f"startup must be one of {STARTUP_MODES}, got {startup!r}")
+        if store_timeout is not None and store_timeout <= timedelta(0):
+            raise ConfigurationError(f"store_timeout must be positive, got {store_timeout}")
         self._config: dict[str, Any] = {
             "url": url,
             "store": store,
@@ -128,10 +153,12 @@ class TasksExtension(ServerExtension):
             "lease": lease,
             "shutdown_grace": shutdown_grace,
             "limits": limits,
+            "store_timeout": store_timeout,
+            "startup": startup,
+            "app": app,
         }
         self.limits = limits or Limits()
         self._caps = self.limits.active_caps
-        self.shutdown_grace = max(0.0, shutdown_grace.total_seconds())
         if lease <= timedelta(0):
             raise ConfigurationError(f"lease must be positive, got {lease}")
         self.lease_seconds = lease.total_seconds()
@@ -147,12 +174,20 @@ class TasksExtension(ServerExtension):
                 "with other processes: use a durable store (sqlite:///..., redis://...)"
             )
         self.store: TaskStore = store
+        if shutdown_grace is None:
+            shutdown_grace = DURABLE_SHUTDOWN_GRACE if store.durable else timedelta(0)
+        self.shutdown_grace = max(0.0, shutdown_grace.total_seconds())
+        self.store_timeout = None if store_timeout is None else store_timeout.total_seconds()
+        self.startup = startup
+        self.app = app
+        self.health_monitor = HealthMonitor(repr(store))
+        self._store = monitored(store, self.health_monitor, self.store_timeout)
         self.concurrency = concurrency
         self.retention_ms = None if retention is None else int(retention.total_seconds() * 1000)
         self.sweep_interval = sweep_interval.total_seconds()
         self.runner: TaskRunner | None = None
-        self._methods = TaskMethods(store, self.limits)
-        self.listen = ListenService(store)
+        self._methods = TaskMethods(self._store, self.limits)
+        self.listen = ListenService(self._store)
         install_core_progress_adapter()
 
     def clone(self) -> TasksExtension:
@@ -166,20 +201,31 @@ class TasksExtension(ServerExtension):
     def methods(self) -> Sequence[MethodBinding]:
         return self._methods.bindings()
 
+    def health(self) -> EngineHealth:
+        """The engine's health: store reachable or degraded since when, loops alive."""
+        runner = self.runner
+        return self.health_monitor.snapshot(runner.pending_outcomes if runner else 0)
+
     @asynccontextmanager
     async def _run(self) -> AsyncIterator[None]:
-        await self.store.open()
+        observability.log_full_ids(getattr(self.server, "auth", None) is not None)
+        opened = await self._open_store()
         self.listen.install(self.server._mcp_server)
+        monitor = self.health_monitor
         try:
             runner = TaskRunner(
                 self.server,
-                self.store,
+                self._store,
                 concurrency=self.concurrency,
                 sweep_interval=self.sweep_interval,
                 lease_seconds=self.lease_seconds,
                 shutdown_grace=self.shutdown_grace,
                 limits=self.limits,
+                health=monitor,
+                app=self.app if self.app is not None else self.server.name,
+                opened=opened,
             )
+            monitor.running = True
             async with runner.running():
                 self.runner = runner
                 try:
@@ -187,8 +233,25 @@ class TasksExtension(ServerExtension):
                 finally:
                     self.listen.close()
                     self.runner = None
+                    monitor.running = False
         finally:
             await self.store.close()
+
+    async def _open_store(self) -> bool:
+        """Open the store as `startup` says; whether it is open."""
+        monitor = self.health_monitor
+        while True:
+            try:
+                await self._store.open()
+            except StoreError:
+                if self.startup == "fail":
+                    raise
+                if self.startup == "degraded":
+                    return False
+                await anyio.sleep(1.0)  # "wait": the monitor logged why, once
+                continue
+            monitor.opened = True
+            return True
 
     def lifespan(self) -> Any:
         return self._run()
@@ -242,41 +305,17 @@ class TasksExtension(ServerExtension):
                 message="The tasks extension is not running: the server lifespan has not started",
             )
         queued = runner.saturated()
-        now = time.time()
-        input_kinds = _declared_input_kinds(context)
-        responses = context.input_responses
-        durable_context: dict[str, Any] = {"inputKinds": sorted(input_kinds)}
-        if responses:
-            durable_context["inputResponses"] = _RESPONSES.dump_python(
-                responses, mode="json", by_alias=True, exclude_none=True
-            )
-        if context.request_state is not None:
-            durable_context["requestState"] = context.request_state
-        record = TaskRecord(
-            task_id=new_task_id(),
-            tool=sys.intern(name),  # shared by every retained task of this tool
-            status="working",
-            created_at=now,
-            updated_at=now,
-            arguments=arguments,
-            status_message=QUEUED_MESSAGE if queued else None,
-            poll_interval_ms=_milliseconds(tool.task_config.poll_interval),
-            retention_ms=self.retention_ms,
-            context=durable_context,
-            attempts=1,
-            owner=current_principal(),
-            lease_owner=runner.owner,
-            lease_expires=now + self.lease_seconds,
+        record, input_kinds = new_record(
+            tool, name, arguments, context, runner, self.retention_ms, self.lease_seconds, queued
         )
-        if not runner.concurrency:  # a front end: the task waits for a worker
-            record.lease_owner = record.lease_expires = None
-            record.attempts = 0
+        responses = context.input_responses
         try:
-            await self.store.create(record, caps=self._caps)
+            await self._store.create(record, caps=self._caps)
         except TaskLimitExceeded as exc:
             raise limit_exceeded(exc.limit, exc.value) from None
-        except StoreError as exc:  # e.g. Redis unreachable: nothing was created
-            raise store_unavailable(exc) from None
+        except StoreError:
+            if not await created_after_all(self._store, record, runner):
+                raise store_unavailable() from None
         created = render_create_result(record)
         observability.created.add(1, {"tool": record.tool})
         observability.transition(record.task_id, record.tool, "working", 1)
@@ -298,34 +337,6 @@ class TasksExtension(ServerExtension):
         return created
 
 
-_RESPONSES: TypeAdapter[mcp_types.InputResponses] = TypeAdapter(mcp_types.InputResponses)
-
-
-def new_task_id() -> str:
-    """192 random bits, URL-safe; never starting with "-", so no command line
-    (`fastmcp-tasks get URL ID`) mistakes an id for an option."""
-    while True:
-        task_id = secrets.token_urlsafe(TASK_ID_BYTES)
-        if not task_id.startswith("-"):
-            return task_id
-
-
-@functools.lru_cache(maxsize=256)
-def _milliseconds(interval: timedelta) -> int:
-    """`pollIntervalMs` for a tool's interval; cached so retained tasks share the int."""
-    return max(1, int(interval.total_seconds() * 1000))
-
-
-def _declared_input_kinds(context: Context) -> frozenset[str]:
-    """The input capabilities (`elicitation`, `sampling`, `roots`) this request declared."""
-    request = context.request_context
-    meta = request.meta if request is not None else None
-    capabilities = meta.get(CLIENT_CAPABILITIES_META_KEY) if isinstance(meta, dict) else None
-    if not isinstance(capabilities, dict):
-        return frozenset()
-    return frozenset(k for k in ("elicitation", "sampling", "roots") if k in capabilities)
-
-
 def _requested_version(params: CallToolRequestParams) -> VersionSpec | None:
     """The component version a call asks for (`_meta.fastmcp.version`), as core reads it."""
     meta = params.meta
@@ -336,3 +347,6 @@ def _requested_version(params: CallToolRequestParams) -> VersionSpec | None:
     if isinstance(version, dict):
         return VersionSpec(**{k: v for k, v in version.items() if k in ("eq", "gte", "lt")})
     return None
+
+
+__all__ = ["TASK_ID_BYTES", "TasksExtension", "new_task_id"]

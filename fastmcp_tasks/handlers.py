@@ -81,8 +81,8 @@ def _store_errors(handler: Handler) -> Handler:
     async def guarded(ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
         try:
             return await handler(ctx, params)
-        except StoreError as exc:
-            raise store_unavailable(exc) from None
+        except StoreError:
+            raise store_unavailable() from None  # the monitor logged the cause
 
     return guarded
 

@@ -22,6 +22,7 @@ is consumed and the key stays outstanding.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import secrets
@@ -33,7 +34,9 @@ import anyio
 import mcp_types
 from pydantic import ValidationError
 
+from fastmcp_tasks.errors import StoreError
 from fastmcp_tasks.stores.base import TaskStore
+from fastmcp_tasks.supervision import retry_store
 
 ELICIT = "elicitation/create"
 SAMPLE = "sampling/createMessage"
@@ -192,8 +195,10 @@ class InputBroker:
         mine = self._waiters.setdefault(task_id, {})
         mine.update(waiters)
         try:
-            parked = await self.store.request_input(
-                task_id, requests, status_message=status_message
+            parked = await retry_store(  # a blip delays the question, never loses it
+                functools.partial(
+                    self.store.request_input, task_id, requests, status_message=status_message
+                )
             )
             if parked is None:
                 raise LookupError(f"task {task_id} is not active")
@@ -202,9 +207,9 @@ class InputBroker:
                     await waiter.event.wait()
             pending = frozenset(key for key, w in waiters.items() if not w.event.is_set())
             if pending:
-                await self.store.withdraw_input(task_id, pending)
-                late = await self.store.take_answers(task_id, pending)  # answered meanwhile
-                for key, answer in late.items():
+                await retry_store(functools.partial(self.store.withdraw_input, task_id, pending))
+                late = await retry_store(functools.partial(self._collect, task_id, pending))
+                for key, answer in late.items():  # answered meanwhile
                     waiters[key].answer = answer
                     waiters[key].event.set()
             return {key: w.answer for key, w in waiters.items() if w.event.is_set()}
@@ -214,6 +219,23 @@ class InputBroker:
             if not mine:
                 self._waiters.pop(task_id, None)
 
+    async def _collect(self, task_id: str, keys: frozenset[str]) -> dict[str, Any]:
+        """The stored answers among `keys`, read first and removed after.
+
+        Reading before removing means a removal whose reply is lost (a store blip)
+        loses no answer: what is read is handed over, and a leftover stored answer
+        is harmless, since keys are never reused.
+        """
+        record = await self.store.get(task_id)
+        stored = (record.answers or {}) if record is not None else {}
+        found = {key: stored[key] for key in keys if key in stored}
+        if found:
+            try:
+                await self.store.take_answers(task_id, frozenset(found))
+            except StoreError:
+                pass  # left in the store; never asked for again
+        return found
+
     async def answered(self, task_id: str, keys: list[str]) -> None:
         """Hand answers that reached the store to the coroutines waiting here."""
         mine = self._waiters.get(task_id)
@@ -222,7 +244,7 @@ class InputBroker:
         wanted = frozenset(key for key in keys if key in mine)
         if not wanted:
             return
-        for key, answer in (await self.store.take_answers(task_id, wanted)).items():
+        for key, answer in (await self._collect(task_id, wanted)).items():
             waiter = mine.get(key)
             if waiter is not None and not waiter.event.is_set():
                 waiter.answer = answer

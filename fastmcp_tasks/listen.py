@@ -33,6 +33,7 @@ marks tasks dirty, and core events beyond `max_buffered_events` end that stream.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import deque
 from typing import Any, Literal
@@ -63,9 +64,10 @@ from mcp_types import (
 )
 from pydantic import BaseModel, PrivateAttr, model_serializer
 
-from fastmcp_tasks.errors import missing_capability
+from fastmcp_tasks.errors import StoreError, missing_capability, store_unavailable
 from fastmcp_tasks.ownership import current_principal, may_access
 from fastmcp_tasks.stores.base import TaskStore, get_many
+from fastmcp_tasks.supervision import Backoff, retry_store
 from fastmcp_tasks.wire import (
     NOTIFICATION_TASKS,
     TASKS_EXTENSION_ID,
@@ -197,7 +199,10 @@ class ListenService:
         if len(self._streams) >= self.max_subscriptions:
             raise MCPError(INTERNAL_ERROR, "Subscription limit reached")
         candidates = list(dict.fromkeys(t for t in task_ids if could_be_task_id(t)))
-        found = await get_many(self.store, candidates)
+        try:
+            found = await get_many(self.store, candidates)
+        except StoreError:
+            raise store_unavailable() from None
         acked = [
             task_id
             for task_id in candidates
@@ -257,10 +262,28 @@ class ListenService:
     async def _follow(
         self, task_ids: frozenset[str], stream: _Stream, *, task_status: TaskStatus[None]
     ) -> None:
-        async with self.store.changes(task_ids, _PUSHED_CHANGES) as feed:
-            task_status.started()
-            async for change in feed:
-                stream.mark(change.task_id)
+        """Mark changed tasks dirty; after a broken feed, subscribe again and mark them all
+        (the writer renders each from the store, so the subscriber gets the latest state)."""
+        backoff = Backoff()
+        started = False
+        while True:
+            try:
+                async with self.store.changes(task_ids, _PUSHED_CHANGES) as feed:
+                    if not started:
+                        started = True
+                        task_status.started()
+                    else:
+                        for task_id in task_ids:
+                            stream.mark(task_id)
+                    backoff.reset()
+                    async for change in feed:
+                        stream.mark(change.task_id)
+                return
+            except StoreError as exc:
+                if not started:
+                    raise  # the listen request itself answers "Task store unavailable"
+                logger.debug("listen: change feed failed (%s); subscribing again", exc)
+                await anyio.sleep(backoff.next())
 
     async def _write(
         self,
@@ -287,7 +310,7 @@ class ListenService:
                 # read in one round trip where the store can
                 batch = [task_id for task_id in stream.dirty if task_id in watched]
                 stream.dirty.clear()
-                records = await get_many(self.store, batch)
+                records = await retry_store(functools.partial(get_many, self.store, batch))
                 for task_id in batch:
                     record = records.get(task_id)
                     if record is None or task_id not in watched:

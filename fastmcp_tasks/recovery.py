@@ -16,6 +16,14 @@ lease is taken with compare-and-set, so exactly one does):
 - any other tool ends `failed` with -32603 "Task interrupted: ..." saying the
   run was lost and the tool is not marked idempotent.
 
+A task leased to this very process that it does not hold is one whose lease
+reply was lost. Once the lease runs out, the process's own scan fails it if it
+came from a `tools/call` that failed (no client ever learned its id), and
+otherwise gives it back to the queue (it never started here).
+
+Only tasks of this process's application (`record.app`) are scanned, claimed or
+failed, so applications sharing one store never touch each other's tasks.
+
 Nothing is left in `working` forever.
 """
 
@@ -31,7 +39,8 @@ from typing import Any
 import anyio
 
 from fastmcp_tasks.errors import interrupted
-from fastmcp_tasks.stores.base import TaskRecord
+from fastmcp_tasks.observability import shown_id
+from fastmcp_tasks.stores.base import TaskRecord, active_leases
 
 QUEUED_MESSAGE = "Queued: waiting for a free worker slot"
 
@@ -63,11 +72,20 @@ def _dead_here(owner: str) -> bool:
     return False
 
 
-def is_orphan(record: TaskRecord, now: float, me: str) -> bool:
-    """Whether an active task has lost the runner that leased it."""
+def is_orphan(record: TaskRecord, now: float, me: str, mine: set[str] | None = None) -> bool:
+    """Whether an active task has lost the runner that leased it.
+
+    A task leased to this process (`me`) that it does not hold (`mine`: the ids it
+    runs, queues or records) is an orphan once the lease has run out: its creation
+    failed after the store took it.
+    """
     owner = record.lease_owner
-    if owner is None or owner == me:
+    if owner is None:
         return False  # unleased: queued for any worker (`claim_queued`), not lost
+    if owner == me:
+        if mine is None or record.task_id in mine:
+            return False
+        return record.lease_expires is None or record.lease_expires <= now
     if record.lease_expires is None:
         return True
     return record.lease_expires <= now or _dead_here(owner)
@@ -80,6 +98,12 @@ def is_idempotent(tool: Any) -> bool:
 
 def restarted_message(attempt: int) -> str:
     return f"Restarted after an interruption (attempt {attempt})"
+
+
+UNCONFIRMED = interrupted(
+    "the tools/call that created it failed before the client learned its id, so nobody "
+    "can follow it"
+)
 
 
 def lost_error(tool_name: str, found: bool) -> dict[str, Any]:
@@ -103,16 +127,14 @@ class LeaseKeeper:
     def until(self) -> float:
         return time.time() + self.lease_seconds
 
-    async def heartbeat(self) -> None:
-        """Keep the leases of every job of this process (queued or running) alive."""
-        while True:
-            await anyio.sleep(self.lease_seconds / 3)
-            held = frozenset(self.runner.job_ids())
-            if held:
-                try:
-                    await self.store.renew(self.owner, held, self.until())
-                except Exception:
-                    logger.exception("Renewing task leases failed; will retry")
+    async def renew_held(self) -> None:
+        """Extend the leases of every task this process holds (one batched write)."""
+        held = frozenset(self.runner.job_ids())
+        if held:
+            await self.store.renew(self.owner, held, self.until())
+
+    async def heartbeat_wait(self) -> None:
+        await anyio.sleep(self.lease_seconds / 3)
 
     async def hand_back(self, queued: set[str], interrupted: set[str]) -> None:
         """Graceful shutdown: queued tasks go back to the queue for any worker; runs that
@@ -122,28 +144,16 @@ class LeaseKeeper:
         if interrupted:
             await self.store.renew(self.owner, frozenset(interrupted), time.time())
 
-    async def take_queued_forever(self, interval: float = 0.05, longest: float = 5.0) -> None:
-        """Lease tasks nobody runs yet (a `concurrency=0` front end's, or requeued ones).
-
-        While the store fails (Redis restarting, say) the wait doubles up to `longest`,
-        with one warning per outage rather than one per attempt.
-        """
-        wait = interval
-        while True:
-            free = self.runner.free_slots()
-            if free:
-                try:
-                    for record in await self.store.claim_queued(self.owner, self.until(), free):
-                        await self._start(record)
-                except Exception as exc:
-                    if wait == interval:
-                        logger.warning("Taking queued tasks failed (%s); backing off", exc)
-                    wait = min(wait * 2, longest)
-                else:
-                    if wait != interval:
-                        logger.warning("Taking queued tasks works again")
-                    wait = interval
-            await anyio.sleep(wait)
+    async def take_queued(self) -> None:
+        """Lease tasks of this application nobody runs yet (a front end's, or requeued)."""
+        runner = self.runner
+        while free := runner.free_slots():
+            records = await self.store.claim_queued(self.owner, self.until(), free, app=runner.app)
+            runner.watcher.more_queued = len(records) == free
+            for record in records:
+                await self._start(record)
+            if len(records) < free:
+                return
 
     async def _start(self, record: TaskRecord) -> None:
         tool = await self.runner.find_tool(record.tool)
@@ -158,21 +168,22 @@ class LeaseKeeper:
             record, tool, None if waiting else record.status_message, queued=waiting
         )
 
-    async def scan_forever(self, interval: float) -> None:
-        """Scan for orphans every `interval` (the first scan ran at startup)."""
-        while True:
-            await anyio.sleep(interval)
-            try:
-                await self.scan()
-            except Exception:
-                logger.exception("Recovery scan failed; will retry")
+    async def scan_wait(self) -> None:
+        await anyio.sleep(self.lease_seconds / 2)
 
     async def scan(self) -> int:
-        """Recover every orphaned task found now; return how many."""
+        """Recover every orphaned task of this application found now; return how many.
+
+        The scan reads lease fields only (`active_leases`), not arguments or results.
+        """
         now = time.time()
         recovered = 0
-        for record in await self.store.active_tasks():
-            if record.task_id in self.runner.job_ids() or not is_orphan(record, now, self.owner):
+        mine = self.runner.job_ids()
+        app = self.runner.app
+        for record in await active_leases(self.store, None):
+            if record.app not in (None, app):  # another application's (None: before apps)
+                continue
+            if record.task_id in mine or not is_orphan(record, now, self.owner, mine):
                 continue
             if await self.recover(record):
                 recovered += 1
@@ -184,13 +195,24 @@ class LeaseKeeper:
         )
         if claimed is None:
             return False  # another process took it first
+        if record.task_id in self.runner.unconfirmed:
+            self.runner.unconfirmed.discard(record.task_id)
+            await self.store.transition(
+                record.task_id, "failed", error=UNCONFIRMED, status_message=UNCONFIRMED["message"]
+            )
+            return True
+        if record.lease_owner == self.owner:  # leased here but never started (a lost reply)
+            await self.store.requeue(record.task_id, self.owner)
+            return True
         tool = await self.runner.find_tool(record.tool)
         if tool is None or not is_idempotent(tool):
             error = lost_error(record.tool, tool is not None)
             await self.store.transition(
                 record.task_id, "failed", error=error, status_message=error["message"]
             )
-            logger.warning("Task %s (%s) was interrupted: failed", record.task_id, record.tool)
+            logger.warning(
+                "Task %s (%s) was interrupted: failed", shown_id(record.task_id), record.tool
+            )
             return True
         message = restarted_message(claimed.attempts)
         if claimed.status == "input_required":
@@ -198,5 +220,5 @@ class LeaseKeeper:
         else:
             await self.store.set_status_message(record.task_id, message)
         await self.store.requeue(record.task_id, self.owner)  # any worker may take it
-        logger.warning("Task %s (%s) restarted: %s", record.task_id, record.tool, message)
+        logger.warning("Task %s (%s) restarted: %s", shown_id(record.task_id), record.tool, message)
         return True

@@ -12,11 +12,21 @@ the handlers directly: a queued task is cancelled before it starts, a running
 one through its cancel scope (the tool sees cancellation at its next await).
 Every outcome is written with a compare-and-set transition, so a completion
 racing a cancel leaves exactly one terminal state.
+
+Faults. Every background loop is supervised (`supervision.keep_running`): an
+error is logged once per outage and retried with backoff, never stopping the
+other loops. An outcome whose write fails with `StoreError` stays in memory
+(`pending_outcomes`) and is retried until the store answers; if the process
+stops first, the task is left to lease recovery exactly as a crash would leave
+it. Any other exception while recording (a bug) fails that task with a clear
+error. The change-feed watcher (`watcher.ChangeWatcher`) resubscribes after a
+broken feed and reconciles what the gap may have hidden.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import time
@@ -32,18 +42,20 @@ from fastmcp.tools.base import Tool
 
 from fastmcp_tasks import observability
 from fastmcp_tasks.context import RunningTask, _current_task
-from fastmcp_tasks.errors import ConfigurationError, interrupted, result_too_large
+from fastmcp_tasks.errors import ConfigurationError, StoreError, interrupted
 from fastmcp_tasks.execution import Outcome
+from fastmcp_tasks.health import HealthMonitor
 from fastmcp_tasks.inputs import InputBroker
 from fastmcp_tasks.limits import Limits
+from fastmcp_tasks.observability import shown_id
+from fastmcp_tasks.outcomes import CANCELLED_BEFORE_START, OutcomeRecorder
 from fastmcp_tasks.recovery import QUEUED_MESSAGE, LeaseKeeper, new_owner
 from fastmcp_tasks.rounds import run_rounds
 from fastmcp_tasks.stores.base import TaskRecord, TaskStore
+from fastmcp_tasks.supervision import keep_running, periodic, retry_store
+from fastmcp_tasks.watcher import ChangeWatcher
 
 logger = logging.getLogger("fastmcp_tasks.runner")
-
-CANCELLED_MESSAGE = "Cancelled at the client's request"
-CANCELLED_BEFORE_START = "Cancelled before it started"
 
 
 @dataclass(eq=False)
@@ -79,6 +91,10 @@ class TaskRunner:
         lease_seconds: float = 30.0,
         shutdown_grace: float = 0.0,
         limits: Limits | None = None,
+        health: HealthMonitor | None = None,
+        app: str | None = None,
+        queue_poll: float = 5.0,
+        opened: bool = True,
     ) -> None:
         if concurrency < 0:
             raise ConfigurationError(f"concurrency must not be negative, got {concurrency}")
@@ -88,9 +104,21 @@ class TaskRunner:
         self.sweep_interval = sweep_interval
         self.shutdown_grace = shutdown_grace
         self.limits = limits or Limits()
+        self.health = health or HealthMonitor()
+        self.app = app
+        self.queue_poll = queue_poll
+        self.opened = opened
         self.inputs = InputBroker(store)
         self.owner = new_owner()
         self.leases = LeaseKeeper(self, owner=self.owner, lease_seconds=lease_seconds)
+        self.watcher = ChangeWatcher(self)
+        self._abandon = anyio.Event()  # set when shutdown stops waiting for the store
+        self._handed_back: set[str] = set()
+        self.outcomes = OutcomeRecorder(store, self.limits, self._abandon, self._handed_back)
+        #: ids whose creation failed after the store may have committed it (a lost reply):
+        #: recovery fails them, since no client learned their id
+        self.unconfirmed: set[str] = set()
+        self._pending: dict[str, str] = {}  # task id -> the outcome waiting for the store
         self._jobs: dict[str, Job] = {}
         self._waiting = 0
         self._running = 0
@@ -99,7 +127,6 @@ class TaskRunner:
         self._send, self._receive = anyio.create_memory_object_stream[Job](math.inf)
         self._group: TaskGroup | None = None
         self._stopping = False
-        self._handed_back: set[str] = set()
 
     @property
     def started(self) -> bool:
@@ -147,8 +174,16 @@ class TaskRunner:
         )
 
     def job_ids(self) -> set[str]:
-        """The tasks this process is running or has queued."""
-        return set(self._jobs)
+        """The tasks this process is running, has queued, or is still recording."""
+        return set(self._jobs) | set(self._pending)
+
+    def job(self, task_id: str) -> Job | None:
+        return self._jobs.get(task_id)
+
+    @property
+    def pending_outcomes(self) -> int:
+        """Finished tasks whose outcome waits for the store to be written."""
+        return len(self._pending)
 
     async def find_tool(self, name: str) -> Tool | None:
         try:
@@ -159,14 +194,15 @@ class TaskRunner:
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[TaskRunner]:
-        """Run the dispatcher, the cancel watcher and the sweeper until exit.
+        """Run the dispatcher and the supervised loops until exit.
 
         They live in a task group owned by a host task of their own rather than
         one held open across this context manager's `yield`: FastMCP closes
         extension lifespans inside a shielding cancel scope, which a task group
         entered before it cannot be exited under. The host task starts from the
         lifespan, so runs inherit the lifespan's context (`Shared()`
-        dependencies), never a request's.
+        dependencies), never a request's. When the store did not open at
+        startup (`opened=False`), the loops start once `open()` succeeds.
         """
         loop = asyncio.get_running_loop()
         ready: asyncio.Future[None] = loop.create_future()
@@ -176,15 +212,16 @@ class TaskRunner:
             try:
                 async with anyio.create_task_group() as group:
                     self._group = group
-                    await group.start(self._watch_changes)
-                    group.start_soon(self._dispatch)
-                    group.start_soon(self._sweep)
-                    group.start_soon(self.leases.heartbeat)
-                    if self.store.durable:
-                        await self.leases.scan()  # recover before serving new work
-                        group.start_soon(self.leases.scan_forever, self.leases.lease_seconds / 2)
-                        if self.concurrency:
-                            group.start_soon(self.leases.take_queued_forever)
+                    group.start_soon(keep_running, "dispatch", self._dispatch, self.health)
+                    if self.opened:
+                        await self._start_loops(group)
+                    else:
+                        group.start_soon(
+                            keep_running,
+                            "open",
+                            functools.partial(self._open_then_start, group),
+                            self.health,
+                        )
                     ready.set_result(None)
                     await stop.wait()
                     self._stopping = True  # start nothing new
@@ -192,6 +229,7 @@ class TaskRunner:
                         while self._running:
                             self._idle = anyio.Event()
                             await self._idle.wait()
+                    self._abandon.set()  # outcomes still waiting for the store: to recovery
                     group.cancel_scope.cancel()
             except BaseException as exc:
                 if not ready.done():
@@ -207,9 +245,44 @@ class TaskRunner:
         finally:
             stop.set()
             await task
-            if self.store.durable:  # queued: back to the queue; interrupted: to recovery
+            if self.store.durable and self.opened:  # queued: back to the queue
                 with anyio.CancelScope(shield=True):
-                    await self.leases.hand_back(set(self._jobs), self._handed_back)
+                    try:
+                        await self.leases.hand_back(set(self._jobs), self._handed_back)
+                    except StoreError as exc:
+                        logger.warning(
+                            "Handing tasks back at shutdown failed (%s); their "
+                            "leases run out and recovery takes them",
+                            exc,
+                        )
+
+    async def _open_then_start(self, group: TaskGroup) -> None:
+        """Degraded start: open the store with backoff, then start the loops."""
+
+        async def open_store() -> None:
+            await self.store.open()
+
+        logger.warning("Task store unreachable at startup; retrying until it answers")
+        await retry_store(open_store, cap=10.0)
+        self.opened = True
+        self.health.opened = True
+        self.health.store_ok()
+        logger.warning("Task store opened; the task engine is running")
+        await self._start_loops(group)
+
+    async def _start_loops(self, group: TaskGroup) -> None:
+        health, leases = self.health, self.leases
+        group.start_soon(keep_running, "feed", self.watcher.follow, health)
+        group.start_soon(periodic, "sweeper", self._sweep_once, health, self._sweep_wait)
+        group.start_soon(periodic, "heartbeat", leases.renew_held, health, leases.heartbeat_wait)
+        if self.store.durable:
+            group.start_soon(periodic, "recovery", leases.scan, health, leases.scan_wait)
+            if self.concurrency:
+                group.start_soon(
+                    periodic, "queue", leases.take_queued, health, self.watcher.queue_wait
+                )
+        with anyio.move_on_after(5):  # a cancel right after creation is heard at once
+            await self.watcher.subscribed.wait()
 
     # --- dispatch ------------------------------------------------------------------
 
@@ -220,15 +293,14 @@ class TaskRunner:
         turn is long, so jobs that can start now are started without waiting.
         """
         assert self._group is not None
-        async with self._receive:
+        while True:
+            job = await self._receive.receive()
             while True:
-                job = await self._receive.receive()
-                while True:
-                    await self._start(job)
-                    try:
-                        job = self._receive.receive_nowait()
-                    except anyio.WouldBlock:
-                        break
+                await self._start(job)
+                try:
+                    job = self._receive.receive_nowait()
+                except anyio.WouldBlock:
+                    break
 
     async def _start(self, job: Job) -> None:
         assert self._group is not None
@@ -278,67 +350,31 @@ class TaskRunner:
                     finally:
                         _current_task.reset(token)
             except Exception:
-                logger.exception("Task %s (%s) crashed in the task engine", job.task_id, job.name)
+                logger.exception(
+                    "Task %s (%s) crashed in the task engine", shown_id(job.task_id), job.name
+                )
                 failure = interrupted("the task engine failed while running the tool")
             finally:
                 self._running -= 1
                 self._slots.release()
                 if not self._running:
                     self._idle.set()
+                self.watcher.slot_freed()
+                self._pending[job.task_id] = "recording"
                 self._jobs.pop(job.task_id, None)
                 with anyio.CancelScope(shield=True):
-                    status = await self._finish(job, outcome, failure)
+                    try:
+                        status = await self.outcomes.finish(job, outcome, failure)
+                    finally:
+                        self._pending.pop(job.task_id, None)
                 span.set_attribute("mcp.task.status", status)
                 observability.duration.record(
                     time.perf_counter() - started, {"tool": job.name, "status": status}
                 )
 
-    async def _finish(
-        self, job: Job, outcome: Outcome | None, failure: dict[str, Any] | None
-    ) -> str:
-        """Record how the run ended; the status recorded ("handed back" if none)."""
-        store, task_id = self.store, job.task_id
-        if outcome is None and failure is None:
-            if job.cancel_requested:
-                return await self._record(job, "cancelled", status_message=CANCELLED_MESSAGE)
-            if store.durable:  # another process, or the next start, recovers it
-                self._handed_back.add(task_id)
-                return "handed back"
-            failure = interrupted("the server shut down while the task was running")
-        if failure is not None:
-            return await self._record(
-                job, "failed", error=failure, status_message=failure["message"]
-            )
-        if outcome is not None and outcome.status == "failed":
-            error = outcome.error or {}
-            message = str(error.get("message", ""))
-            return await self._record(job, "failed", error=error, status_message=message)
-        assert outcome is not None
-        if (over := self.limits.over("max_result_bytes", outcome.result)) is not None:
-            error = result_too_large(over[1], over[0])
-            return await self._record(job, "failed", error=error, status_message=error["message"])
-        return await self._record(job, "completed", result=outcome.result)
+    # --- cancel requests (heard by the watcher) -------------------------------
 
-    async def _record(self, job: Job, status: Any, **fields: Any) -> str:
-        applied = await self.store.transition(job.task_id, status, **fields)
-        if applied is None:  # another ending won the race (C21): report what it is
-            current = await self.store.get(job.task_id)
-            return current.status if current is not None else "gone"
-        observability.transition(job.task_id, job.name, status, job.attempt)
-        return str(status)
-
-    # --- the change feed: cancel requests and input answers ------------------
-
-    async def _watch_changes(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
-        async with self.store.changes(kinds=frozenset({"cancel_requested", "answered"})) as feed:
-            task_status.started()
-            async for change in feed:
-                if change.kind == "cancel_requested":
-                    await self._cancel(change.task_id)
-                elif change.kind == "answered":
-                    await self.inputs.answered(change.task_id, change.details.get("keys", []))
-
-    async def _cancel(self, task_id: str) -> None:
+    async def cancel(self, task_id: str) -> None:
         job = self._jobs.get(task_id)
         if job is None or job.cancel_requested:
             return
@@ -349,17 +385,18 @@ class TaskRunner:
         self._waiting -= 1
         observability.queued.add(-1)
         self._jobs.pop(task_id, None)
-        await self._record(job, "cancelled", status_message=CANCELLED_BEFORE_START)
+        self._pending[task_id] = "cancelled"
+        try:
+            await self.outcomes.record(job, "cancelled", status_message=CANCELLED_BEFORE_START)
+        finally:
+            self._pending.pop(task_id, None)
 
     # --- retention -----------------------------------------------------------------
 
-    async def _sweep(self) -> None:
-        while True:
-            await anyio.sleep(self.sweep_interval)
-            try:
-                removed = await self.store.purge_expired(time.time())
-            except Exception:
-                logger.exception("Purging expired tasks failed; will retry")
-                continue
-            if removed:
-                logger.debug("Purged %d expired tasks", removed)
+    async def _sweep_once(self) -> None:
+        removed = await self.store.purge_expired(time.time())
+        if removed:
+            logger.debug("Purged %d expired tasks", removed)
+
+    async def _sweep_wait(self) -> None:
+        await anyio.sleep(self.sweep_interval)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
@@ -14,10 +15,12 @@ from fastmcp_tasks.stores import SCHEMES
 def test_public_names_are_pinned() -> None:
     assert sorted(fastmcp_tasks.__all__) == [
         "ConfigurationError",
+        "EngineHealth",
         "Limits",
         "MemoryTaskStore",
         "Progress",
         "SQLiteTaskStore",
+        "StoreError",
         "TASKS_EXTENSION_ID",
         "TaskLimitExceeded",
         "TaskLog",
@@ -86,3 +89,18 @@ def test_task_ids_are_unguessable_and_never_look_like_options() -> None:
     ids = {new_task_id() for _ in range(5000)}
     assert len(ids) == 5000
     assert not any(task_id.startswith("-") for task_id in ids)
+
+
+def test_new_options_are_validated() -> None:
+    with pytest.raises(ConfigurationError, match="startup must be one of"):
+        TasksExtension(startup="later")
+    with pytest.raises(ConfigurationError, match="store_timeout must be positive"):
+        TasksExtension(store_timeout=timedelta(0))
+    assert TasksExtension().shutdown_grace == 0  # memory: nothing survives a shutdown anyway
+    assert TasksExtension(shutdown_grace=timedelta(seconds=2)).shutdown_grace == 2
+
+
+def test_a_durable_store_lets_running_tasks_finish_for_30_seconds(tmp_path: Path) -> None:
+    extension = TasksExtension(f"sqlite:///{tmp_path}/tasks.db")
+    assert extension.shutdown_grace == 30.0  # the same default as `fastmcp-tasks worker`
+    assert extension.health().status == "stopped"  # the lifespan has not started
