@@ -14,10 +14,19 @@ settings.
   and `fastmcp_tasks.tasks.parked` (waiting for a slot, waiting for input).
 - Logger `fastmcp_tasks.transitions`: one INFO line per status change, with
   `task_id`, `tool`, `status` and `attempt` as record attributes.
+
+Task ids in logs and spans. On a server without authentication a task id is the
+bearer credential of its task (SECURITY.md), and logs travel further than the
+id should. There every log line and span attribute of this package carries
+`shown_id(task_id)`: a short fingerprint (`#` and 12 hex digits of SHA-256, not
+reversible) that still tells tasks apart and can be matched to an id the
+operator has (`fingerprint(id)`). With authentication on (the extension sees
+`server.auth`), where a task id alone grants nothing, the full id is logged.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -45,11 +54,30 @@ parked = _meter.create_up_down_counter(
 )
 
 
+_full_ids = False
+
+
+def log_full_ids(enabled: bool) -> None:
+    """Whether logs and spans carry full task ids (authenticated servers) or fingerprints."""
+    global _full_ids
+    _full_ids = enabled
+
+
+def fingerprint(task_id: str) -> str:
+    """A short, non-reversible stand-in for a task id in logs: `#` + 12 hex digits."""
+    return "#" + hashlib.sha256(task_id.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+
+
+def shown_id(task_id: str) -> str:
+    """The task id as logs and spans show it (see the module docstring)."""
+    return task_id if _full_ids else fingerprint(task_id)
+
+
 @contextmanager
 def task_span(task_id: str, tool: str, attempt: int) -> Iterator[Span]:
     """The span of one run of a task."""
     attributes: dict[str, Any] = {
-        "mcp.task.id": task_id,
+        "mcp.task.id": shown_id(task_id),
         "mcp.tool.name": tool,
         "mcp.task.attempt": attempt,
     }
@@ -59,12 +87,13 @@ def task_span(task_id: str, tool: str, attempt: int) -> Iterator[Span]:
 
 def transition(task_id: str, tool: str, status: str, attempt: int = 1, **details: Any) -> None:
     """Record one status change: the log line, and `finished` for terminal ones."""
+    shown = shown_id(task_id)
     transition_logger.info(
         "task %s (%s) -> %s",
-        task_id,
+        shown,
         tool,
         status,
-        extra={"task_id": task_id, "tool": tool, "status": status, "attempt": attempt, **details},
+        extra={"task_id": shown, "tool": tool, "status": status, "attempt": attempt, **details},
     )
     if status in ("completed", "failed", "cancelled"):
         finished.add(1, {"status": status, "tool": tool})

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import logging
+
 import anyio
 import httpx
 import pytest
 from fastmcp import FastMCP
 from fastmcp.server.auth.providers.jwt import StaticTokenVerifier
 
-from fastmcp_tasks import TasksExtension
+from fastmcp_tasks import TasksExtension, ownership
+from fastmcp_tasks.observability import fingerprint
+from fastmcp_tasks.wire import TASKS_EXTENSION_ID
 from tests.test_listen import _listen_params, http_listen
 from tests.wire import WireError, http_server, http_wire_for
 
@@ -78,3 +82,45 @@ async def test_unauthenticated_requests_are_refused_by_the_auth_layer() -> None:
             headers={"Accept": "application/json, text/event-stream"},
         )
     assert response.status_code == 401
+
+
+async def test_an_authenticated_server_logs_full_task_ids(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="fastmcp_tasks.transitions")
+    mcp, release = authed_server()
+    async with http_server(mcp) as url, http_wire_for(url) as wire:
+        created = await wire.call_tool("private_job", headers=as_user("alice-token"))
+        release.set()
+        with anyio.fail_after(10):
+            await wire.wait(created["taskId"], headers=as_user("alice-token"))
+    shown = [r.task_id for r in caplog.records if r.name == "fastmcp_tasks.transitions"]
+    assert created["taskId"] in shown  # an id alone grants nothing here: logged in full
+    assert fingerprint(created["taskId"]) not in shown
+
+
+async def test_an_unidentifiable_caller_creates_no_task(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail closed: an auth layer that cannot say who is calling gets a refusal, never an
+    unowned task (which anyone holding its id could read)."""
+    mcp, release = authed_server()
+    release.set()
+    extension = mcp._extensions[TASKS_EXTENSION_ID]
+    created: list[str] = []
+    original = extension._store.create
+
+    async def counting_create(record, *, caps=None):  # type: ignore[no-untyped-def]
+        created.append(record.task_id)
+        await original(record, caps=caps)
+
+    monkeypatch.setattr(extension._store, "create", counting_create)
+
+    def broken_token() -> None:
+        raise RuntimeError("the token introspection endpoint is down")
+
+    monkeypatch.setattr(ownership, "get_access_token", broken_token)
+    async with http_server(mcp) as url, http_wire_for(url) as wire:
+        with pytest.raises(WireError) as refused:
+            await wire.call_tool("private_job", headers=as_user("alice-token"))
+        assert refused.value.code == -32603
+        assert refused.value.message == ownership.UNKNOWN_PRINCIPAL
+        assert created == []

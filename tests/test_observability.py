@@ -12,6 +12,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from fastmcp_tasks.observability import fingerprint
 from tests.servers import make_server
 from tests.wire import connect
 
@@ -53,12 +54,14 @@ async def test_task_runs_are_spans_metrics_and_log_lines(
         await wire.wait(failed["taskId"])
     task_spans = [s for s in SPANS.get_finished_spans() if s.name.startswith("task ")]
     by_id = {s.attributes["mcp.task.id"]: s for s in task_spans}
-    span = by_id[created["taskId"]]
+    # no authentication: the id is the task's credential, so only its fingerprint is shown
+    assert created["taskId"] not in by_id
+    span = by_id[fingerprint(created["taskId"])]
     assert span.name == "task echo"
     assert span.attributes["mcp.tool.name"] == "echo"
     assert span.attributes["mcp.task.attempt"] == 1
     assert span.attributes["mcp.task.status"] == "completed"
-    assert by_id[failed["taskId"]].attributes["mcp.task.status"] == "failed"
+    assert by_id[fingerprint(failed["taskId"])].attributes["mcp.task.status"] == "failed"
     finished = {
         p.attributes["status"]: p.value
         for p in metric_points("fastmcp_tasks.tasks.finished")
@@ -69,5 +72,8 @@ async def test_task_runs_are_spans_metrics_and_log_lines(
     assert sum(p.value for p in made if p.attributes["tool"] in ("echo", "protocol_error")) >= 2
     assert metric_points("fastmcp_tasks.task.duration")
     lines = [r for r in caplog.records if r.name == "fastmcp_tasks.transitions"]
-    mine = [(r.status, r.task_id) for r in lines if r.task_id == created["taskId"]]
-    assert mine == [("working", created["taskId"]), ("completed", created["taskId"])]
+    shown = fingerprint(created["taskId"])
+    mine = [(r.status, r.task_id) for r in lines if r.task_id == shown]
+    assert mine == [("working", shown), ("completed", shown)]
+    assert not any(created["taskId"] in r.getMessage() for r in caplog.records)
+    assert len(shown) == 13 and shown != fingerprint(failed["taskId"])
