@@ -12,14 +12,15 @@ async def render(pages: int) -> str: ...
 
 from __future__ import annotations
 
-from fastmcp_tasks.client import register_transparent_client
+from fastmcp_tasks.client.extension import register_transparent_client
+from fastmcp_tasks.client.handles import ToolTask, call_tool_task
+from fastmcp_tasks.client.tasklog import TaskLog
 from fastmcp_tasks.errors import ConfigurationError, StoreError, TaskLimitExceeded, TasksError
-from fastmcp_tasks.extension import TasksExtension
-from fastmcp_tasks.handles import ToolTask, call_tool_task
-from fastmcp_tasks.health import EngineHealth
-from fastmcp_tasks.limits import Limits
-from fastmcp_tasks.options import task_options
-from fastmcp_tasks.progress import Progress
+from fastmcp_tasks.server.engine.progress import Progress
+from fastmcp_tasks.server.extension import TasksExtension
+from fastmcp_tasks.server.health import EngineHealth
+from fastmcp_tasks.server.limits import Limits
+from fastmcp_tasks.server.options import task_options
 from fastmcp_tasks.stores import (
     MemoryTaskStore,
     SQLiteTaskStore,
@@ -27,8 +28,7 @@ from fastmcp_tasks.stores import (
     TaskStore,
     store_from_url,
 )
-from fastmcp_tasks.tasklog import TaskLog
-from fastmcp_tasks.wire import TASKS_EXTENSION_ID
+from fastmcp_tasks.wire.names import TASKS_EXTENSION_ID
 
 __version__ = "0.1.0.dev0"
 

@@ -32,7 +32,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 from mcp_types.jsonrpc import HEADER_MISMATCH, MISSING_REQUIRED_CLIENT_CAPABILITY
 
-from fastmcp_tasks.wire import TASKS_EXTENSION_ID
+from fastmcp_tasks.wire.names import TASKS_EXTENSION_ID
 
 #: Implementation-defined server error (JSON-RPC reserves -32000..-32099 for these).
 LIMIT_EXCEEDED = -32000

@@ -10,8 +10,9 @@ import pytest
 from fastmcp import FastMCP
 from fastmcp.server.auth.providers.jwt import StaticTokenVerifier
 
-from fastmcp_tasks import TasksExtension, ownership
-from fastmcp_tasks.observability import fingerprint
+from fastmcp_tasks import TasksExtension
+from fastmcp_tasks.server import ownership
+from fastmcp_tasks.server.observability import fingerprint
 from fastmcp_tasks.wire import TASKS_EXTENSION_ID
 from tests.test_listen import _listen_params, http_listen
 from tests.wire import WireError, http_server, http_wire_for

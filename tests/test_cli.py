@@ -26,8 +26,8 @@ from fastmcp.server.auth.providers.jwt import StaticTokenVerifier
 from fastmcp.utilities.tasks import TaskConfig
 
 from fastmcp_tasks import TasksExtension
-from fastmcp_tasks.cli_target import parse_arguments
-from fastmcp_tasks.handles import ToolTask, call_tool_task
+from fastmcp_tasks.cli.target import parse_arguments
+from fastmcp_tasks.client.handles import ToolTask, call_tool_task
 from tests.test_auth import TOKENS
 from tests.test_durability import Server, release, started_in
 from tests.wire import http_server

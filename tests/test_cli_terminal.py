@@ -268,7 +268,7 @@ async def test_ctrl_c_in_memory_cancels_without_asking(
 
 
 def test_a_count_or_a_percentage_in_the_message_makes_a_bar() -> None:
-    from fastmcp_tasks.cli_terminal import elapsed_text, known_total
+    from fastmcp_tasks.cli.terminal import elapsed_text, known_total
 
     assert known_total("Rendering page 3/5") == (3.0, 5.0)
     assert known_total("40% done") == (40.0, 100.0)

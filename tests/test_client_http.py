@@ -20,8 +20,8 @@ from fastmcp.client.transports import StreamableHttpTransport
 from mcp.shared.exceptions import MCPError
 
 from fastmcp_tasks.client import TasksClientExtension
+from fastmcp_tasks.client.watch import RetryPolicy, get_task_state
 from fastmcp_tasks.client_http import RetryingTransport, TasksHttpTransport, tasks_http_client
-from fastmcp_tasks.client_poll import RetryPolicy, get_task_state
 from tests.servers import napping
 from tests.wire import http_server
 

@@ -22,7 +22,7 @@ from mcp_types import CallToolResult
 
 from fastmcp_tasks import TasksExtension
 from fastmcp_tasks.client import TasksClientExtension
-from fastmcp_tasks.handles import call_tool_task
+from fastmcp_tasks.client.handles import call_tool_task
 from tests.wire import free_port
 
 pytestmark = pytest.mark.anyio

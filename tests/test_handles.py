@@ -18,8 +18,8 @@ from fastmcp.utilities.tasks import TaskConfig
 from mcp.shared.exceptions import MCPError
 
 from fastmcp_tasks import TasksExtension
-from fastmcp_tasks.handles import ToolTask, call_tool_task
-from fastmcp_tasks.tasklog import TaskLog
+from fastmcp_tasks.client.handles import ToolTask, call_tool_task
+from fastmcp_tasks.client.tasklog import TaskLog
 from tests.test_durability import release, servers, started_in
 from tests.wire import http_server
 
@@ -197,7 +197,7 @@ async def test_resume_from_a_second_client() -> None:
 RESUME_SCRIPT = """
 import sys, anyio
 from fastmcp import Client
-from fastmcp_tasks.handles import ToolTask
+from fastmcp_tasks.client.handles import ToolTask
 
 async def main() -> None:
     async with Client(sys.argv[1]) as client:
@@ -255,8 +255,8 @@ async def test_call_tool_task_logs_until_terminal(tmp_path: Path) -> None:
 CRASH_SCRIPT = """
 import os, sys, anyio
 from fastmcp import Client
-from fastmcp_tasks.handles import call_tool_task
-from fastmcp_tasks.tasklog import TaskLog
+from fastmcp_tasks.client.handles import call_tool_task
+from fastmcp_tasks.client.tasklog import TaskLog
 
 async def main() -> None:
     async with Client(sys.argv[1]) as client:
@@ -270,8 +270,8 @@ anyio.run(main)
 RECOVER_SCRIPT = """
 import sys, anyio
 from fastmcp import Client
-from fastmcp_tasks.handles import ToolTask
-from fastmcp_tasks.tasklog import TaskLog
+from fastmcp_tasks.client.handles import ToolTask
+from fastmcp_tasks.client.tasklog import TaskLog
 
 async def main() -> None:
     log = TaskLog(sys.argv[1])

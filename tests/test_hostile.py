@@ -44,7 +44,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import encode_header_value
 from pydantic import Field
 
-from fastmcp_tasks.listen import METHOD_LISTEN
+from fastmcp_tasks.wire.names import METHOD_LISTEN
 from tests.servers import make_server
 from tests.test_store_contract import STORE_FACTORIES
 from tests.wire import MODERN, TASKS, http_server, validate, validate_result

@@ -79,6 +79,6 @@ async def test_a_result_over_the_cap_fails_the_task(transport: str) -> None:
 
 
 async def test_sizes_of_hostile_text_are_measured_not_crashed_on() -> None:
-    from fastmcp_tasks.limits import json_size
+    from fastmcp_tasks.server.limits import json_size
 
     assert json_size({"\ud800": None}) > 0  # a lone surrogate, as a hostile client may send

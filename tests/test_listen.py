@@ -27,7 +27,7 @@ from mcp_types import NotificationParams
 from pydantic import ConfigDict
 
 from fastmcp_tasks import Progress, TasksExtension
-from fastmcp_tasks.listen import METHOD_LISTEN
+from fastmcp_tasks.wire.names import METHOD_LISTEN
 from tests.wire import MODERN, TASKS, WireError, connect, http_server, validate
 
 pytestmark = pytest.mark.anyio

@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from fastmcp_tasks.observability import fingerprint
+from fastmcp_tasks.server.observability import fingerprint
 from tests.servers import make_server
 from tests.wire import connect
 

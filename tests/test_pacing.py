@@ -10,7 +10,7 @@ from fastmcp import Client
 from fastmcp.utilities.tasks import TaskConfig
 
 from fastmcp_tasks import Limits
-from fastmcp_tasks.pacing import PollPacer
+from fastmcp_tasks.server.pacing import PollPacer
 from tests.servers import make_server
 from tests.wire import WireError, connect
 

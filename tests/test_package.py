@@ -83,7 +83,7 @@ def test_bad_configuration_is_a_clear_value_error(kwargs: dict) -> None:
 
 
 def test_task_ids_are_unguessable_and_never_look_like_options() -> None:
-    from fastmcp_tasks.extension import TASK_ID_BYTES, new_task_id
+    from fastmcp_tasks.server.extension import TASK_ID_BYTES, new_task_id
 
     assert TASK_ID_BYTES * 8 >= 128
     ids = {new_task_id() for _ in range(5000)}
@@ -104,3 +104,133 @@ def test_a_durable_store_lets_running_tasks_finish_for_30_seconds(tmp_path: Path
     extension = TasksExtension(f"sqlite:///{tmp_path}/tasks.db")
     assert extension.shutdown_grace == 30.0  # the same default as `fastmcp-tasks worker`
     assert extension.health().status == "stopped"  # the lifespan has not started
+
+
+#: Public import paths -> (name -> the module that owns it since the reorganisation).
+PUBLIC_PATHS: dict[str, dict[str, str]] = {
+    "fastmcp_tasks": {
+        "TASKS_EXTENSION_ID": "fastmcp_tasks.wire.names",
+        "ConfigurationError": "fastmcp_tasks.errors",
+        "EngineHealth": "fastmcp_tasks.server.health",
+        "Limits": "fastmcp_tasks.server.limits",
+        "MemoryTaskStore": "fastmcp_tasks.stores.memory",
+        "Progress": "fastmcp_tasks.server.engine.progress",
+        "SQLiteTaskStore": "fastmcp_tasks.stores.sqlite.store",
+        "StoreError": "fastmcp_tasks.errors",
+        "TaskLimitExceeded": "fastmcp_tasks.errors",
+        "TaskLog": "fastmcp_tasks.client.tasklog",
+        "TaskRecord": "fastmcp_tasks.stores.base",
+        "TaskStore": "fastmcp_tasks.stores.base",
+        "TasksError": "fastmcp_tasks.errors",
+        "TasksExtension": "fastmcp_tasks.server.extension",
+        "ToolTask": "fastmcp_tasks.client.handles",
+        "call_tool_task": "fastmcp_tasks.client.handles",
+        "store_from_url": "fastmcp_tasks.stores",
+        "task_options": "fastmcp_tasks.server.options",
+    },
+    "fastmcp_tasks.client": {
+        "DEFAULT_POLL_SECONDS": "fastmcp_tasks.client.watch",
+        "LISTEN_TIMEOUT": "fastmcp_tasks.client.watch",
+        "SAFETY_POLL": "fastmcp_tasks.client.watch",
+        "CancelTaskRequest": "fastmcp_tasks.wire.models",
+        "GetTaskRequest": "fastmcp_tasks.wire.models",
+        "InputHandler": "fastmcp_tasks.client.extension",
+        "StatusCallback": "fastmcp_tasks.client.extension",
+        "TaskState": "fastmcp_tasks.wire.models",
+        "TasksClientExtension": "fastmcp_tasks.client.extension",
+        "UpdateTaskRequest": "fastmcp_tasks.wire.models",
+        "register_transparent_client": "fastmcp_tasks.client.extension",
+        "task_outcome": "fastmcp_tasks.client.extension",
+    },
+    "fastmcp_tasks.client_http": {
+        "RETRY_SAFE_METHODS": "fastmcp_tasks.client.http",
+        "RetryingTransport": "fastmcp_tasks.client.http",
+        "TasksHttpTransport": "fastmcp_tasks.client.http",
+        "tasks_http_client": "fastmcp_tasks.client.http",
+    },
+    "fastmcp_tasks.stores": {
+        "SCHEMES": "fastmcp_tasks.stores",
+        "MemoryTaskStore": "fastmcp_tasks.stores.memory",
+        "SQLiteTaskStore": "fastmcp_tasks.stores.sqlite.store",
+        "TaskChange": "fastmcp_tasks.stores.base",
+        "TaskRecord": "fastmcp_tasks.stores.base",
+        "TaskStore": "fastmcp_tasks.stores.base",
+        "store_from_url": "fastmcp_tasks.stores",
+    },
+    "fastmcp_tasks.stores.sqlite": {
+        "SQLiteTaskStore": "fastmcp_tasks.stores.sqlite.store",
+        "path_from_url": "fastmcp_tasks.stores.sqlite.schema",
+    },
+    "fastmcp_tasks.stores.redis": {"RedisTaskStore": "fastmcp_tasks.stores.redis.store"},
+    "fastmcp_tasks.stores.base": {
+        "TaskRecord": "fastmcp_tasks.stores.base",
+        "TaskStore": "fastmcp_tasks.stores.base",
+        "TaskChange": "fastmcp_tasks.stores.base",
+    },
+    "fastmcp_tasks.stores.listing": {"ListableTaskStore": "fastmcp_tasks.stores.listing"},
+    "fastmcp_tasks.wire": {
+        "TASKS_EXTENSION_ID": "fastmcp_tasks.wire.names",
+        "TaskIdParams": "fastmcp_tasks.wire.models",
+        "CreateTaskResult": "fastmcp_tasks.wire.models",
+        "render_task": "fastmcp_tasks.wire.render",
+        "could_be_task_id": "fastmcp_tasks.wire.render",
+    },
+    "fastmcp_tasks.cli": {"main": "fastmcp_tasks.cli"},
+}
+
+
+@pytest.mark.parametrize("path", sorted(PUBLIC_PATHS))
+def test_public_import_paths_keep_their_objects(path: str) -> None:
+    """Every public path still imports the very object its owning module defines."""
+    import importlib
+
+    public = importlib.import_module(path)
+    exported = getattr(public, "__all__", None)
+    if exported is not None and path != "fastmcp_tasks.stores.base":
+        assert set(PUBLIC_PATHS[path]) <= set(exported)
+    for name, owner in PUBLIC_PATHS[path].items():
+        assert getattr(public, name) is getattr(importlib.import_module(owner), name), name
+    if path == "fastmcp_tasks":
+        assert set(PUBLIC_PATHS[path]) | {"__version__"} == set(fastmcp_tasks.__all__)
+    if path == "fastmcp_tasks.client":
+        assert set(PUBLIC_PATHS[path]) == set(public.__all__)
+
+
+def test_the_console_script_entry_point_resolves() -> None:
+    import tomllib
+
+    from fastmcp_tasks.cli import main
+
+    pyproject = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
+    target = pyproject["project"]["scripts"]["fastmcp-tasks"]
+    assert target == "fastmcp_tasks.cli:main"
+    assert callable(main)
+
+
+#: Every logger name the package uses; operators filter on them, so they never move.
+LOGGER_NAMES = {
+    "fastmcp_tasks.execution",
+    "fastmcp_tasks.health",
+    "fastmcp_tasks.listen",
+    "fastmcp_tasks.ownership",
+    "fastmcp_tasks.progress",
+    "fastmcp_tasks.recovery",
+    "fastmcp_tasks.runner",
+    "fastmcp_tasks.stores.redis",
+    "fastmcp_tasks.stores.sqlite",
+    "fastmcp_tasks.tool",
+    "fastmcp_tasks.transitions",
+    "fastmcp_tasks.validation",
+}
+
+
+def test_logger_names_are_kept() -> None:
+    import re
+
+    root = Path(__file__).parent.parent / "fastmcp_tasks"
+    found = {
+        name
+        for path in root.rglob("*.py")
+        for name in re.findall(r'getLogger\(\s*"([^"]+)"\s*\)', path.read_text())
+    }
+    assert found == LOGGER_NAMES

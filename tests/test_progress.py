@@ -10,8 +10,11 @@ from fastmcp import Context, FastMCP
 from fastmcp.dependencies import Progress as CoreProgress
 
 from fastmcp_tasks import Progress, TasksExtension
-from fastmcp_tasks.observability import fingerprint
-from fastmcp_tasks.progress import core_progress_adapted, install_core_progress_adapter
+from fastmcp_tasks.server.engine.progress import (
+    core_progress_adapted,
+    install_core_progress_adapter,
+)
+from fastmcp_tasks.server.observability import fingerprint
 from tests.servers import make_server
 from tests.wire import connect
 

@@ -29,7 +29,7 @@ import redis.asyncio as aioredis
 
 from fastmcp_tasks.errors import StoreError
 from fastmcp_tasks.stores.redis import RedisTaskStore
-from fastmcp_tasks.stores.redis_scripts import SCRIPTS
+from fastmcp_tasks.stores.redis.scripts import SCRIPTS
 from tests.private_servers import PrivateRedis, blackhole_proxy
 from tests.test_redis_store import pair, raw
 from tests.test_store_contract import REDIS_URL, record, redis_store

@@ -24,7 +24,7 @@ from fastmcp_tasks.errors import ConfigurationError
 from fastmcp_tasks.stores import store_from_url
 from fastmcp_tasks.stores.base import TaskChange, active_leases
 from fastmcp_tasks.stores.redis import RedisTaskStore
-from fastmcp_tasks.stores.redis_feed import BATCH
+from fastmcp_tasks.stores.redis.feed import BATCH
 from tests.test_store_contract import REDIS_URL, record, redis_store
 
 pytestmark = pytest.mark.anyio

@@ -30,10 +30,10 @@ import anyio.to_thread
 import pytest
 
 from fastmcp_tasks.errors import StoreError
-from fastmcp_tasks.stores import sqlite_schema
 from fastmcp_tasks.stores.base import TaskChange, TaskRecord
 from fastmcp_tasks.stores.sqlite import SQLiteTaskStore
-from fastmcp_tasks.stores.sqlite_feed import ChangeReader, Feed
+from fastmcp_tasks.stores.sqlite import schema as sqlite_schema
+from fastmcp_tasks.stores.sqlite.feed import ChangeReader, Feed
 from tests.test_sqlite_store import next_change, opened, record, rows
 
 pytestmark = pytest.mark.anyio

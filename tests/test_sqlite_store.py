@@ -25,7 +25,7 @@ from fastmcp_tasks import TaskRecord, store_from_url
 from fastmcp_tasks.errors import ConfigurationError, StoreError
 from fastmcp_tasks.stores.base import TaskChange
 from fastmcp_tasks.stores.sqlite import SQLiteTaskStore
-from fastmcp_tasks.stores.sqlite_schema import (
+from fastmcp_tasks.stores.sqlite.schema import (
     APPLICATION_ID,
     COLUMNS,
     MIGRATIONS,

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from fastmcp_tasks import TaskRecord
-from fastmcp_tasks.stores import redis_listing
 from fastmcp_tasks.stores.listing import ListableTaskStore, page_key
+from fastmcp_tasks.stores.redis import listing as redis_listing
 from fastmcp_tasks.stores.sqlite import SQLiteTaskStore
-from fastmcp_tasks.stores.sqlite_schema import (
+from fastmcp_tasks.stores.sqlite.schema import (
     APPLICATION_ID,
     COLUMNS,
     MIGRATIONS,

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 from fastmcp_tasks.errors import ConfigurationError
 from fastmcp_tasks.stores.base import TaskChange, TaskRecord, TaskStore
 from fastmcp_tasks.stores.memory import MemoryTaskStore
-from fastmcp_tasks.stores.sqlite import SQLiteTaskStore, path_from_url
+from fastmcp_tasks.stores.sqlite.store import SQLiteTaskStore, path_from_url
 
 
 def _memory(url: str, options: dict[str, Any]) -> TaskStore:
@@ -32,7 +32,7 @@ def _sqlite(url: str, options: dict[str, Any]) -> TaskStore:
 
 def _redis(url: str, options: dict[str, Any]) -> TaskStore:
     try:  # imported here: `redis` is an optional dependency (the `redis` extra)
-        from fastmcp_tasks.stores.redis import RedisTaskStore
+        from fastmcp_tasks.stores.redis.store import RedisTaskStore
     except ImportError as exc:
         if (exc.name or "").partition(".")[0] != "redis":
             raise

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from fastmcp_tasks.errors import TaskLimitExceeded
-from fastmcp_tasks.wire import ACTIVE_STATUSES, TERMINAL_STATUSES, TaskStatus
+from fastmcp_tasks.wire.names import ACTIVE_STATUSES, TERMINAL_STATUSES, TaskStatus
 
 #: The edges of the SEP-2663 state machine (C21).
 ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {

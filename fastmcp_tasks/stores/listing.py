@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Protocol, runtime_checkable
 
 from fastmcp_tasks.stores.base import TaskRecord, TaskStore
-from fastmcp_tasks.wire import ACTIVE_STATUSES, TERMINAL_STATUSES
+from fastmcp_tasks.wire.names import ACTIVE_STATUSES, TERMINAL_STATUSES
 
 #: Every task status, the default of a listing.
 ALL_STATUSES: frozenset[str] = ACTIVE_STATUSES | TERMINAL_STATUSES

@@ -35,7 +35,7 @@ from fastmcp_tasks.stores.base import (
     storable_text,
 )
 from fastmcp_tasks.stores.listing import PageKey, check_listing, page_key, selected
-from fastmcp_tasks.wire import ACTIVE_STATUSES, TERMINAL_STATUSES, TaskStatus
+from fastmcp_tasks.wire.names import ACTIVE_STATUSES, TERMINAL_STATUSES, TaskStatus
 
 DEFAULT_MAX_TASKS = 100_000
 

@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from fastmcp_tasks.stores.base import TaskRecord, storable_text
-from fastmcp_tasks.wire import ACTIVE_STATUSES
+from fastmcp_tasks.wire.names import ACTIVE_STATUSES
 
 
 def park(record: TaskRecord, requests: dict[str, Any], status_message: str | None) -> bool:

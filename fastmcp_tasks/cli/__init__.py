@@ -1,0 +1,63 @@
+"""The `fastmcp-tasks` command line (also `python -m fastmcp_tasks`).
+
+    fastmcp-tasks worker path/to/server.py[:object] [--concurrency N] [--grace SECONDS]
+    fastmcp-tasks call SERVER TOOL [key=value ...] [--timeout SECONDS]   (SERVER: URL or server.py)
+    fastmcp-tasks get SERVER TASK_ID
+    fastmcp-tasks wait SERVER TASK_ID [--timeout SECONDS]
+    fastmcp-tasks cancel SERVER TASK_ID
+    fastmcp-tasks ls|show TASK_ID|purge --older-than AGE [--url STORE_URL]
+
+`worker` runs a server's task tools without serving MCP: it enters the server's
+lifespan, so its `TasksExtension` takes queued tasks from the shared store
+(those of `concurrency=0` front ends, and recovered ones) and runs them. The
+store URL is the extension's (`url=...` or `FASTMCP_TASKS_URL`); `memory://`
+is refused, since no other process could see its tasks. SIGTERM or SIGINT
+stops taking work, lets running tasks finish for `--grace` seconds, then
+hands the rest back to the store (`cli.worker`).
+
+The client commands (`call`, `get`, `wait`, `cancel`) live in `cli.client`: SERVER
+is a Streamable HTTP URL or a `path/to/server.py[:object]` run in memory. `call`
+follows the task live, asks in the terminal for its input, and on Ctrl-C offers to
+cancel the task or detach from it.
+
+The operator commands (`ls`, `show`, `purge`) live in `cli.operator`: they open a
+shared store by its URL to list tasks, print one, or delete old finished ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import anyio
+
+from fastmcp_tasks.cli.client import add_client_commands, run_client_command
+from fastmcp_tasks.cli.common import load_server
+from fastmcp_tasks.cli.operator import COMMANDS as OPERATOR_COMMANDS
+from fastmcp_tasks.cli.operator import add_operator_commands, run_operator_command
+from fastmcp_tasks.cli.worker import run_worker
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the `fastmcp-tasks` command line with `argv` (default: `sys.argv[1:]`)."""
+    parser = argparse.ArgumentParser(prog="fastmcp-tasks", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    add_client_commands(commands)
+    add_operator_commands(commands)
+    worker = commands.add_parser("worker", help="run a server's task tools for a shared store")
+    worker.add_argument("server", help="path/to/server.py[:object]")
+    worker.add_argument("--concurrency", type=int, default=None, help="tasks at once")
+    worker.add_argument(
+        "--grace", type=float, default=30.0, help="seconds running tasks may finish at shutdown"
+    )
+    args = parser.parse_args(argv)
+    if args.command == "worker":
+        server = load_server(args.server)
+        anyio.run(run_worker, server, args.concurrency, args.grace)
+    elif args.command in OPERATOR_COMMANDS:
+        raise SystemExit(run_operator_command(args))
+    else:
+        raise SystemExit(run_client_command(args))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,392 @@
+"""The operator commands of `fastmcp-tasks`: look into a task store and clear it out.
+
+    fastmcp-tasks ls [--url URL] [--status STATUS ...] [--owner KEY] [--limit N] [--json]
+    fastmcp-tasks show TASK_ID [--url URL] [--json]
+    fastmcp-tasks purge --older-than AGE [--url URL] [--dry-run] [--yes]
+
+They open the store itself, not a server: `--url` is a store URL (`sqlite:///...`,
+`redis://...`), by default `FASTMCP_TASKS_URL`, the variable the extension reads.
+`memory://` is refused: no other process can see its tasks. The store must support
+listing (`ListableTaskStore`); the bundled SQLite and Redis stores do.
+
+`ls` lists tasks newest first; `--status` takes statuses, comma separated or
+repeated, and `active` / `finished` for either group. `show` prints one task:
+times, message, owner, attempts, lease, input requests, error and a summary of
+the result (arguments shortened). `purge` deletes the finished tasks that ended
+more than AGE ago (`90s`, `30m`, `12h`, `1d`, `2w`), whatever their retention;
+active tasks are never purged. It asks first on a terminal, and needs `--yes`
+anywhere else.
+
+On a terminal the output is `rich` tables; elsewhere plain aligned text, and
+`--json` prints JSON. Exit status: 0 done, 1 no such task or the store failed,
+2 a usage error (bad URL, status or age).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import re
+import sys
+import time
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import anyio
+import anyio.to_thread
+
+from fastmcp_tasks.cli.terminal import STYLES
+from fastmcp_tasks.errors import ConfigurationError, StoreError
+from fastmcp_tasks.stores import store_from_url
+from fastmcp_tasks.stores.base import TaskRecord
+from fastmcp_tasks.stores.listing import MAX_PAGE, ListableTaskStore, check_listing
+from fastmcp_tasks.stores.sqlite.schema import path_from_url
+from fastmcp_tasks.wire.names import ACTIVE_STATUSES, TERMINAL_STATUSES
+
+COMMANDS = ("ls", "show", "purge")
+URL_ENV = "FASTMCP_TASKS_URL"
+_GROUPS = {"active": ACTIVE_STATUSES, "finished": TERMINAL_STATUSES}
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
+_AGE = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+_SHORT = 300  # characters of arguments, errors and results shown
+
+
+class OperatorError(Exception):
+    """A failure reported on stderr: `status` 1 (not found, store down) or 2 (usage)."""
+
+    def __init__(self, message: str, status: int = 1) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+# --- arguments ---------------------------------------------------------------------------
+
+
+def parse_age(text: str) -> float:
+    """`90s`, `30m`, `12h`, `1d`, `2w` as seconds (an argparse `type`)."""
+    match = _AGE.fullmatch(text.strip().lower())
+    if match is None or float(match[1]) < 0:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an age: give a number and a unit, like 90s, 30m, 12h, 1d or 2w"
+        )
+    return float(match[1]) * _UNITS[match[2]]
+
+
+def parse_statuses(text: str) -> frozenset[str]:
+    """`working,failed` or `active` / `finished` as statuses (an argparse `type`)."""
+    statuses: set[str] = set()
+    for name in filter(None, (part.strip() for part in text.split(","))):
+        if name not in _GROUPS and name not in STYLES:
+            known = ", ".join([*STYLES, *_GROUPS])
+            raise argparse.ArgumentTypeError(f"unknown task status {name!r}: give {known}")
+        statuses |= _GROUPS.get(name, {name})
+    return check_listing(frozenset(statuses), 1)
+
+
+def add_operator_commands(commands: Any) -> None:
+    """Add `ls`, `show` and `purge` to the `fastmcp-tasks` subcommands."""
+    env = os.environ.get(URL_ENV)
+    url_help = f"the task store URL (default ${URL_ENV}{', now ' + shown(env) if env else ''})"
+    ls = commands.add_parser("ls", help="list a task store's tasks, newest first")
+    ls.add_argument("--status", type=parse_statuses, action="append", metavar="STATUS", help=(
+        "working, input_required, completed, failed, cancelled, active or finished "
+        "(comma separated or repeated)"
+    ))  # fmt: skip
+    ls.add_argument("--owner", help="only tasks of this principal key (client_id|sub)")
+    ls.add_argument("--limit", type=int, default=50, help="most tasks shown (default 50)")
+    show = commands.add_parser("show", help="print one task of a task store")
+    show.add_argument("task_id", help="the task's id")
+    purge = commands.add_parser("purge", help="delete finished tasks that ended long ago")
+    purge.add_argument("--older-than", type=parse_age, required=True, metavar="AGE", help=(
+        "delete the finished tasks that ended more than AGE ago (90s, 30m, 12h, 1d, 2w); "
+        "active tasks are never purged"
+    ))  # fmt: skip
+    purge.add_argument("--dry-run", action="store_true", help="only count what would go")
+    purge.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    for command in (ls, show, purge):
+        command.add_argument("--url", default=env, help=url_help)
+    for command in (ls, show):
+        command.add_argument("--json", action="store_true", help="print JSON")
+
+
+def run_operator_command(args: argparse.Namespace) -> int:
+    """Run a parsed operator command; the exit status (errors reported on stderr)."""
+    try:
+        return anyio.run(_run, args)
+    except OperatorError as exc:
+        print(f"fastmcp-tasks: {exc}", file=sys.stderr)
+        return exc.status
+    except StoreError as exc:
+        print(f"fastmcp-tasks: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("fastmcp-tasks: interrupted", file=sys.stderr)
+        return 130
+
+
+async def _run(args: argparse.Namespace) -> int:
+    store = open_store(args.url)
+    await store.open()
+    try:
+        if args.command == "ls":
+            return await _ls(store, args)
+        if args.command == "show":
+            return await _show(store, args.task_id, args.json, shown(args.url))
+        return await _purge(store, args)
+    finally:
+        await store.close()
+
+
+def open_store(url: str | None) -> ListableTaskStore:
+    """The (unopened) store a URL names, checked to be shared and listable."""
+    if not url:
+        raise OperatorError(f"name the task store: --url URL or {URL_ENV}", 2)
+    try:
+        if url.startswith("sqlite:") and not os.path.exists(path_from_url(url)):
+            raise OperatorError(f"no task store at {url}: the file does not exist")
+        store = store_from_url(url)
+    except ConfigurationError as exc:  # its message may quote the URL: hide the password
+        password = urlsplit(url).password
+        message = str(exc).replace(password, "***") if password else str(exc)
+        raise OperatorError(message, 2) from None
+    if not store.durable:
+        raise OperatorError(
+            f"{url} keeps tasks inside one server process, so no other process can see "
+            "them: give the server's shared store (sqlite:///... or redis://...)",
+            2,
+        )
+    if not isinstance(store, ListableTaskStore):
+        raise OperatorError(f"the {store.scheme}:// store cannot list tasks", 2)
+    return store
+
+
+def shown(url: str | None) -> str:
+    """A store URL fit to print: any password replaced by `***`."""
+    parts = urlsplit(url or "")
+    if parts.password is None:
+        return url or ""
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+
+
+# --- the commands --------------------------------------------------------------------------
+
+
+async def _ls(store: ListableTaskStore, args: argparse.Namespace) -> int:
+    statuses = frozenset().union(*args.status) if args.status else None
+    if not 1 <= args.limit <= MAX_PAGE:
+        raise OperatorError(f"--limit must be 1..{MAX_PAGE}, got {args.limit}", 2)
+    tasks = await store.list_tasks(status=statuses, owner=args.owner, limit=args.limit)
+    if args.json:
+        print(json.dumps([summary_json(task) for task in tasks], indent=2))
+        return 0
+    now = time.time()
+    header = ("TASK ID", "STATUS", "TOOL", "CREATED", "UPDATED", "MESSAGE")
+    rows = [
+        (
+            t.task_id,
+            t.status,
+            t.tool,
+            age(t.created_at, now),
+            age(t.updated_at, now),
+            short(t.status_message or "", 60),
+        )
+        for t in tasks
+    ]
+    more = " (the --limit; there may be more)" if len(tasks) == args.limit else ""
+    footer = f"{len(tasks)} task{'s' if len(tasks) != 1 else ''}, newest first{more}"
+    console = _console()
+    if console is None:
+        widths = [max(len(str(row[i])) for row in (header, *rows)) for i in range(len(header))]
+        for row in (header, *rows):
+            cells = (str(cell).ljust(width) for cell, width in zip(row, widths, strict=True))
+            print("  ".join(cells).rstrip())
+        print(footer)
+        return 0
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(*header, caption=footer, header_style="bold")
+    for row in rows:
+        table.add_row(*(Text(cell, style=STYLES.get(cell, "")) for cell in row))
+    console.print(table)
+    return 0
+
+
+async def _show(store: ListableTaskStore, task_id: str, as_json: bool, where: str) -> int:
+    task = await store.get(task_id)
+    if task is None:
+        raise OperatorError(f"no task {task_id!r} in {where} (never created, expired or purged)")
+    if as_json:
+        print(json.dumps(record_json(task), indent=2, ensure_ascii=False))
+        return 0
+    fields = describe(task, time.time())
+    console = _console()
+    if console is None:
+        width = max(len(name) for name, _ in fields)
+        for name, value in fields:
+            print(f"{name.ljust(width)}  {value}")
+        return 0
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    for name, value in fields:
+        style = STYLES.get(value, "") if name == "Status" else ""
+        table.add_row(Text(name), Text(value, style=style))
+    console.print(table)
+    return 0
+
+
+async def _purge(store: ListableTaskStore, args: argparse.Namespace) -> int:
+    now = time.time()
+    cutoff = now - args.older_than
+    when = f"that ended before {stamp(cutoff)} (more than {duration(args.older_than)} ago)"
+    count = await store.purge_finished(cutoff, dry_run=True)
+    if count == 0:
+        print(f"No finished tasks {when}.")
+        return 0
+    noun = f"{count} finished task{'s' if count != 1 else ''}"
+    if args.dry_run:
+        print(f"Would remove {noun} {when}.")
+        return 0
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise OperatorError(f"purge would remove {noun}: pass --yes to confirm", 2)
+        answer = await anyio.to_thread.run_sync(input, f"Remove {noun} {when}? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            print("Nothing removed.")
+            return 0
+    removed = await store.purge_finished(cutoff)
+    print(f"Removed {removed} finished task{'s' if removed != 1 else ''} {when}.")
+    return 0
+
+
+# --- rendering -------------------------------------------------------------------------------
+
+
+def _console() -> Any:
+    """A `rich` console when stdout is a terminal, else `None` (plain text)."""
+    from rich.console import Console
+
+    console = Console()
+    return console if console.is_terminal else None
+
+
+def stamp(when: float) -> str:
+    """A local time with its offset, to the second."""
+    return datetime.fromtimestamp(when).astimezone().isoformat(sep=" ", timespec="seconds")
+
+
+def duration(seconds: float) -> str:
+    """An age in its largest whole unit: `36h`, `2w`, `90s`."""
+    for unit, size in sorted(_UNITS.items(), key=lambda item: -item[1]):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
+
+
+def age(when: float, now: float) -> str:
+    """`12s ago`, `5m ago`, `3h ago`, `2d ago` (`in 5m` for a time ahead)."""
+    seconds = abs(now - when)
+    for unit, size in (("d", 86_400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            text = f"{int(seconds // size)}{unit}"
+            break
+    else:
+        text = f"{int(seconds)}s"
+    return f"in {text}" if when > now + 1 else f"{text} ago"
+
+
+def short(text: str, limit: int = _SHORT) -> str:
+    """`text` on one line, cut to `limit` characters (saying how long it was)."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else f"{text[: limit - 1]}… ({len(text)} chars)"
+
+
+def _json_text(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+
+
+def result_summary(result: dict[str, Any]) -> str:
+    """What a `CallToolResult` holds, in a line: blocks by type, first text, structure."""
+    content = result.get("content") or []
+    kinds: dict[str, int] = {}
+    for block in content:
+        kind = str(block.get("type", "?")) if isinstance(block, dict) else "?"
+        kinds[kind] = kinds.get(kind, 0) + 1
+    parts = [", ".join(f"{n} {kind}" for kind, n in kinds.items()) or "no content"]
+    text = next((b.get("text") for b in content if isinstance(b, dict) and "text" in b), None)
+    if isinstance(text, str):
+        parts.append(repr(short(text, 120)))
+    structured = result.get("structuredContent")
+    if isinstance(structured, dict):
+        parts.append(f"structuredContent {{{', '.join(list(structured)[:8])}}}")
+    if result.get("isError"):
+        parts.append("isError")
+    return "; ".join(parts)
+
+
+def describe(task: TaskRecord, now: float) -> list[tuple[str, str]]:
+    """The `show` view of a task: (field, text) pairs, none holding more than a line."""
+    fields = [("Task", task.task_id), ("Status", task.status), ("Tool", task.tool)]
+    fields.append(("Message", task.status_message or "-"))
+    fields.append(("Created", f"{stamp(task.created_at)} ({age(task.created_at, now)})"))
+    fields.append(("Updated", f"{stamp(task.updated_at)} ({age(task.updated_at, now)})"))
+    if task.terminal_at is not None:
+        fields.append(("Ended", f"{stamp(task.terminal_at)} ({age(task.terminal_at, now)})"))
+        expires = task.expires_at
+        kept = "kept until purged" if expires is None else f"{stamp(expires)} ({age(expires, now)})"
+        fields.append(("Expires", kept))
+    fields.append(("Owner", task.owner or "- (no authentication)"))
+    fields.append(("Attempts", str(task.attempts)))
+    if task.is_active:
+        lease = "- (queued)"
+        if task.lease_owner is not None:
+            until = task.lease_expires or 0
+            state = "expired" if until <= now else "held"
+            lease = f"{task.lease_owner}, {state} {age(until, now)}"
+        fields.append(("Lease", lease))
+        fields.append(("Cancel", "requested" if task.cancel_requested else "-"))
+    if task.poll_interval_ms is not None:
+        fields.append(("Poll interval", f"{task.poll_interval_ms} ms"))
+    if task.arguments is not None:
+        fields.append(("Arguments", short(_json_text(task.arguments))))
+    for key, request in (task.input_requests or {}).items():
+        method = request.get("method", "?") if isinstance(request, dict) else "?"
+        params = request.get("params", {}) if isinstance(request, dict) else {}
+        message = params.get("message") if isinstance(params, dict) else None
+        text = f"{method} {key}" + (f": {short(str(message), 120)}" if message else "")
+        fields.append(("Input request", text))
+    if task.answers:
+        fields.append(("Answers waiting", ", ".join(sorted(task.answers))))
+    if task.error is not None:
+        fields.append(("Error", short(_json_text(task.error))))
+    if task.result_json is not None:
+        fields.append(("Result", short(result_summary(task.result or {}))))
+    return fields
+
+
+def summary_json(task: TaskRecord) -> dict[str, Any]:
+    """An `ls --json` entry: what identifies a task and where it stands."""
+    keys = ("task_id", "status", "tool", "created_at", "updated_at", "terminal_at")
+    entry = {key: getattr(task, key) for key in keys}
+    entry.update(status_message=task.status_message, owner=task.owner, attempts=task.attempts)
+    return entry
+
+
+def record_json(task: TaskRecord) -> dict[str, Any]:
+    """A `show --json` document: every field of the record, the result decoded."""
+    names = [field.name for field in dataclasses.fields(TaskRecord)]
+    document = {name: getattr(task, name) for name in names if name != "result_json"}
+    document["result"] = task.result
+    document["expires_at"] = task.expires_at
+    return document
+
+
+__all__ = ["COMMANDS", "add_operator_commands", "run_operator_command"]

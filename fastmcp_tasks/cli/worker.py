@@ -1,0 +1,48 @@
+"""`fastmcp-tasks worker`: run a server's task tools for a shared store, without serving MCP.
+
+It enters the server's lifespan, so its `TasksExtension` takes queued tasks from
+the shared store and runs them; SIGTERM or SIGINT stops taking work, lets
+running tasks finish for `--grace` seconds, then hands the rest back.
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+import anyio
+
+from fastmcp_tasks.cli.common import CommandError
+from fastmcp_tasks.wire.names import TASKS_EXTENSION_ID
+
+
+async def run_worker(server: Any, concurrency: int | None, grace: float) -> None:
+    extension = server._extensions.get(TASKS_EXTENSION_ID)
+    if extension is None or not hasattr(extension, "store"):
+        raise CommandError("the server has no TasksExtension")
+    if not extension.store.durable:
+        raise CommandError(
+            f"{extension.url} keeps tasks inside one process, so a worker cannot see them: "
+            "configure a shared store (TasksExtension(url='sqlite:///...') or "
+            "FASTMCP_TASKS_URL)"
+        )
+    if concurrency is not None:
+        extension.concurrency = concurrency
+    if extension.concurrency < 1:
+        raise CommandError("a worker needs --concurrency of at least 1")
+    extension.shutdown_grace = grace
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with server._lifespan_manager():
+            print(
+                f"fastmcp-tasks worker: {extension.url}, concurrency {extension.concurrency}",
+                flush=True,
+            )
+            if extension.health().status == "starting":  # the store did not answer yet
+                print(
+                    "fastmcp-tasks worker: the task store is unreachable; waiting for it "
+                    "(retrying with backoff)",
+                    flush=True,
+                )
+            async for _ in signals:
+                print("fastmcp-tasks worker: stopping", flush=True)
+                break

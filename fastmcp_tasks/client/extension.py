@@ -1,0 +1,326 @@
+"""The client half: let `fastmcp.Client.call_tool()` resolve a task to its final result.
+
+    from fastmcp import Client
+    from fastmcp_tasks.client.extension import TasksClientExtension
+
+    async with Client(url, extensions=[TasksClientExtension(on_status=print)]) as client:
+        result = await client.call_tool("render", {"pages": 3})   # waits for the task
+
+Importing `fastmcp_tasks` also registers a default `TasksClientExtension` with
+FastMCP's client-extension hook, so any `fastmcp.Client` resolves tasks
+transparently, answering in-task elicitations with its `elicitation_handler`.
+
+`TasksClientExtension` declares the tasks extension on every request (C58) and
+claims `resultType: "task"` on `tools/call` (C59). Its resolver follows the
+task with `client.watch.TaskWatch` (shared with task handles): it polls
+`tasks/get` no faster than the latest `pollIntervalMs` (C62; the server may
+change it), retrying a poll the transport dropped (0.1 s doubling, a few tries;
+never a JSON-RPC error), stops at the first terminal state it sees, reports
+each new state to `on_status`, returns the inline `CallToolResult` when
+`completed` (C71), raises `MCPError` with the task's JSON-RPC error when
+`failed`, and sends `tasks/cancel` once if the caller is cancelled or times
+out while waiting (C69). `tasks/*` requests carry
+`Mcp-Name: <taskId>` through the request types' `name_param` (C73). When the
+server serves `subscriptions/listen`, the resolver subscribes to the task
+(C72) and waits for pushed states, polling only as a slow safety net.
+
+When a task waits in `input_required`, each outstanding request is handed
+once to `on_input(key, request)` (keys are de-duplicated across polls, C67)
+and all answers of one poll go back in a single `tasks/update` (C65); the
+public `answer_input()` does this, for handles too.
+Elicitations can instead go to a FastMCP `elicitation_handler` (the same
+function `Client(elicitation_handler=...)` takes), treated exactly like a
+foreground elicitation (C66). With neither, elicitations are answered
+`{"action": "cancel"}` and other requests are left unanswered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import anyio
+import mcp_types
+from anyio.streams.memory import MemoryObjectSendStream
+from fastmcp.client.elicitation import ElicitationHandler, create_elicitation_callback
+from fastmcp.client.extension_hooks import register_internal_client_extension_factory
+from mcp.client.extension import ClaimContext, ClientExtension, NotificationBinding, ResultClaim
+from mcp.client.session import ClientSession, ElicitationFnT
+from mcp.shared.exceptions import MCPError
+
+from fastmcp_tasks.client.watch import (
+    DEFAULT_POLL_SECONDS,
+    DEFAULT_RETRY,
+    LISTEN_TIMEOUT,
+    SAFETY_POLL,
+    RetryPolicy,
+    TaskWatch,
+)
+from fastmcp_tasks.wire.models import (
+    CancelTaskRequest,
+    CreateTaskResult,
+    GetTaskRequest,
+    TaskIdParams,
+    TaskState,
+    UpdateTaskParams,
+    UpdateTaskRequest,
+    _TaskNotificationParams,
+)
+from fastmcp_tasks.wire.names import TASKS_EXTENSION_ID
+
+__all__ = [
+    "DEFAULT_POLL_SECONDS",
+    "LISTEN_TIMEOUT",
+    "SAFETY_POLL",
+    "CancelTaskRequest",
+    "GetTaskRequest",
+    "InputHandler",
+    "StatusCallback",
+    "TaskState",
+    "TasksClientExtension",
+    "UpdateTaskRequest",
+    "register_transparent_client",
+    "task_outcome",
+]
+
+StatusCallback = Callable[[dict[str, Any]], Awaitable[None] | None]
+InputHandler = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any] | None]]
+
+TERMINAL = frozenset({"completed", "failed", "cancelled"})
+
+
+def task_outcome(task_id: str, state: dict[str, Any]) -> mcp_types.CallToolResult:
+    """The final result of a terminal task, or the error it ended with (C71)."""
+    status = state.get("status")
+    if status == "completed":
+        return mcp_types.CallToolResult.model_validate(state["result"])
+    if status == "failed":
+        error = state.get("error") or {}
+        raise MCPError(
+            code=int(error.get("code", mcp_types.INTERNAL_ERROR)),
+            message=str(error.get("message", "Task failed")),
+            data=error.get("data"),
+        )
+    raise MCPError(
+        code=mcp_types.INTERNAL_ERROR,
+        message=f"Task {task_id} was cancelled",
+        data={"taskId": task_id},
+    )
+
+
+def changed(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """Whether a state is news to report: its status, message or input requests differ."""
+    return (old.get("status"), old.get("statusMessage"), old.get("inputRequests")) != (
+        new.get("status"),
+        new.get("statusMessage"),
+        new.get("inputRequests"),
+    )
+
+
+class TasksClientExtension(ClientExtension):
+    """Transparent task support for `fastmcp.Client` (pass it in `extensions=[...]`).
+
+    Args:
+        on_status: called with each new task state (the DetailedTask dict) while
+            waiting: its status and `statusMessage` changes. May be async.
+        min_poll_interval: the shortest wait between polls, whatever the server says.
+        on_input: answers one `inputRequests` entry: `await on_input(key, request)`
+            returns the result (an `ElicitResult` dict for elicitations), or `None`
+            to leave it unanswered.
+        elicitation_handler: a FastMCP elicitation handler for in-task elicitations
+            (used when `on_input` is not given).
+        push: follow the task over `subscriptions/listen` when the server offers it,
+            polling only as a slow safety net (every `SAFETY_POLL` seconds at most).
+        elicitation_callback: the SDK-level elicitation callback (what a `Client`
+            builds from its `elicitation_handler`); used by the transparent mode.
+        retry: how a `tasks/get` that fails in the transport is retried
+            (`RetryPolicy`: 0.1 s doubling up to 2 s, 5 tries by default).
+    """
+
+    identifier = TASKS_EXTENSION_ID
+
+    def __init__(
+        self,
+        *,
+        on_status: StatusCallback | None = None,
+        min_poll_interval: float = 0.0,
+        on_input: InputHandler | None = None,
+        elicitation_handler: ElicitationHandler | None = None,
+        push: bool = True,
+        elicitation_callback: ElicitationFnT | None = None,
+        retry: RetryPolicy = DEFAULT_RETRY,
+    ) -> None:
+        self.push = push
+        self.retry = retry
+        self._watchers: dict[str, list[MemoryObjectSendStream[dict[str, Any]]]] = {}
+        self.on_status = on_status
+        self.min_poll_interval = min_poll_interval
+        self.on_input = on_input
+        self._elicit = (
+            create_elicitation_callback(elicitation_handler)
+            if elicitation_handler
+            else elicitation_callback
+        )
+
+    def claims(self) -> Sequence[ResultClaim[Any]]:
+        return [ResultClaim(result_type="task", model=CreateTaskResult, resolve=self._resolve)]
+
+    async def _resolve(
+        self, created: CreateTaskResult, ctx: ClaimContext
+    ) -> mcp_types.CallToolResult:
+        task_id = created.task_id
+        state: dict[str, Any] = created.model_dump(by_alias=True, exclude_none=True)
+        state.pop("resultType", None)
+        answered: set[str] = set()
+        watch = TaskWatch(
+            ctx.session,
+            task_id,
+            extension=self,
+            push=self.push,
+            min_poll_interval=self.min_poll_interval,
+            read_timeout=ctx.read_timeout_seconds,
+            retry=self.retry,
+        )
+        try:
+            async with watch:
+                await self._report(state)
+                if state.get("status") in TERMINAL:  # C76: fetch the outcome once
+                    state = await watch.get()
+                while state.get("status") not in TERMINAL:  # the first terminal state is final
+                    if state.get("status") == "input_required":
+                        await self.answer_input(
+                            ctx, task_id, state.get("inputRequests") or {}, answered
+                        )
+                    fresh = await watch.next(state)
+                    if changed(state, fresh):
+                        await self._report(fresh)
+                    state = fresh
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                await send_cancel(ctx.session, task_id)
+            raise
+        return task_outcome(task_id, state)
+
+    def add_watcher(self, task_id: str, inbox: MemoryObjectSendStream[dict[str, Any]]) -> None:
+        """Deliver the task's pushed `notifications/tasks` states to `inbox` (see `TaskWatch`)."""
+        self._watchers.setdefault(task_id, []).append(inbox)
+
+    def remove_watcher(self, task_id: str, inbox: MemoryObjectSendStream[dict[str, Any]]) -> None:
+        """Stop delivering the task's pushed states to `inbox`."""
+        inboxes = self._watchers.get(task_id, [])
+        if inbox in inboxes:
+            inboxes.remove(inbox)
+        if not inboxes:
+            self._watchers.pop(task_id, None)
+
+    async def _on_task_notification(self, params: _TaskNotificationParams) -> None:
+        state = params.model_dump(by_alias=True, exclude_none=True)
+        state.pop("_meta", None)
+        for inbox in list(self._watchers.get(str(state.get("taskId")), ())):
+            try:
+                inbox.send_nowait(dict(state))
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                pass
+
+    def notifications(self) -> Sequence[NotificationBinding[Any]]:
+        return [
+            NotificationBinding(
+                method="notifications/tasks",
+                params_type=_TaskNotificationParams,
+                handler=self._on_task_notification,
+            )
+        ]
+
+    async def answer_input(
+        self,
+        ctx: ClaimContext,
+        task_id: str,
+        requests: dict[str, Any],
+        answered: set[str],
+    ) -> dict[str, Any]:
+        """Answer a task's outstanding `inputRequests` in one `tasks/update` (C65-C68).
+
+        Each key not yet in `answered` is handed once to `on_input` (or, for an
+        elicitation, to the elicitation handler) and added to `answered`, so a key
+        seen again in a later poll or push is never answered twice (C67).
+
+        Args:
+            ctx: the session to send on (`ClaimContext(session=client.session, ...)`);
+                an elicitation handler receives it as its context.
+            task_id: the task waiting in `input_required`.
+            requests: its `inputRequests` (key to request).
+            answered: the keys already handled for this task; updated in place.
+
+        Returns:
+            The answers sent (none sent when empty).
+
+        Raises:
+            MCPError: the server refused the `tasks/update` (e.g. -32602 naming a key
+                whose answer does not fit its request). Nothing was consumed, so the
+                keys sent leave `answered` again and may be answered anew.
+        """
+        answers: dict[str, Any] = {}
+        for key, request in requests.items():
+            if key in answered:
+                continue
+            answered.add(key)
+            answer = await self._answer_one(ctx, key, request)
+            if answer is not None:
+                answers[key] = answer
+        if answers:
+            try:
+                await ctx.session.send_request(
+                    UpdateTaskRequest(
+                        params=UpdateTaskParams(taskId=task_id, inputResponses=answers)
+                    ),
+                    TaskState,
+                )
+            except MCPError:
+                answered.difference_update(answers)
+                raise
+        return answers
+
+    async def _answer_one(
+        self, ctx: ClaimContext, key: str, request: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        if self.on_input is not None:
+            return await self.on_input(key, request)
+        if request.get("method") != "elicitation/create":
+            return None
+        if self._elicit is None:
+            return {"action": "cancel"}
+        params = mcp_types.ElicitRequestFormParams.model_validate(request.get("params") or {})
+        result = await self._elicit(ctx, params)  # type: ignore[arg-type]
+        if isinstance(result, mcp_types.ErrorData):
+            return {"action": "cancel"}
+        return result.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+    async def _report(self, state: dict[str, Any]) -> None:
+        if self.on_status is None:
+            return
+        outcome = self.on_status(state)
+        if outcome is not None:
+            await outcome
+
+
+async def send_cancel(session: ClientSession, task_id: str) -> None:
+    """Best effort `tasks/cancel` (C69): errors are swallowed, the caller is leaving."""
+    try:
+        request = CancelTaskRequest(params=TaskIdParams(taskId=task_id))
+        await session.send_request(request, TaskState)
+    except Exception:
+        return
+
+
+def _transparent(elicitation_callback: ElicitationFnT | None) -> ClientExtension:
+    """The extension every `fastmcp.Client` folds in once `fastmcp_tasks` is imported."""
+    return TasksClientExtension(elicitation_callback=elicitation_callback)
+
+
+def register_transparent_client() -> None:
+    """Make every `fastmcp.Client` resolve tasks in `call_tool()` (idempotent).
+
+    Called when `fastmcp_tasks` is imported. A `Client(extensions=[TasksClientExtension(...)])`
+    of your own takes precedence over this default one.
+    """
+    register_internal_client_extension_factory(_transparent)

@@ -1,0 +1,264 @@
+"""Following one task from the client: `tasks/get` with retries, and pushed states.
+
+Both ways of waiting for a task share this module: the transparent resolver
+(`TasksClientExtension`, behind `Client.call_tool()`) and task handles
+(`ToolTask.wait()` / `updates()`).
+
+`get_task_state()` sends one `tasks/get` (with `Mcp-Name: <taskId>`, C73) and
+retries it when the transport fails transiently (a dropped connection, a reset,
+an `httpx2.TransportError`): after 0.1 s, then doubling up to 2 s, at most
+`RetryPolicy.attempts` tries, then the last error surfaces. A JSON-RPC error
+(`MCPError`) is the server's answer and is never retried.
+
+`TaskWatch` yields the task's next state: a pushed `notifications/tasks` when
+the server serves `subscriptions/listen` (C72), otherwise a poll no sooner than
+the latest `pollIntervalMs` (C62). While push works, a slow safety poll still
+runs every `SAFETY_POLL` seconds. The subscription runs as its own asyncio
+task (FastMCP's client is asyncio-only), so a `TaskWatch` may be held across
+the `yield`s of an async generator and closed from any task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import anyio
+import httpx2
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp.client.session import ClientSession
+from mcp.shared.exceptions import MCPError
+from mcp_types import (
+    CONNECTION_CLOSED,
+    PARSE_ERROR,
+    SubscriptionFilter,
+    SubscriptionsListenRequest,
+    SubscriptionsListenRequestParams,
+    SubscriptionsListenResult,
+)
+
+from fastmcp_tasks.wire.models import GetTaskRequest, TaskIdParams, TaskState
+
+#: Poll interval used when the server gives none (the spec's default is the server's).
+DEFAULT_POLL_SECONDS = 1.0
+#: While push works, polls still happen at least this far apart, as a safety net.
+SAFETY_POLL = 30.0
+#: How long one listen stream may stay open.
+LISTEN_TIMEOUT = 24 * 3600.0
+#: The exceptions a retry may cure: the connection failed, the server did not answer it.
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (httpx2.TransportError, OSError)
+
+
+class PushSource(Protocol):
+    """Where pushed task states come from: the client's `TasksClientExtension`."""
+
+    def add_watcher(self, task_id: str, inbox: MemoryObjectSendStream[dict[str, Any]]) -> None:
+        """Deliver the task's pushed `notifications/tasks` states to `inbox`."""
+
+    def remove_watcher(self, task_id: str, inbox: MemoryObjectSendStream[dict[str, Any]]) -> None:
+        """Stop delivering the task's pushed states to `inbox`."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often a transiently failing `tasks/get` is retried, and how far apart.
+
+    Args:
+        attempts: tries in all (the first one included); the last error surfaces.
+        first_delay: seconds before the first retry; each later one waits twice as long.
+        max_delay: the longest wait between two tries.
+    """
+
+    attempts: int = 5
+    first_delay: float = 0.1
+    max_delay: float = 2.0
+
+    def delays(self) -> list[float]:
+        """The waits between tries: `attempts - 1` of them."""
+        return [
+            min(self.first_delay * 2**n, self.max_delay) for n in range(max(self.attempts - 1, 0))
+        ]
+
+
+DEFAULT_RETRY = RetryPolicy()
+
+
+def transient_error(error: MCPError) -> float | None:
+    """Seconds to wait before resending a `tasks/get` that got `error`, or `None`: final.
+
+    Two kinds of JSON-RPC error are not the server's answer about the task: the
+    ones the SDK makes up when an HTTP response stream breaks (-32000 "SSE stream
+    ...", -32700 "Failed to parse JSON response ..."), and a pacing refusal that
+    says when to come back (`data.retryAfterMs`, C19). Every other error is final.
+    """
+    data = error.error
+    message = data.message or ""
+    if data.code == CONNECTION_CLOSED and message.startswith("SSE stream"):
+        return 0.0
+    if data.code == PARSE_ERROR and message.startswith("Failed to parse JSON response"):
+        return 0.0
+    retry_after = data.data.get("retryAfterMs") if isinstance(data.data, dict) else None
+    if isinstance(retry_after, int) and 0 < retry_after <= 60_000:
+        return retry_after / 1000
+    return None
+
+
+async def get_task_state(
+    session: ClientSession,
+    task_id: str,
+    *,
+    read_timeout: float | None = None,
+    retry: RetryPolicy = DEFAULT_RETRY,
+) -> dict[str, Any]:
+    """One `tasks/get`, retried on transient transport errors; the DetailedTask fields.
+
+    Raises:
+        MCPError: the server's JSON-RPC error (not retried, except the transient ones
+            of `transient_error`, which count as tries).
+        httpx2.TransportError | OSError: the transport kept failing `retry.attempts` times.
+    """
+    timeout = None if read_timeout in (None, math.inf) else read_timeout
+    request = GetTaskRequest(params=TaskIdParams(taskId=task_id))
+    for delay in [*retry.delays(), None]:
+        try:
+            result = await session.send_request(
+                request, TaskState, request_read_timeout_seconds=timeout
+            )
+        except MCPError as exc:
+            wait = transient_error(exc)
+            if wait is None or delay is None:
+                raise
+            await anyio.sleep(max(wait, delay))
+            continue
+        except TRANSIENT_ERRORS:
+            if delay is None:
+                raise
+            await anyio.sleep(delay)
+            continue
+        state = result.model_dump(by_alias=True, exclude_none=False)
+        state.pop("resultType", None)
+        state.pop("_meta", None)
+        return {k: v for k, v in state.items() if v is not None or k == "ttlMs"}
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def poll_interval(state: dict[str, Any], floor: float = 0.0) -> float:
+    """Seconds until the next poll: the latest `pollIntervalMs` (C62), at least `floor`."""
+    poll_ms = state.get("pollIntervalMs")
+    given = isinstance(poll_ms, int) and poll_ms > 0
+    seconds = poll_ms / 1000 if given else DEFAULT_POLL_SECONDS
+    return max(seconds, floor)
+
+
+class TaskWatch:
+    """The next states of one task, pushed when the server can, polled otherwise.
+
+    Use `async with TaskWatch(...) as watch:` or call `start()` and `close()`.
+
+    Args:
+        session: the connected client session.
+        task_id: the task to follow.
+        extension: the client's `TasksClientExtension`, which receives the pushed
+            `notifications/tasks`; without it (or with `push=False`) the watch only polls.
+        push: subscribe with `subscriptions/listen` when the server offers it.
+        min_poll_interval: the shortest wait between polls, whatever the server says.
+        read_timeout: the read timeout of each `tasks/get` (`None`: the session's).
+        retry: how a transiently failing `tasks/get` is retried.
+    """
+
+    def __init__(
+        self,
+        session: ClientSession,
+        task_id: str,
+        *,
+        extension: PushSource | None = None,
+        push: bool = True,
+        min_poll_interval: float = 0.0,
+        read_timeout: float | None = None,
+        retry: RetryPolicy = DEFAULT_RETRY,
+    ) -> None:
+        self.session = session
+        self.task_id = task_id
+        self.extension = extension if push else None
+        self.min_poll_interval = min_poll_interval
+        self.read_timeout = read_timeout
+        self.retry = retry
+        self.pushed = False
+        self._inbox: MemoryObjectSendStream[dict[str, Any]] | None = None
+        self._pushes: MemoryObjectReceiveStream[dict[str, Any]] | None = None
+        self._listen: asyncio.Task[None] | None = None
+        self._closed = False
+
+    async def __aenter__(self) -> TaskWatch:
+        self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def start(self) -> None:
+        """Subscribe to the task's changes (when push is possible); idempotent."""
+        if self.extension is None or self._pushes is not None or self._closed:
+            return
+        self._inbox, self._pushes = anyio.create_memory_object_stream[dict[str, Any]](math.inf)
+        self.extension.add_watcher(self.task_id, self._inbox)
+        self._listen = asyncio.get_running_loop().create_task(self._subscribe())
+
+    async def get(self) -> dict[str, Any]:
+        """One `tasks/get` (retried on transient transport errors)."""
+        return await get_task_state(
+            self.session, self.task_id, read_timeout=self.read_timeout, retry=self.retry
+        )
+
+    async def next(self, state: dict[str, Any]) -> dict[str, Any]:
+        """The task's next state after `state`: the next push, or a poll once it is due."""
+        wait = poll_interval(state, self.min_poll_interval)
+        if self._pushes is not None:
+            with anyio.move_on_after(max(wait, SAFETY_POLL) if self.pushed else wait):
+                try:
+                    fresh = await self._pushes.receive()
+                except anyio.EndOfStream:
+                    self._pushes = None
+                else:
+                    self.pushed = True
+                    return fresh
+        else:
+            await anyio.sleep(wait)
+        return await self.get()
+
+    async def close(self) -> None:
+        """End the subscription and stop receiving pushes for this task."""
+        self._closed = True
+        listen, self._listen = self._listen, None
+        self._stop_pushes()
+        if self._pushes is not None:
+            self._pushes.close()
+            self._pushes = None
+        if listen is not None and not listen.done():
+            listen.cancel()
+            with anyio.CancelScope(shield=True):
+                await asyncio.wait([listen])
+
+    async def _subscribe(self) -> None:
+        """Hold a `subscriptions/listen` for the task; on any refusal, polling carries on."""
+        notifications = SubscriptionFilter.model_validate({"taskIds": [self.task_id]})
+        request = SubscriptionsListenRequest(
+            params=SubscriptionsListenRequestParams(notifications=notifications)
+        )
+        try:
+            await self.session.send_request(
+                request, SubscriptionsListenResult, request_read_timeout_seconds=LISTEN_TIMEOUT
+            )
+        except Exception:  # -32601 from a server without push, a dropped stream, ...
+            pass
+        finally:  # what was pushed is still read; then `next()` polls at the normal pace
+            self._stop_pushes()
+
+    def _stop_pushes(self) -> None:
+        inbox, self._inbox = self._inbox, None
+        if inbox is not None:
+            if self.extension is not None:
+                self.extension.remove_watcher(self.task_id, inbox)
+            inbox.close()

@@ -1,0 +1,211 @@
+"""Executing one tool call as a task: the tool body, its outcome, and guard rounds.
+
+The completed `result` of a task must be exactly the `CallToolResult` the
+synchronous `tools/call` returns for the same call (C27): the same content,
+structured content, `isError`, `_meta` and error masking. FastMCP core does
+that conversion in `FastMCP.call_tool` (masking) and `_on_call_tool` (wire
+form), both tied to a foreground request, so this module mirrors their rules
+step for step; `tests/test_parity.py` runs every return type both ways and
+fails if core changes them.
+
+One difference is deliberate and specified: an `MCPError` raised by the tool is
+a JSON-RPC error, so the task ends `failed` with that error (C28) instead of
+being masked into an `isError` result.
+
+Guard rounds. Core's guard pattern (SEP-2322) asks for input by returning an
+`InputRequiredResult`; in the foreground the client retries the call with
+`inputResponses`. Inside a task there is no retry: the task parks in
+`input_required` with the tool's requests (under fresh keys, unique for the
+task's whole life, C30), and when every request is answered the tool runs
+again with `ctx.input_responses` (keyed as the tool minted them) and
+`ctx.request_state` set, exactly as core documents. `requestState` stays on
+the server; it never appears on the task's wire.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import mcp_types
+from fastmcp.exceptions import DisabledError, FastMCPError, NotFoundError, ToolError
+from fastmcp.server.mixins.mcp_operations import _normalize_call_tool_result
+from fastmcp.tools.base import Tool, ToolResult
+from fastmcp.utilities.exceptions import get_http_status_code, is_timeout_error
+from mcp.shared.exceptions import MCPError
+from mcp_types import methods as mcp_methods
+from mcp_types.version import LATEST_MODERN_VERSION
+from pydantic import TypeAdapter
+from pydantic import ValidationError as PydanticValidationError
+
+from fastmcp_tasks.errors import error_object
+from fastmcp_tasks.server.engine.context import RunningTask, TaskContext
+from fastmcp_tasks.server.engine.inputs import CAPABILITY_OF, ELICIT, new_key
+
+logger = logging.getLogger("fastmcp_tasks.execution")
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How a run ended: `completed` with a wire `CallToolResult`, or `failed` with an error."""
+
+    status: Literal["completed", "failed"]
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    input_required: mcp_types.InputRequiredResult | None = None
+
+
+async def run_tool(server: Any, tool: Tool | None, name: str, arguments: dict[str, Any]) -> Outcome:
+    """Run `tool` with `arguments` in the current (task) Context and classify the outcome."""
+    try:
+        if tool is None:
+            raise NotFoundError(f"Unknown tool: {name!r}")
+        try:
+            result = await tool._run(arguments)
+        except (FastMCPError, PydanticValidationError):
+            raise
+        except MCPError as error:
+            logger.info("Tool %r raised a JSON-RPC error %s", name, error.error.code)
+            return Outcome("failed", error=error_object(error))
+        except Exception as error:
+            raise _masked(server, name, error) from error
+    except (DisabledError, NotFoundError):
+        return _completed(_error_result(f"Unknown tool: {name!r}"), server)
+    except FastMCPError as error:
+        return _completed(_error_result(str(error)), server)
+    except PydanticValidationError as error:
+        return _completed(_error_result(str(error)), server)
+
+    input_required = getattr(result, "input_required", None)
+    if isinstance(input_required, mcp_types.InputRequiredResult):
+        return Outcome("completed", input_required=input_required)
+    rebind = getattr(server, "_rebind_prefab_tool_names", None)
+    if rebind is not None:
+        result = await rebind(result)
+    if not isinstance(result, ToolResult):  # pragma: no cover - core guarantees ToolResult
+        raise TypeError(f"tool {name!r} produced {type(result).__name__}, not a ToolResult")
+    return _completed(_normalize_call_tool_result(result.to_mcp_result()), server)
+
+
+def _masked(server: Any, name: str, error: Exception) -> ToolError:
+    """The `ToolError` core's `call_tool` would raise for an unexpected exception."""
+    status_code = get_http_status_code(error)
+    logger.error("Error calling tool %r", name, exc_info=status_code is None)
+    if status_code == 429:
+        return ToolError("Rate limited by upstream API, please retry later")
+    if is_timeout_error(error):
+        return ToolError("Upstream request timed out, please retry")
+    if getattr(server, "_mask_error_details", False):
+        return ToolError(f"Error calling tool {name!r}")
+    return ToolError(f"Error calling tool {name!r}: {error}")
+
+
+def _error_result(message: str) -> mcp_types.CallToolResult:
+    return mcp_types.CallToolResult(
+        content=[mcp_types.TextContent(type="text", text=message)], is_error=True
+    )
+
+
+def _completed(result: mcp_types.CallToolResult, server: Any) -> Outcome:
+    return Outcome("completed", result=to_wire(result, server))
+
+
+def to_wire(result: mcp_types.CallToolResult, server: Any) -> dict[str, Any]:
+    """The JSON a 2026-07-28 `tools/call` response carries for `result`.
+
+    Dumped and sieved exactly as the SDK runner does for the synchronous
+    response, then stamped with the same `serverInfo` `_meta`, so a client
+    decodes the inline task result and the synchronous result identically.
+    """
+    dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+    wire = mcp_methods.serialize_server_result("tools/call", LATEST_MODERN_VERSION, dumped)
+    wire.setdefault("resultType", "complete")
+    low_level = getattr(server, "_mcp_server", None)
+    stamp = getattr(low_level, "server_info_stamp", None)
+    if stamp is not None:
+        meta = wire.get("_meta")
+        key = mcp_types.SERVER_INFO_META_KEY
+        if meta is None:
+            wire["_meta"] = {key: stamp}
+        elif isinstance(meta, dict) and meta.get(key) is None:
+            wire["_meta"] = {**meta, key: stamp}
+    return wire
+
+
+# --- guard rounds (SEP-2322 inside a task) ------------------------------------
+
+#: Rounds after which a tool that keeps asking is stopped (a loop guard).
+MAX_ROUNDS = 50
+
+_requests_adapter: TypeAdapter[mcp_types.InputRequests] = TypeAdapter(mcp_types.InputRequests)
+
+
+async def run_rounds(
+    server: Any,
+    tool: Tool | None,
+    name: str,
+    arguments: dict[str, Any],
+    running: RunningTask,
+    responses: mcp_types.InputResponses | None = None,
+    request_state: str | None = None,
+) -> Outcome:
+    """Run the tool, parking for input and re-running it until it returns a result.
+
+    Each run gets a fresh `TaskContext` (core exits a background context once the
+    tool's `ctx` dependency is released), carrying the answers of the round before:
+    for the first run, those gathered in the foreground (MRTR composition, C11).
+    """
+    for round_number in range(1, MAX_ROUNDS + 1):
+        ctx = TaskContext(server, running)
+        ctx._task_input_responses = responses
+        ctx._task_request_state = request_state
+        async with ctx:
+            outcome = await run_tool(server, tool, name, arguments)
+        ask = outcome.input_required
+        if ask is None:
+            return outcome
+        requests = _requests_adapter.dump_python(
+            ask.input_requests or {}, mode="json", by_alias=True, exclude_none=True
+        )
+        missing = sorted(
+            {CAPABILITY_OF.get(r.get("method"), str(r.get("method"))) for r in requests.values()}
+            - running.input_kinds
+        )
+        if missing:
+            return _error_outcome(
+                server,
+                f"Tool {name!r} asked for input the client cannot give: the tools/call that "
+                f"created this task did not declare {', '.join(missing)}",
+            )
+        responses = await _gather(running, requests, round_number)
+        request_state = ask.request_state
+    return _error_outcome(server, f"Tool {name!r} asked for input {MAX_ROUNDS} times; stopped")
+
+
+async def _gather(
+    running: RunningTask, requests: dict[str, dict[str, Any]], round_number: int
+) -> mcp_types.InputResponses | None:
+    if not requests:
+        return None
+    wire_keys = {new_key(f"r{round_number}"): key for key in requests}
+    status = next(
+        (r["params"].get("message") for r in requests.values() if r.get("method") == ELICIT),
+        None,
+    )
+    answers = await running.ask({w: requests[k] for w, k in wire_keys.items()}, status)
+    responses: dict[str, Any] = {}
+    for wire_key, key in wire_keys.items():
+        if wire_key in answers:
+            responses[key] = answers[wire_key]
+        elif requests[key].get("method") == ELICIT:
+            responses[key] = {"action": "cancel"}  # unanswered within the input timeout
+    params = mcp_types.InputResponseRequestParams.model_validate({"inputResponses": responses})
+    return params.input_responses
+
+
+def _error_outcome(server: Any, message: str) -> Outcome:
+    result = mcp_types.CallToolResult(
+        content=[mcp_types.TextContent(type="text", text=message)], is_error=True
+    )
+    return Outcome("completed", result=to_wire(result, server))

@@ -1,0 +1,66 @@
+"""A job of the engine, and the small interfaces the engine's parts type against.
+
+`Job` is one task waiting for, or holding, a worker slot in this process.
+`TaskRunner` (in `runner`) owns the jobs; the change-feed watcher, the outcome
+recorder and task creation only need a few of its attributes, so they type
+against `WatchedRunner` and `CreatingRunner` here instead of importing the
+runner (which imports them): the engine's import graph stays a tree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import anyio
+from fastmcp.tools.base import Tool
+
+from fastmcp_tasks.server.engine.inputs import InputBroker
+from fastmcp_tasks.server.health import HealthMonitor
+from fastmcp_tasks.stores.base import TaskStore
+
+
+@dataclass(eq=False)
+class Job:
+    """One task waiting for, or holding, a worker slot in this process."""
+
+    task_id: str
+    name: str
+    arguments: dict[str, Any]
+    tool: Tool | None = None
+    queued: bool = False
+    message: str | None = None  # the statusMessage the task shows while it starts
+    attempt: int = 1
+    input_kinds: frozenset[str] = frozenset()
+    input_timeout: float | None = None
+    input_responses: Any = None
+    request_state: str | None = None
+    started: bool = False
+    cancel_requested: bool = False
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+
+
+class WatchedRunner(Protocol):
+    """What `watcher.ChangeWatcher` needs of the runner it follows the feed for."""
+
+    store: TaskStore
+    health: HealthMonitor
+    inputs: InputBroker
+    app: str | None
+    queue_poll: float
+
+    @property
+    def stopping(self) -> bool: ...
+
+    def job_ids(self) -> set[str]: ...
+
+    async def cancel(self, task_id: str) -> None: ...
+
+
+class CreatingRunner(Protocol):
+    """What `server.creation` needs of the runner a new task is created for."""
+
+    concurrency: int
+    owner: str
+    app: str | None
+    unconfirmed: set[str]

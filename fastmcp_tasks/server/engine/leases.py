@@ -1,0 +1,224 @@
+"""Who runs a task, and what happens to a task whose runner died.
+
+Every task carries a run lease: the owner (`host:pid:token` of the process that
+runs or queues it) and an expiry the owner's runner keeps renewing. On a
+durable store (SQLite, Redis), a task is *orphaned* when its lease has expired,
+or when its owner is a process on this host that no longer exists (so a
+restart recovers at once instead of waiting out the lease).
+
+The recovery rule, applied by whichever process finds an orphan first (the
+lease is taken with compare-and-set, so exactly one does):
+
+- a tool whose annotations say `idempotentHint=True` is run again from the top
+  (at-least-once), with `statusMessage` "Restarted after an interruption
+  (attempt N)"; a task parked in `input_required` drops its outstanding
+  requests and asks again;
+- any other tool ends `failed` with -32603 "Task interrupted: ..." saying the
+  run was lost and the tool is not marked idempotent.
+
+A task leased to this very process that it does not hold is one whose lease
+reply was lost. Once the lease runs out, the process's own scan fails it if it
+came from a `tools/call` that failed (no client ever learned its id), and
+otherwise gives it back to the queue (it never started here).
+
+Only tasks of this process's application (`record.app`) are scanned, claimed or
+failed, so applications sharing one store never touch each other's tasks.
+
+Nothing is left in `working` forever.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+import time
+from typing import Any
+
+import anyio
+
+from fastmcp_tasks.errors import interrupted
+from fastmcp_tasks.server.observability import shown_id
+from fastmcp_tasks.stores.base import TaskRecord, active_leases
+
+QUEUED_MESSAGE = "Queued: waiting for a free worker slot"
+
+logger = logging.getLogger("fastmcp_tasks.recovery")
+
+HOST = socket.gethostname()
+
+
+def new_owner() -> str:
+    """A lease owner id for this process: `host:pid:token`."""
+    return f"{HOST}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+def _dead_here(owner: str) -> bool:
+    """True when `owner` names a process on this host that is gone."""
+    host, _, rest = owner.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != HOST or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def is_orphan(record: TaskRecord, now: float, me: str, mine: set[str] | None = None) -> bool:
+    """Whether an active task has lost the runner that leased it.
+
+    A task leased to this process (`me`) that it does not hold (`mine`: the ids it
+    runs, queues or records) is an orphan once the lease has run out: its creation
+    failed after the store took it.
+    """
+    owner = record.lease_owner
+    if owner is None:
+        return False  # unleased: queued for any worker (`claim_queued`), not lost
+    if owner == me:
+        if mine is None or record.task_id in mine:
+            return False
+        return record.lease_expires is None or record.lease_expires <= now
+    if record.lease_expires is None:
+        return True
+    return record.lease_expires <= now or _dead_here(owner)
+
+
+def is_idempotent(tool: Any) -> bool:
+    annotations = getattr(tool, "annotations", None)
+    return bool(getattr(annotations, "idempotentHint", None))
+
+
+def restarted_message(attempt: int) -> str:
+    return f"Restarted after an interruption (attempt {attempt})"
+
+
+UNCONFIRMED = interrupted(
+    "the tools/call that created it failed before the client learned its id, so nobody "
+    "can follow it"
+)
+
+
+def lost_error(tool_name: str, found: bool) -> dict[str, Any]:
+    if not found:
+        return interrupted(f"its runner stopped and tool {tool_name!r} no longer exists")
+    return interrupted(
+        f"the process running it stopped (crash or restart); tool {tool_name!r} is not "
+        "marked idempotentHint=True, so it is not run again"
+    )
+
+
+class LeaseKeeper:
+    """Renews this process's leases and recovers orphaned tasks (durable stores only)."""
+
+    def __init__(self, runner: Any, *, owner: str, lease_seconds: float) -> None:
+        self.runner = runner
+        self.store = runner.store
+        self.owner = owner
+        self.lease_seconds = lease_seconds
+
+    def until(self) -> float:
+        return time.time() + self.lease_seconds
+
+    async def renew_held(self) -> None:
+        """Extend the leases of every task this process holds (one batched write)."""
+        held = frozenset(self.runner.job_ids())
+        if held:
+            await self.store.renew(self.owner, held, self.until())
+
+    async def heartbeat_wait(self) -> None:
+        await anyio.sleep(self.lease_seconds / 3)
+
+    async def hand_back(self, queued: set[str], interrupted: set[str]) -> None:
+        """Graceful shutdown: queued tasks go back to the queue for any worker; runs that
+        were interrupted have their lease expire now, for the recovery rule."""
+        for task_id in queued - interrupted:
+            await self.store.requeue(task_id, self.owner)
+        if interrupted:
+            await self.store.renew(self.owner, frozenset(interrupted), time.time())
+
+    async def take_queued(self) -> None:
+        """Lease tasks of this application nobody runs yet (a front end's, or requeued)."""
+        runner = self.runner
+        while free := runner.free_slots():
+            records = await self.store.claim_queued(self.owner, self.until(), free, app=runner.app)
+            runner.watcher.more_queued = len(records) == free
+            for record in records:
+                await self._start(record)
+            if len(records) < free:
+                return
+
+    async def _start(self, record: TaskRecord) -> None:
+        tool = await self.runner.find_tool(record.tool)
+        if tool is None:
+            error = interrupted(f"tool {record.tool!r} does not exist on this worker")
+            await self.store.transition(
+                record.task_id, "failed", error=error, status_message=error["message"]
+            )
+            return
+        waiting = record.status_message == QUEUED_MESSAGE  # cleared when it starts
+        self.runner.resubmit(
+            record, tool, None if waiting else record.status_message, queued=waiting
+        )
+
+    async def scan_wait(self) -> None:
+        await anyio.sleep(self.lease_seconds / 2)
+
+    async def scan(self) -> int:
+        """Recover every orphaned task of this application found now; return how many.
+
+        The scan reads lease fields only (`active_leases`), not arguments or results.
+        """
+        now = time.time()
+        recovered = 0
+        mine = self.runner.job_ids()
+        app = self.runner.app
+        for record in await active_leases(self.store, None):
+            if record.app not in (None, app):  # another application's (None: before apps)
+                continue
+            if record.task_id in mine or not is_orphan(record, now, self.owner, mine):
+                continue
+            if await self.recover(record):
+                recovered += 1
+        return recovered
+
+    async def recover(self, record: TaskRecord) -> bool:
+        claimed = await self.store.claim(
+            record.task_id, self.owner, self.until(), expect_owner=record.lease_owner
+        )
+        if claimed is None:
+            return False  # another process took it first
+        if record.task_id in self.runner.unconfirmed:
+            self.runner.unconfirmed.discard(record.task_id)
+            await self.store.transition(
+                record.task_id, "failed", error=UNCONFIRMED, status_message=UNCONFIRMED["message"]
+            )
+            return True
+        if record.lease_owner == self.owner:  # leased here but never started (a lost reply)
+            await self.store.requeue(record.task_id, self.owner)
+            return True
+        tool = await self.runner.find_tool(record.tool)
+        if tool is None or not is_idempotent(tool):
+            error = lost_error(record.tool, tool is not None)
+            await self.store.transition(
+                record.task_id, "failed", error=error, status_message=error["message"]
+            )
+            logger.warning(
+                "Task %s (%s) was interrupted: failed", shown_id(record.task_id), record.tool
+            )
+            return True
+        message = restarted_message(claimed.attempts)
+        if claimed.status == "input_required":
+            await self.store.transition(record.task_id, "working", status_message=message)
+        else:
+            await self.store.set_status_message(record.task_id, message)
+        await self.store.requeue(record.task_id, self.owner)  # any worker may take it
+        logger.warning("Task %s (%s) restarted: %s", shown_id(record.task_id), record.tool, message)
+        return True

@@ -1,0 +1,386 @@
+"""Runs tool calls as tasks: a bounded, first-in-first-out pool inside the server lifespan.
+
+`submit()` is called from the `tools/call` interceptor after the task exists in
+the store; it only enqueues. A dispatcher started in the extension's lifespan
+takes jobs in order, waits for one of `concurrency` slots and starts the run in
+the lifespan's own task group, so a run never inherits the submitting
+request's context variables (GUIDE §2). Each run gets a fresh `TaskContext`
+and its own cancel scope.
+
+The runner learns of cancel requests from the store's change feed, never from
+the handlers directly: a queued task is cancelled before it starts, a running
+one through its cancel scope (the tool sees cancellation at its next await).
+Every outcome is written with a compare-and-set transition, so a completion
+racing a cancel leaves exactly one terminal state.
+
+Faults. Every background loop is supervised (`supervision.keep_running`): an
+error is logged once per outage and retried with backoff, never stopping the
+other loops. An outcome whose write fails with `StoreError` stays in memory
+(`pending_outcomes`) and is retried until the store answers; if the process
+stops first, the task is left to lease recovery exactly as a crash would leave
+it. Any other exception while recording (a bug) fails that task with a clear
+error. The change-feed watcher (`watcher.ChangeWatcher`) resubscribes after a
+broken feed and reconciles what the gap may have hidden.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import math
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import mcp_types
+from anyio.abc import TaskGroup
+from fastmcp.tools.base import Tool
+
+from fastmcp_tasks.errors import ConfigurationError, StoreError, interrupted
+from fastmcp_tasks.server import observability
+from fastmcp_tasks.server.engine.call import Outcome, run_rounds
+from fastmcp_tasks.server.engine.context import RunningTask, _current_task
+from fastmcp_tasks.server.engine.inputs import InputBroker
+from fastmcp_tasks.server.engine.jobs import Job
+from fastmcp_tasks.server.engine.leases import QUEUED_MESSAGE, LeaseKeeper, new_owner
+from fastmcp_tasks.server.engine.outcomes import CANCELLED_BEFORE_START, OutcomeRecorder
+from fastmcp_tasks.server.engine.supervision import keep_running, periodic, retry_store
+from fastmcp_tasks.server.engine.watcher import ChangeWatcher
+from fastmcp_tasks.server.health import HealthMonitor
+from fastmcp_tasks.server.limits import Limits
+from fastmcp_tasks.server.observability import shown_id
+from fastmcp_tasks.stores.base import TaskRecord, TaskStore
+
+logger = logging.getLogger("fastmcp_tasks.runner")
+
+
+class TaskRunner:
+    """Executes submitted jobs with at most `concurrency` running at once."""
+
+    def __init__(
+        self,
+        server: Any,
+        store: TaskStore,
+        *,
+        concurrency: int,
+        sweep_interval: float = 60.0,
+        lease_seconds: float = 30.0,
+        shutdown_grace: float = 0.0,
+        limits: Limits | None = None,
+        health: HealthMonitor | None = None,
+        app: str | None = None,
+        queue_poll: float = 5.0,
+        opened: bool = True,
+    ) -> None:
+        if concurrency < 0:
+            raise ConfigurationError(f"concurrency must not be negative, got {concurrency}")
+        self.server = server
+        self.store = store
+        self.concurrency = concurrency
+        self.sweep_interval = sweep_interval
+        self.shutdown_grace = shutdown_grace
+        self.limits = limits or Limits()
+        self.health = health or HealthMonitor()
+        self.app = app
+        self.queue_poll = queue_poll
+        self.opened = opened
+        self.inputs = InputBroker(store)
+        self.owner = new_owner()
+        self.leases = LeaseKeeper(self, owner=self.owner, lease_seconds=lease_seconds)
+        self.watcher = ChangeWatcher(self)
+        self._abandon = anyio.Event()  # set when shutdown stops waiting for the store
+        self._handed_back: set[str] = set()
+        self.outcomes = OutcomeRecorder(store, self.limits, self._abandon, self._handed_back)
+        #: ids whose creation failed after the store may have committed it (a lost reply):
+        #: recovery fails them, since no client learned their id
+        self.unconfirmed: set[str] = set()
+        self._pending: dict[str, str] = {}  # task id -> the outcome waiting for the store
+        self._jobs: dict[str, Job] = {}
+        self._waiting = 0
+        self._running = 0
+        self._slots = anyio.Semaphore(concurrency)
+        self._idle = anyio.Event()
+        self._send, self._receive = anyio.create_memory_object_stream[Job](math.inf)
+        self._group: TaskGroup | None = None
+        self._stopping = False
+
+    @property
+    def started(self) -> bool:
+        return self._group is not None and not self._stopping
+
+    def saturated(self) -> bool:
+        """True when a job submitted now would have to wait for a slot."""
+        return self._running + self._waiting >= self.concurrency
+
+    def free_slots(self) -> int:
+        """How many more jobs could start now."""
+        return max(0, self.concurrency - self._running - self._waiting)
+
+    def submit(self, job: Job) -> None:
+        """Enqueue a job whose task already exists in the store (leased to `owner`)."""
+        self._jobs[job.task_id] = job
+        self._waiting += 1
+        observability.queued.add(1)
+        self._send.send_nowait(job)
+
+    def resubmit(
+        self, record: TaskRecord, tool: Tool, message: str | None, *, queued: bool = False
+    ) -> None:
+        """Run a task leased from the store (queued by a front end, or recovered)."""
+        context = record.context or {}
+        responses = context.get("inputResponses")
+        if responses is not None:
+            params = mcp_types.InputResponseRequestParams.model_validate(
+                {"inputResponses": responses}
+            )
+            responses = params.input_responses
+        self.submit(
+            Job(
+                record.task_id,
+                record.tool,
+                dict(record.arguments or {}),
+                tool=tool,
+                message=message,
+                queued=queued,
+                attempt=max(1, record.attempts),
+                input_kinds=frozenset(context.get("inputKinds", ())),
+                input_responses=responses,
+                request_state=context.get("requestState"),
+            )
+        )
+
+    @property
+    def stopping(self) -> bool:
+        """Whether the runner is shutting down (it starts nothing new)."""
+        return self._stopping
+
+    def job_ids(self) -> set[str]:
+        """The tasks this process is running, has queued, or is still recording."""
+        return set(self._jobs) | set(self._pending)
+
+    def job(self, task_id: str) -> Job | None:
+        return self._jobs.get(task_id)
+
+    @property
+    def pending_outcomes(self) -> int:
+        """Finished tasks whose outcome waits for the store to be written."""
+        return len(self._pending)
+
+    async def find_tool(self, name: str) -> Tool | None:
+        try:
+            return await self.server.get_tool(name)
+        except Exception:
+            logger.exception("Looking up tool %r for a recovered task failed", name)
+            return None
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[TaskRunner]:
+        """Run the dispatcher and the supervised loops until exit.
+
+        They live in a task group owned by a host task of their own rather than
+        one held open across this context manager's `yield`: FastMCP closes
+        extension lifespans inside a shielding cancel scope, which a task group
+        entered before it cannot be exited under. The host task starts from the
+        lifespan, so runs inherit the lifespan's context (`Shared()`
+        dependencies), never a request's. When the store did not open at
+        startup (`opened=False`), the loops start once `open()` succeeds.
+        """
+        loop = asyncio.get_running_loop()
+        ready: asyncio.Future[None] = loop.create_future()
+        stop = anyio.Event()
+
+        async def host() -> None:
+            try:
+                async with anyio.create_task_group() as group:
+                    self._group = group
+                    group.start_soon(keep_running, "dispatch", self._dispatch, self.health)
+                    if self.opened:
+                        await self._start_loops(group)
+                    else:
+                        group.start_soon(
+                            keep_running,
+                            "open",
+                            functools.partial(self._open_then_start, group),
+                            self.health,
+                        )
+                    ready.set_result(None)
+                    await stop.wait()
+                    self._stopping = True  # start nothing new
+                    with anyio.move_on_after(self.shutdown_grace):
+                        while self._running:
+                            self._idle = anyio.Event()
+                            await self._idle.wait()
+                    self._abandon.set()  # outcomes still waiting for the store: to recovery
+                    group.cancel_scope.cancel()
+            except BaseException as exc:
+                if not ready.done():
+                    ready.set_exception(exc)
+                raise
+            finally:
+                self._group = None
+
+        task = loop.create_task(host(), name="fastmcp-tasks runner")
+        await ready
+        try:
+            yield self
+        finally:
+            stop.set()
+            await task
+            if self.store.durable and self.opened:  # queued: back to the queue
+                with anyio.CancelScope(shield=True):
+                    try:
+                        await self.leases.hand_back(set(self._jobs), self._handed_back)
+                    except StoreError as exc:
+                        logger.warning(
+                            "Handing tasks back at shutdown failed (%s); their "
+                            "leases run out and recovery takes them",
+                            exc,
+                        )
+
+    async def _open_then_start(self, group: TaskGroup) -> None:
+        """Degraded start: open the store with backoff, then start the loops."""
+
+        async def open_store() -> None:
+            await self.store.open()
+
+        logger.warning("Task store unreachable at startup; retrying until it answers")
+        await retry_store(open_store, cap=10.0)
+        self.opened = True
+        self.health.opened = True
+        self.health.store_ok()
+        logger.warning("Task store opened; the task engine is running")
+        await self._start_loops(group)
+
+    async def _start_loops(self, group: TaskGroup) -> None:
+        health, leases = self.health, self.leases
+        group.start_soon(keep_running, "feed", self.watcher.follow, health)
+        group.start_soon(periodic, "sweeper", self._sweep_once, health, self._sweep_wait)
+        group.start_soon(periodic, "heartbeat", leases.renew_held, health, leases.heartbeat_wait)
+        if self.store.durable:
+            group.start_soon(periodic, "recovery", leases.scan, health, leases.scan_wait)
+            if self.concurrency:
+                group.start_soon(
+                    periodic, "queue", leases.take_queued, health, self.watcher.queue_wait
+                )
+        with anyio.move_on_after(5):  # a cancel right after creation is heard at once
+            await self.watcher.subscribed.wait()
+
+    # --- dispatch ------------------------------------------------------------------
+
+    async def _dispatch(self) -> None:
+        """Start queued jobs in order, as many per wake-up as there are free slots.
+
+        Waiting costs a loop turn per `receive()`/`acquire()`; on a busy server a
+        turn is long, so jobs that can start now are started without waiting.
+        """
+        assert self._group is not None
+        while True:
+            job = await self._receive.receive()
+            while True:
+                await self._start(job)
+                try:
+                    job = self._receive.receive_nowait()
+                except anyio.WouldBlock:
+                    break
+
+    async def _start(self, job: Job) -> None:
+        assert self._group is not None
+        if job.cancel_requested or self._stopping:
+            return  # cancelled while queued (already recorded), or shutting down
+        try:
+            self._slots.acquire_nowait()
+        except anyio.WouldBlock:
+            await self._slots.acquire()
+            if job.cancel_requested:
+                self._slots.release()
+                return
+        self._waiting -= 1
+        observability.queued.add(-1)
+        self._running += 1
+        job.started = True
+        self._group.start_soon(self._run, job, name=f"fastmcp-task {job.task_id}")
+
+    async def _run(self, job: Job) -> None:
+        running = RunningTask(
+            self.store,
+            job.task_id,
+            job.name,
+            message=QUEUED_MESSAGE if job.queued else job.message,
+            broker=self.inputs,
+            input_timeout=job.input_timeout,
+            input_kinds=job.input_kinds,
+        )
+        outcome: Outcome | None = None
+        failure: dict[str, Any] | None = None
+        started = time.perf_counter()
+        with observability.task_span(job.task_id, job.name, job.attempt) as span:
+            try:
+                with job.scope:
+                    await running.status(job.message)  # clears "Queued"; no write if unchanged
+                    token = _current_task.set(running)
+                    try:
+                        outcome = await run_rounds(
+                            self.server,
+                            job.tool,
+                            job.name,
+                            job.arguments,
+                            running,
+                            job.input_responses,
+                            job.request_state,
+                        )
+                    finally:
+                        _current_task.reset(token)
+            except Exception:
+                logger.exception(
+                    "Task %s (%s) crashed in the task engine", shown_id(job.task_id), job.name
+                )
+                failure = interrupted("the task engine failed while running the tool")
+            finally:
+                self._running -= 1
+                self._slots.release()
+                if not self._running:
+                    self._idle.set()
+                self.watcher.slot_freed()
+                self._pending[job.task_id] = "recording"
+                self._jobs.pop(job.task_id, None)
+                with anyio.CancelScope(shield=True):
+                    try:
+                        status = await self.outcomes.finish(job, outcome, failure)
+                    finally:
+                        self._pending.pop(job.task_id, None)
+                span.set_attribute("mcp.task.status", status)
+                observability.duration.record(
+                    time.perf_counter() - started, {"tool": job.name, "status": status}
+                )
+
+    # --- cancel requests (heard by the watcher) -------------------------------
+
+    async def cancel(self, task_id: str) -> None:
+        job = self._jobs.get(task_id)
+        if job is None or job.cancel_requested:
+            return
+        job.cancel_requested = True
+        if job.started:
+            job.scope.cancel()
+            return
+        self._waiting -= 1
+        observability.queued.add(-1)
+        self._jobs.pop(task_id, None)
+        self._pending[task_id] = "cancelled"
+        try:
+            await self.outcomes.record(job, "cancelled", status_message=CANCELLED_BEFORE_START)
+        finally:
+            self._pending.pop(task_id, None)
+
+    # --- retention -----------------------------------------------------------------
+
+    async def _sweep_once(self) -> None:
+        removed = await self.store.purge_expired(time.time())
+        if removed:
+            logger.debug("Purged %d expired tasks", removed)
+
+    async def _sweep_wait(self) -> None:
+        await anyio.sleep(self.sweep_interval)

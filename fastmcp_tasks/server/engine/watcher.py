@@ -1,0 +1,95 @@
+"""What the runner hears from the store's change feed, kept whole across feed outages.
+
+`ChangeWatcher.follow` subscribes to the feed for three kinds of change:
+cancel requests and input answers for this process's tasks, and `queued`
+(a task of this application became claimable, so an idle worker takes it at
+once instead of polling). It runs supervised: when the feed breaks (a Redis
+restart, a failing disk) the supervisor subscribes again, and every
+subscription begins by reconciling: each task this process runs is read once
+and a cancel request or an answer that arrived while nobody listened is
+applied. Both are idempotent (a job is cancelled once; `take_answers` removes
+what it returns), so nothing is lost or applied twice.
+
+The queue loop waits in `queue_wait`: woken by a `queued` change, by a slot
+freeing while more tasks may be waiting, or after `queue_poll` seconds at the
+latest (the safety net for a change the feed trimmed).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import anyio
+
+from fastmcp_tasks.server.engine.jobs import WatchedRunner
+from fastmcp_tasks.stores.base import TaskChange, get_many
+
+logger = logging.getLogger("fastmcp_tasks.runner")
+
+WATCHED = frozenset({"cancel_requested", "answered", "queued"})
+
+
+class ChangeWatcher:
+    """Follows the change feed for one runner; reconciles after every (re)subscription."""
+
+    def __init__(self, runner: WatchedRunner) -> None:
+        self.runner = runner
+        self.subscribed = anyio.Event()
+        self._wake = anyio.Event()
+        self.more_queued = False  # the last claim filled every free slot
+
+    async def follow(self) -> None:
+        """One subscription: reconcile, then apply changes until the feed ends or fails."""
+        runner = self.runner
+        async with runner.store.changes(kinds=WATCHED) as feed:
+            self.subscribed.set()
+            await self.reconcile()
+            runner.health.loop_ok("feed")
+            async for change in feed:
+                await self.apply(change)
+        if not runner.stopping:  # a feed that ends by itself is a fault: subscribe again
+            raise ConnectionError("the change feed ended")
+
+    async def apply(self, change: TaskChange) -> None:
+        runner = self.runner
+        if change.kind == "queued":
+            app = change.details.get("app")
+            if app is None or app == runner.app:
+                self.wake_queue()
+        elif change.task_id not in runner.job_ids():
+            return
+        elif change.kind == "cancel_requested":
+            await runner.cancel(change.task_id)
+        elif change.kind == "answered":
+            await runner.inputs.answered(change.task_id, change.details.get("keys", []))
+
+    async def reconcile(self) -> None:
+        """Apply what the feed may have missed to every task this process holds."""
+        runner = self.runner
+        held = sorted(runner.job_ids())
+        self.wake_queue()  # something may have been queued meanwhile
+        if not held:
+            return
+        records = await get_many(runner.store, held)
+        for task_id in held:
+            record = records.get(task_id)
+            if record is None:
+                continue
+            if record.cancel_requested:
+                await runner.cancel(task_id)
+            elif record.answers:
+                await runner.inputs.answered(task_id, list(record.answers))
+
+    # --- the queue loop's wake-ups -------------------------------------------
+
+    def wake_queue(self) -> None:
+        self._wake.set()
+
+    def slot_freed(self) -> None:
+        if self.more_queued:
+            self._wake.set()
+
+    async def queue_wait(self) -> None:
+        with anyio.move_on_after(self.runner.queue_poll):
+            await self._wake.wait()
+        self._wake = anyio.Event()

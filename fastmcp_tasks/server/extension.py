@@ -1,0 +1,353 @@
+"""`TasksExtension`: configuration, and the wiring of FastMCP's four extension hooks.
+
+- `settings()` advertises `capabilities.extensions["io.modelcontextprotocol/tasks"] = {}` (C1).
+- `methods()` binds `tasks/get`, `tasks/update`, `tasks/cancel` (see `handlers`).
+- `intercept_tool_call()` decides, per `tools/call`, between the synchronous
+  path and a task (the mode table in the README), creates the task in the store
+  and hands it to the runner.
+- `lifespan()` opens the store, serves `subscriptions/listen` (see `listen`)
+  and runs the runner for the server's lifetime.
+
+Faults. Handlers, listen and the runner use the store through
+`monitored_store` (every request-serving call bounded by `store_timeout`, every
+outcome reported to the `HealthMonitor` behind `health()`). A store that is
+unreachable at startup does not stop the server by default (`startup`): it
+starts degraded and the engine starts when the store answers.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from typing import Any
+
+import anyio
+from fastmcp.server.context import Context
+from fastmcp.server.dependencies import _is_client_tool_call
+from fastmcp.server.extensions import MethodBinding, ServerExtension, ToolCallContinuation
+from fastmcp.tools.base import InputRequiredToolResult, Tool
+from fastmcp.utilities.versions import VersionSpec
+from mcp.shared.exceptions import MCPError
+from mcp_types import INTERNAL_ERROR, CallToolRequestParams
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from fastmcp_tasks.errors import (
+    ConfigurationError,
+    StoreError,
+    TaskLimitExceeded,
+    limit_exceeded,
+    missing_capability,
+    store_unavailable,
+    too_large,
+)
+from fastmcp_tasks.server import observability
+from fastmcp_tasks.server.creation import TASK_ID_BYTES, created_after_all, new_record, new_task_id
+from fastmcp_tasks.server.engine.progress import install_core_progress_adapter
+from fastmcp_tasks.server.engine.runner import Job, TaskRunner
+from fastmcp_tasks.server.handlers import TaskMethods
+from fastmcp_tasks.server.health import EngineHealth, HealthMonitor
+from fastmcp_tasks.server.limits import Limits
+from fastmcp_tasks.server.listen import ListenService
+from fastmcp_tasks.server.monitored_store import monitored
+from fastmcp_tasks.server.options import TaskOptions, options_of
+from fastmcp_tasks.server.validation import arguments_valid
+from fastmcp_tasks.stores import store_from_url
+from fastmcp_tasks.stores.base import TaskStore
+from fastmcp_tasks.wire.names import TASKS_EXTENSION_ID
+from fastmcp_tasks.wire.render import render_create_result
+
+URL_ENV = "FASTMCP_TASKS_URL"
+DEFAULT_URL = "memory://"
+DEFAULT_CONCURRENCY = 100
+DEFAULT_RETENTION = timedelta(hours=1)
+DEFAULT_MAX_TASKS = 100_000
+DEFAULT_STORE_TIMEOUT = timedelta(seconds=5)
+DURABLE_SHUTDOWN_GRACE = timedelta(seconds=30)  # the same as `fastmcp-tasks worker --grace`
+STARTUP_MODES = ("degraded", "wait", "fail")
+
+_MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
+
+
+class TasksExtension(ServerExtension):
+    """Durable background tasks for `task=True` tools (SEP-2663).
+
+    Args:
+        url: which store keeps the tasks. `None` reads `FASTMCP_TASKS_URL`,
+            defaulting to `memory://`.
+        store: a ready store object (anything implementing `TaskStore`);
+            excludes `url`.
+        concurrency: most tasks running at once in this process; the rest wait
+            in order, `working` with a "Queued" status message. `0` makes a front
+            end that runs nothing: its tasks wait in a durable store for worker
+            processes (`fastmcp-tasks worker`).
+        retention: how long a finished task stays readable. `None` keeps
+            finished tasks until `max_tasks` forces them out (ttlMs `null`).
+        max_tasks: most tasks a store built from `url` retains at once.
+        sweep_interval: how often expired tasks are purged.
+        input_timeout: how long a task waits for the answer to an input request
+            (`ctx.elicit`, a returned `InputRequiredResult`) before it counts as
+            unanswered; `None` waits while the task lives. Per tool:
+            `task_options(input_timeout=...)`.
+        lease: how long a running or queued task stays leased to this process
+            without a heartbeat; on a durable store another process recovers
+            tasks whose lease ran out (see `engine.leases`).
+        shutdown_grace: at shutdown, how long running tasks may finish before they
+            are interrupted (then handed back on a durable store). `None`: 30 s on
+            a durable store (like `fastmcp-tasks worker`), 0 in memory.
+        limits: caps on sizes, on active tasks (in all and per principal) and,
+            optionally, on polling (`Limits`).
+        store_timeout: longest wait for the store while serving a request or a
+            running task; past it the request answers -32603 "Task store
+            unavailable". `None`: only the store's own timeouts.
+        startup: what a store that is unreachable at startup does: `"degraded"`
+            (default) starts the server anyway (synchronous tools work, task
+            calls answer "Task store unavailable") and the engine starts when the
+            store answers; `"wait"` holds startup until it answers; `"fail"`
+            stops startup with the error. A malformed URL or a foreign file
+            always stops startup.
+        app: the application this server's tasks belong to on a shared store
+            (default: the FastMCP server's name): a process claims, recovers
+            and fails only its own application's tasks.
+    """
+
+    identifier = TASKS_EXTENSION_ID
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        store: TaskStore | None = None,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        retention: timedelta | None = DEFAULT_RETENTION,
+        max_tasks: int | None = DEFAULT_MAX_TASKS,
+        sweep_interval: timedelta = timedelta(seconds=60),
+        input_timeout: timedelta | None = None,
+        lease: timedelta = timedelta(seconds=30),
+        shutdown_grace: timedelta | None = None,
+        limits: Limits | None = None,
+        store_timeout: timedelta | None = DEFAULT_STORE_TIMEOUT,
+        startup: str = "degraded",
+        app: str | None = None,
+    ) -> None:
+        if store is not None and url is not None:
+            raise ConfigurationError("pass either url= or store=, not both")
+        if concurrency < 0:
+            raise ConfigurationError(f"concurrency must not be negative, got {concurrency}")
+        if retention is not None and retention < timedelta(0):
+            raise ConfigurationError(f"retention must not be negative, got {retention}")
+        if sweep_interval <= timedelta(0):
+            raise ConfigurationError(f"sweep_interval must be positive, got {sweep_interval}")
+        if startup not in STARTUP_MODES:
+            raise ConfigurationError(f"startup must be one of {STARTUP_MODES}, got {startup!r}")
+        if store_timeout is not None and store_timeout <= timedelta(0):
+            raise ConfigurationError(f"store_timeout must be positive, got {store_timeout}")
+        self._config: dict[str, Any] = {
+            "url": url,
+            "store": store,
+            "concurrency": concurrency,
+            "retention": retention,
+            "max_tasks": max_tasks,
+            "sweep_interval": sweep_interval,
+            "input_timeout": input_timeout,
+            "lease": lease,
+            "shutdown_grace": shutdown_grace,
+            "limits": limits,
+            "store_timeout": store_timeout,
+            "startup": startup,
+            "app": app,
+        }
+        self.limits = limits or Limits()
+        self._caps = self.limits.active_caps
+        if lease <= timedelta(0):
+            raise ConfigurationError(f"lease must be positive, got {lease}")
+        self.lease_seconds = lease.total_seconds()
+        self.input_timeout = input_timeout
+        self.url = url if url is not None else os.environ.get(URL_ENV) or DEFAULT_URL
+        if store is None:
+            store = store_from_url(self.url, max_tasks=max_tasks)
+        else:
+            self.url = f"{getattr(store, 'scheme', 'custom')}://"
+        if concurrency == 0 and not store.durable:
+            raise ConfigurationError(
+                f"concurrency=0 runs nothing in this process, and {self.url} is not shared "
+                "with other processes: use a durable store (sqlite:///..., redis://...)"
+            )
+        self.store: TaskStore = store
+        if shutdown_grace is None:
+            shutdown_grace = DURABLE_SHUTDOWN_GRACE if store.durable else timedelta(0)
+        self.shutdown_grace = max(0.0, shutdown_grace.total_seconds())
+        self.store_timeout = None if store_timeout is None else store_timeout.total_seconds()
+        self.startup = startup
+        self.app = app
+        self.health_monitor = HealthMonitor(repr(store))
+        self._store = monitored(store, self.health_monitor, self.store_timeout)
+        self.concurrency = concurrency
+        self.retention_ms = None if retention is None else int(retention.total_seconds() * 1000)
+        self.sweep_interval = sweep_interval.total_seconds()
+        self.runner: TaskRunner | None = None
+        self._methods = TaskMethods(self._store, self.limits)
+        self.listen = ListenService(self._store)
+        install_core_progress_adapter()
+
+    def clone(self) -> TasksExtension:
+        return TasksExtension(**self._config)
+
+    # --- the four hooks ------------------------------------------------------------
+
+    def settings(self) -> dict[str, Any]:
+        return {}
+
+    def methods(self) -> Sequence[MethodBinding]:
+        return self._methods.bindings()
+
+    def health(self) -> EngineHealth:
+        """The engine's health: store reachable or degraded since when, loops alive."""
+        runner = self.runner
+        return self.health_monitor.snapshot(runner.pending_outcomes if runner else 0)
+
+    @asynccontextmanager
+    async def _run(self) -> AsyncIterator[None]:
+        observability.log_full_ids(getattr(self.server, "auth", None) is not None)
+        opened = await self._open_store()
+        self.listen.install(self.server._mcp_server)
+        monitor = self.health_monitor
+        try:
+            runner = TaskRunner(
+                self.server,
+                self._store,
+                concurrency=self.concurrency,
+                sweep_interval=self.sweep_interval,
+                lease_seconds=self.lease_seconds,
+                shutdown_grace=self.shutdown_grace,
+                limits=self.limits,
+                health=monitor,
+                app=self.app if self.app is not None else self.server.name,
+                opened=opened,
+            )
+            monitor.running = True
+            async with runner.running():
+                self.runner = runner
+                try:
+                    yield
+                finally:
+                    self.listen.close()
+                    self.runner = None
+                    monitor.running = False
+        finally:
+            await self.store.close()
+
+    async def _open_store(self) -> bool:
+        """Open the store as `startup` says; whether it is open."""
+        monitor = self.health_monitor
+        while True:
+            try:
+                await self._store.open()
+            except StoreError:
+                if self.startup == "fail":
+                    raise
+                if self.startup == "degraded":
+                    return False
+                await anyio.sleep(1.0)  # "wait": the monitor logged why, once
+                continue
+            monitor.opened = True
+            return True
+
+    def lifespan(self) -> Any:
+        return self._run()
+
+    async def intercept_tool_call(
+        self,
+        params: CallToolRequestParams,
+        context: Context,
+        call_next: ToolCallContinuation,
+    ) -> Any:
+        request = context.request_context
+        if request is None or not _is_client_tool_call():
+            return await call_next()  # a nested or direct call: never a task
+        tool = await context.fastmcp.get_tool(params.name, version=_requested_version(params))
+        if tool is None or tool.task_config.mode == "forbidden":
+            return await call_next()
+        opted_in = (
+            request.protocol_version in _MODERN
+            and context.client_extension_settings(TASKS_EXTENSION_ID) is not None
+        )
+        if not opted_in:
+            if tool.task_config.mode == "required":
+                raise missing_capability()
+            return await call_next()
+        arguments = params.arguments or {}
+        if (over := self.limits.over("max_argument_bytes", arguments)) is not None:
+            raise too_large("the arguments", "max_argument_bytes", *over)
+        if not arguments_valid(tool, arguments):
+            return await call_next()  # the synchronous path reports it, no task made
+        options = options_of(tool)
+        if options.foreground_input is not None:  # MRTR rounds before any task (C11)
+            ask = await options.foreground_input(context, arguments)
+            if ask is not None:
+                return InputRequiredToolResult(ask)
+        return await self._create_task(tool, params.name, arguments, context, options)
+
+    # --- task creation ---------------------------------------------------------------
+
+    async def _create_task(
+        self,
+        tool: Tool,
+        name: str,
+        arguments: dict[str, Any],
+        context: Context,
+        options: TaskOptions,
+    ) -> Any:
+        runner = self.runner
+        if runner is None or not runner.started:
+            raise MCPError(
+                code=INTERNAL_ERROR,
+                message="The tasks extension is not running: the server lifespan has not started",
+            )
+        queued = runner.saturated()
+        record, input_kinds = new_record(
+            tool, name, arguments, context, runner, self.retention_ms, self.lease_seconds, queued
+        )
+        responses = context.input_responses
+        try:
+            await self._store.create(record, caps=self._caps)
+        except TaskLimitExceeded as exc:
+            raise limit_exceeded(exc.limit, exc.value) from None
+        except StoreError:
+            if not await created_after_all(self._store, record, runner):
+                raise store_unavailable() from None
+        created = render_create_result(record)
+        observability.created.add(1, {"tool": record.tool})
+        observability.transition(record.task_id, record.tool, "working", 1)
+        if not runner.concurrency:
+            return created
+        runner.submit(
+            Job(
+                record.task_id,
+                name,
+                arguments,
+                tool=tool,
+                queued=queued,
+                input_kinds=input_kinds,
+                input_timeout=options.timeout_seconds(self.input_timeout),
+                input_responses=responses,
+                request_state=context.request_state,
+            )
+        )
+        return created
+
+
+def _requested_version(params: CallToolRequestParams) -> VersionSpec | None:
+    """The component version a call asks for (`_meta.fastmcp.version`), as core reads it."""
+    meta = params.meta
+    fastmcp_meta = meta.get("fastmcp") if isinstance(meta, dict) else None
+    version = fastmcp_meta.get("version") if isinstance(fastmcp_meta, dict) else None
+    if isinstance(version, str):
+        return VersionSpec(eq=version)
+    if isinstance(version, dict):
+        return VersionSpec(**{k: v for k, v in version.items() if k in ("eq", "gte", "lt")})
+    return None
+
+
+__all__ = ["TASK_ID_BYTES", "TasksExtension", "new_task_id"]

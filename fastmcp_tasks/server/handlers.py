@@ -1,0 +1,152 @@
+"""`tasks/get`, `tasks/update` and `tasks/cancel`: read params, ask the store, render.
+
+Each handler first applies the two gates every task method shares:
+
+1. the per-request opt-in (C25, C34, C39): a request whose `_meta` does not
+   declare the tasks extension gets -32021, whatever its task id;
+2. over Streamable HTTP, an `Mcp-Name` header that names another task than
+   `params.taskId` gets -32020 (C50). A missing header is accepted.
+
+With `Limits.min_poll_fraction` set, `tasks/get` of one task is paced
+(`pacing.PollPacer`, C19). Unknown, expired and purged ids, and tasks of
+another principal, all get the same -32602 (C14, C24). Handlers never talk to
+the runner: a cancel is a store write that the runner hears about.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fastmcp.server.extensions import MethodBinding, read_client_extension_settings
+from mcp.server.context import ServerRequestContext
+from mcp.shared.inbound import decode_header_value
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from fastmcp_tasks.errors import (
+    StoreError,
+    header_mismatch,
+    invalid_answer,
+    missing_capability,
+    polling_too_fast,
+    store_unavailable,
+    task_not_found,
+    too_large,
+)
+from fastmcp_tasks.server.engine.inputs import answer_problem
+from fastmcp_tasks.server.limits import Limits
+from fastmcp_tasks.server.ownership import current_principal, may_access
+from fastmcp_tasks.server.pacing import PollPacer
+from fastmcp_tasks.stores.base import TaskRecord, TaskStore
+from fastmcp_tasks.wire.models import TaskIdParams, UpdateTaskParams
+from fastmcp_tasks.wire.names import (
+    ACK,
+    METHOD_CANCEL,
+    METHOD_GET,
+    METHOD_UPDATE,
+    TASKS_EXTENSION_ID,
+)
+from fastmcp_tasks.wire.render import could_be_task_id, render_get_result
+
+MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
+
+
+def check_request(ctx: ServerRequestContext[Any, Any], task_id: str) -> None:
+    """The gates every task method applies before touching the store."""
+    if read_client_extension_settings(ctx, TASKS_EXTENSION_ID) is None:
+        raise missing_capability()
+    request = ctx.request
+    if request is not None:
+        headers = getattr(request, "headers", None)
+        raw = headers.get("mcp-name") if headers is not None else None
+        if raw is not None:
+            try:
+                named = decode_header_value(raw)
+            except ValueError:
+                named = raw
+            if named != task_id:
+                raise header_mismatch(raw, task_id)
+
+
+Handler = Callable[[ServerRequestContext[Any, Any], Any], Awaitable[dict[str, Any]]]
+
+
+def _store_errors(handler: Handler) -> Handler:
+    """A store failure becomes a clear -32603, not an anonymous internal error."""
+
+    @functools.wraps(handler)
+    async def guarded(ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
+        try:
+            return await handler(ctx, params)
+        except StoreError:
+            raise store_unavailable() from None  # the monitor logged the cause
+
+    return guarded
+
+
+class TaskMethods:
+    """The task methods bound to one store."""
+
+    def __init__(self, store: TaskStore, limits: Limits | None = None) -> None:
+        self.store = store
+        self.limits = limits or Limits()
+        fraction = self.limits.min_poll_fraction
+        self.pacer = None if fraction is None else PollPacer(fraction, self.limits.poll_burst)
+
+    def bindings(self) -> list[MethodBinding]:
+        return [
+            MethodBinding(METHOD_GET, TaskIdParams, _store_errors(self.get), MODERN),
+            MethodBinding(METHOD_UPDATE, UpdateTaskParams, _store_errors(self.update), MODERN),
+            MethodBinding(METHOD_CANCEL, TaskIdParams, _store_errors(self.cancel), MODERN),
+        ]
+
+    async def get(
+        self, ctx: ServerRequestContext[Any, Any], params: TaskIdParams
+    ) -> dict[str, Any]:
+        """`tasks/get`: the DetailedTask for the current status (C22, C23). No side effects."""
+        check_request(ctx, params.task_id)
+        record = await self._visible(params.task_id)
+        if self.pacer is not None:
+            interval = record.poll_interval_ms
+            wait = self.pacer.retry_after_ms(params.task_id, interval)
+            if wait is not None and interval is not None:
+                raise polling_too_fast(self.pacer.fraction, interval, wait)
+        return render_get_result(record)
+
+    async def update(
+        self, ctx: ServerRequestContext[Any, Any], params: UpdateTaskParams
+    ) -> dict[str, Any]:
+        """`tasks/update`: accept answers for outstanding keys, ignore the rest (C32-C37)."""
+        check_request(ctx, params.task_id)
+        record = await self._visible(params.task_id)
+        if (over := self.limits.over("max_input_bytes", params.input_responses)) is not None:
+            raise too_large("inputResponses", "max_input_bytes", *over)
+        outstanding = record.input_requests or {}
+        for key, answer in params.input_responses.items():
+            request = outstanding.get(key)
+            problem = None if request is None else answer_problem(request, answer)
+            if problem is not None:
+                raise invalid_answer(key, problem)
+        # only answers to outstanding keys reach the store (the rest are acked, C35)
+        answers = {k: v for k, v in params.input_responses.items() if k in outstanding}
+        if answers and await self.store.answer_input(params.task_id, answers) is None:
+            raise task_not_found(params.task_id)
+        return dict(ACK)
+
+    async def cancel(
+        self, ctx: ServerRequestContext[Any, Any], params: TaskIdParams
+    ) -> dict[str, Any]:
+        """`tasks/cancel`: record the request and ack; terminal tasks are left as they are."""
+        check_request(ctx, params.task_id)
+        await self._visible(params.task_id)
+        if await self.store.request_cancel(params.task_id) is None:
+            raise task_not_found(params.task_id)
+        return dict(ACK)
+
+    async def _visible(self, task_id: str) -> TaskRecord:
+        """The task, if it exists and the caller may see it; else the same -32602 (C14, C24)."""
+        record = await self.store.get(task_id) if could_be_task_id(task_id) else None
+        if record is None or not may_access(record, current_principal()):
+            raise task_not_found(task_id)
+        return record

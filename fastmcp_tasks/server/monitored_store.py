@@ -1,0 +1,148 @@
+"""The store as the engine and the request handlers use it: bounded in time, watched.
+
+`MonitoredStore` wraps any `TaskStore`. Every call that serves a request or a
+running task is bounded by the extension's `store_timeout`: a store that hangs
+(a black-holed network, a file lock held by another process) answers with
+`StoreTimeout` (a `StoreError`) within that bound instead of hanging the
+request. Every outcome is reported to the `HealthMonitor`: a `StoreError`
+starts or continues an outage, a success ends it. Refusals that are answers,
+not failures (`TaskLimitExceeded`, `DuplicateTask`), count as the store
+answering.
+
+Housekeeping calls that may legitimately take long (`purge_expired`, the
+listing and scanning reads, `open`, `close`) are watched but not bounded here;
+each store bounds its own single round trips. Methods a store offers beyond the
+protocol (`get_many`, `active_leases`, listing) are wrapped the same way when
+present, and absent when the store lacks them, so `getattr(store, name, None)`
+keeps working.
+
+The in-memory store cannot fail or hang and is used unwrapped.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any, TypeVar
+
+import anyio
+
+from fastmcp_tasks.errors import DuplicateTask, StoreError, StoreTimeout, TaskLimitExceeded
+from fastmcp_tasks.server.health import HealthMonitor
+from fastmcp_tasks.stores.base import TaskChange, TaskStore
+from fastmcp_tasks.stores.memory import MemoryTaskStore
+
+T = TypeVar("T")
+
+#: Calls bounded by `store_timeout`: the ones a request or a running task waits on.
+BOUNDED = frozenset(
+    {
+        "create",
+        "get",
+        "get_many",
+        "set_status_message",
+        "transition",
+        "request_input",
+        "answer_input",
+        "take_answers",
+        "withdraw_input",
+        "request_cancel",
+        "claim",
+        "renew",
+        "requeue",
+        "claim_queued",
+    }
+)
+
+
+class MonitoredStore:
+    """A `TaskStore` that bounds and reports every call of the store it wraps."""
+
+    def __init__(self, inner: TaskStore, health: HealthMonitor, timeout: float | None) -> None:
+        self.inner = inner
+        self.health = health
+        self.timeout = timeout
+        self.scheme = inner.scheme
+        self.durable = inner.durable
+
+    async def call(
+        self, operation: str, fn: Callable[..., Awaitable[T]], *args: Any, **kw: Any
+    ) -> T:
+        """`await fn(*args, **kw)`, bounded when `operation` is, reported to health."""
+        health = self.health
+        try:
+            if self.timeout is not None and operation in BOUNDED:
+                with anyio.fail_after(self.timeout):
+                    result = await fn(*args, **kw)
+            else:
+                result = await fn(*args, **kw)
+        except TimeoutError:
+            error = StoreTimeout(f"{operation} did not answer within {self.timeout:g} s")
+            health.store_failed(operation, error)
+            raise error from None
+        except (TaskLimitExceeded, DuplicateTask):
+            health.store_ok()
+            raise
+        except StoreError as exc:
+            health.store_failed(operation, exc)
+            raise
+        health.store_ok()
+        return result
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self.inner, name)  # AttributeError when the store lacks it
+        if not inspect.iscoroutinefunction(target):
+            return target
+
+        async def bound(*args: Any, **kw: Any) -> Any:
+            return await self.call(name, target, *args, **kw)
+
+        bound.__name__ = name
+        self.__dict__[name] = bound  # found directly from now on
+        return bound
+
+    def changes(
+        self, task_ids: frozenset[str] | None = None, kinds: frozenset[str] | None = None
+    ) -> AbstractAsyncContextManager[AsyncIterator[TaskChange]]:
+        return self._changes(task_ids, kinds)
+
+    @asynccontextmanager
+    async def _changes(
+        self, task_ids: frozenset[str] | None, kinds: frozenset[str] | None
+    ) -> AsyncIterator[AsyncIterator[TaskChange]]:
+        try:
+            manager = self.inner.changes(task_ids, kinds)
+            feed = await manager.__aenter__()
+        except StoreError as exc:
+            self.health.store_failed("changes", exc)
+            raise
+        self.health.store_ok()
+        try:
+            yield self._watched(feed)
+        except BaseException as exc:
+            if not await manager.__aexit__(type(exc), exc, exc.__traceback__):
+                raise
+        else:
+            await manager.__aexit__(None, None, None)
+
+    async def _watched(self, feed: AsyncIterator[TaskChange]) -> AsyncIterator[TaskChange]:
+        while True:
+            try:
+                change = await feed.__anext__()
+            except StopAsyncIteration:
+                return
+            except StoreError as exc:
+                self.health.store_failed("changes", exc)
+                raise
+            yield change
+
+    def __repr__(self) -> str:
+        return f"MonitoredStore({self.inner!r})"
+
+
+def monitored(store: TaskStore, health: HealthMonitor, timeout: float | None) -> TaskStore:
+    """`store` bounded and watched, unless it is the in-memory store (it cannot fail)."""
+    if type(store) is MemoryTaskStore:
+        return store
+    return MonitoredStore(store, health, timeout)  # type: ignore[return-value]

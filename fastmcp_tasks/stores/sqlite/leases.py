@@ -1,0 +1,103 @@
+"""Run leases for the SQLite store, mixed into `SQLiteTaskStore`.
+
+A lease is two columns of the task row (`lease_owner`, `lease_expires`) changed
+in one write transaction with the checks the contract asks for (`rules.lease`),
+so two processes sharing the file never both hold a task. Queued tasks (no
+lease owner) are taken oldest first through the partial index of queued tasks
+per application (schema version 3). `claim_queued` first probes that index on
+the read-only connection and takes the write lock only when there is something
+to take: workers calling it periodically on an empty queue never lock the file.
+The scans (`active_tasks`, `active_leases`) are reads on that connection too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
+
+from fastmcp_tasks.stores import rules
+from fastmcp_tasks.stores.base import TaskRecord
+from fastmcp_tasks.stores.sqlite.tx import Tx
+from fastmcp_tasks.wire.names import ACTIVE_STATUSES
+
+T = TypeVar("T")
+
+
+class SQLiteLeases:
+    """The lease methods of `SQLiteTaskStore` (`claim`, `renew`, `requeue`, ...)."""
+
+    if TYPE_CHECKING:
+
+        async def _run(self, fn: Callable[[Tx], T], *, write: bool = True) -> T: ...
+
+        async def _read(self, fn: Callable[[Tx], T]) -> T: ...
+
+    async def claim(
+        self, task_id: str, owner: str, until: float, *, expect_owner: str | None = None
+    ) -> TaskRecord | None:
+        def change(tx: Tx) -> TaskRecord | None:
+            record = tx.load(task_id)
+            if record is None or not rules.lease(record, owner, until, expect_owner):
+                return None
+            tx.save(record)
+            return record
+
+        return await self._run(change)
+
+    async def renew(self, owner: str, task_ids: frozenset[str], until: float) -> None:
+        def change(tx: Tx) -> None:
+            tx.conn.executemany(
+                "UPDATE tasks SET lease_expires = ? WHERE task_id = ? AND lease_owner = ? "
+                "AND status IN ('working', 'input_required')",
+                [(until, task_id, owner) for task_id in task_ids],
+            )
+
+        if task_ids:
+            await self._run(change)
+
+    async def active_tasks(self) -> list[TaskRecord]:
+        return await self._read(Tx.active)
+
+    async def active_leases(self, *, app: str | None = None) -> list[TaskRecord]:
+        """The active tasks of `app` (all: `None`) as recovery scans them (`base.active_leases`).
+
+        One narrow read: `task_id`, `tool`, `status`, `created_at`, `updated_at`,
+        `status_message`, `attempts`, `app`, `lease_owner`, `lease_expires` and
+        `cancel_requested` are set; the payloads (arguments, context, result, inputs)
+        are left `None`.
+        """
+        return await self._read(lambda tx: tx.leases(app))
+
+    async def requeue(self, task_id: str, owner: str) -> TaskRecord | None:
+        def give_back(tx: Tx) -> TaskRecord | None:
+            record = tx.load(task_id)
+            if record is None or record.status not in ACTIVE_STATUSES:
+                return None
+            if record.lease_owner != owner:
+                return None
+            record.lease_owner, record.lease_expires = None, None
+            tx.save(record)
+            tx.emit(task_id, "queued", record.status, {"app": record.app})
+            return record
+
+        return await self._run(give_back)
+
+    async def claim_queued(
+        self, owner: str, until: float, limit: int, *, app: str | None = None
+    ) -> list[TaskRecord]:
+        if limit < 1 or not await self._read(lambda tx: tx.any_unclaimed(app)):
+            return []
+
+        def take(tx: Tx) -> list[TaskRecord]:
+            taken = []
+            for record in tx.unclaimed(limit, app):
+                record.lease_owner, record.lease_expires = owner, until
+                record.attempts += 1
+                tx.save(record)
+                taken.append(record)
+            return taken
+
+        return await self._run(take)
+
+
+__all__ = ["SQLiteLeases"]

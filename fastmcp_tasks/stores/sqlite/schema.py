@@ -1,0 +1,318 @@
+"""The SQLite store's file format: schema, migrations, open-time checks, rows.
+
+A task store file is marked twice: `PRAGMA application_id` holds `APPLICATION_ID`
+and `PRAGMA user_version` the schema version, mirrored by the `meta` table
+(`schema_version`, `application`). Opening classifies the file before touching it:
+
+- missing or empty (no tables, no marker): gets the current schema;
+- ours at an older version: migrated in one transaction, step by step (`MIGRATIONS`);
+- ours at a newer version, another program's database, or not SQLite at all:
+  `ConfigurationError` naming the file; nothing is written to it.
+
+Versions: 1 the tables; 2 the listing, purging and per-principal indexes; 3 the
+`app` column and the index of queued tasks. The statements a transaction runs
+on these tables are `sqlite.tx.Tx`.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+from fastmcp_tasks.errors import ConfigurationError
+from fastmcp_tasks.stores.base import TaskRecord, encode_json, storable_text
+
+#: `PRAGMA application_id` of a task store file: "FMTT" in ASCII.
+APPLICATION_ID = 0x464D5454
+APPLICATION_NAME = "fastmcp-tasks"
+SCHEMA_VERSION = 3
+
+_HEADER_MAGIC = b"SQLite format 3\x00"
+
+#: `tasks` columns in `TaskRecord` field order (`expires_at` is kept apart, for the index).
+COLUMNS = (
+    "task_id",
+    "tool",
+    "status",
+    "created_at",
+    "updated_at",
+    "arguments",
+    "status_message",
+    "poll_interval_ms",
+    "retention_ms",
+    "terminal_at",
+    "result_json",
+    "error",
+    "input_requests",
+    "answers",
+    "cancel_requested",
+    "owner",
+    "context",
+    "attempts",
+    "lease_owner",
+    "lease_expires",
+    "app",
+)
+SELECT_TASK = f"SELECT {', '.join(COLUMNS)} FROM tasks"
+INSERT_TASK = (
+    f"INSERT INTO tasks ({', '.join(COLUMNS)}, expires_at) "
+    f"VALUES ({', '.join('?' * (len(COLUMNS) + 1))})"
+)
+
+_V1 = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value NOT NULL);
+CREATE TABLE tasks (
+    task_id TEXT PRIMARY KEY,
+    tool TEXT NOT NULL,
+    status TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    arguments TEXT,
+    status_message TEXT,
+    poll_interval_ms INTEGER,
+    retention_ms INTEGER,
+    terminal_at REAL,
+    expires_at REAL,
+    result_json TEXT,
+    error TEXT,
+    input_requests TEXT,
+    answers TEXT,
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    owner TEXT,
+    context TEXT,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    lease_owner TEXT,
+    lease_expires REAL
+);
+CREATE INDEX tasks_expiry ON tasks (expires_at) WHERE expires_at IS NOT NULL;
+CREATE INDEX tasks_active ON tasks (status) WHERE status IN ('working', 'input_required');
+CREATE TABLE changes (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    task_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    status TEXT,
+    details TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE INDEX changes_created ON changes (created_at);
+CREATE TRIGGER tasks_counted AFTER INSERT ON tasks
+BEGIN UPDATE meta SET value = value + 1 WHERE key = 'task_count'; END;
+CREATE TRIGGER tasks_uncounted AFTER DELETE ON tasks
+BEGIN UPDATE meta SET value = value - 1 WHERE key = 'task_count'; END;
+INSERT INTO meta (key, value) VALUES ('application', 'fastmcp-tasks'), ('task_count', 0);
+"""
+
+
+def _v0_to_v1(conn: sqlite3.Connection) -> None:
+    for statement in _V1.split(";\n"):
+        if statement.strip():
+            conn.execute(statement)
+
+
+def _v1_to_v2(conn: sqlite3.Connection) -> None:
+    """Indexes for the operator commands (listing newest first, purging by end time) and
+    for the per-principal active-task cap (one principal's active tasks)."""
+    conn.execute("CREATE INDEX tasks_created ON tasks (created_at, task_id)")
+    conn.execute("CREATE INDEX tasks_ended ON tasks (terminal_at) WHERE terminal_at IS NOT NULL")
+    conn.execute(
+        "CREATE INDEX tasks_owner_active ON tasks (owner) "
+        "WHERE status IN ('working', 'input_required')"
+    )
+
+
+#: The active tasks nobody has leased, by application then age: `claim_queued` is a range
+#: of it (`INDEXED BY` when any application's tasks are taken) and costs what it takes.
+QUEUED_INDEX = "tasks_queued"
+ACTIVE = "status IN ('working', 'input_required')"
+UNLEASED = f"{ACTIVE} AND lease_owner IS NULL"
+
+
+def _v2_to_v3(conn: sqlite3.Connection) -> None:
+    """The application a task belongs to (`TaskRecord.app`, NULL for older tasks) and the
+    index of queued tasks per application."""
+    conn.execute("ALTER TABLE tasks ADD COLUMN app TEXT")
+    conn.execute(f"CREATE INDEX {QUEUED_INDEX} ON tasks (app, created_at) WHERE {UNLEASED}")
+
+
+#: from-version -> the step that brings a file to from-version + 1.
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
+    0: _v0_to_v1,
+    1: _v1_to_v2,
+    2: _v2_to_v3,
+}
+
+
+def check_header(path: Path) -> None:
+    """Refuse a non-empty file whose header is not SQLite's, or is another program's.
+
+    Reads 100 bytes and opens no connection, so a refused file is left untouched.
+
+    Raises:
+        ConfigurationError: the file is not a SQLite database or carries a foreign marker.
+    """
+    try:
+        with path.open("rb") as handle:
+            header = handle.read(100)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise ConfigurationError(f"SQLite task store {str(path)!r}: cannot read: {exc}") from exc
+    if not header:
+        return
+    if len(header) < 100 or not header.startswith(_HEADER_MAGIC):
+        raise ConfigurationError(
+            f"SQLite task store {str(path)!r} is not a SQLite database; refusing to use it"
+        )
+    app_id = int.from_bytes(header[68:72], "big")
+    if app_id not in (0, APPLICATION_ID):
+        raise ConfigurationError(
+            f"SQLite task store {str(path)!r} belongs to another program "
+            f"(application_id {app_id:#x}); refusing to use it"
+        )
+
+
+def prepare(conn: sqlite3.Connection, path: Path) -> None:
+    """Check the file's marker and version, creating or migrating the schema.
+
+    Runs inside the caller's `BEGIN IMMEDIATE` transaction and writes only when
+    the file is empty or ours at an older version.
+
+    Raises:
+        ConfigurationError: not SQLite, another program's database, or a newer schema.
+    """
+    shown = str(path)
+    try:
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    except sqlite3.DatabaseError as exc:
+        raise ConfigurationError(
+            f"SQLite task store {shown!r} is not a valid SQLite database ({exc})"
+        ) from exc
+    if app_id == 0 and version == 0 and not tables:
+        pass  # a new file
+    elif app_id != APPLICATION_ID:
+        raise ConfigurationError(
+            f"SQLite task store {shown!r} is another program's database "
+            f"(tables {sorted(tables)[:5]}, no {APPLICATION_NAME} marker); refusing to use it"
+        )
+    elif version > SCHEMA_VERSION:
+        raise ConfigurationError(
+            f"SQLite task store {shown!r} has schema version {version}, newer than this "
+            f"fastmcp-tasks supports ({SCHEMA_VERSION}); upgrade fastmcp-tasks"
+        )
+    elif version > 0:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        if row is None or row[0] != version:
+            raise ConfigurationError(
+                f"SQLite task store {shown!r} is damaged: user_version {version} but meta "
+                f"schema_version {None if row is None else row[0]}"
+            )
+    for step in range(version, SCHEMA_VERSION):
+        MIGRATIONS[step](conn)
+    if version < SCHEMA_VERSION:
+        conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.execute(
+            "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)",
+            (SCHEMA_VERSION,),
+        )
+
+
+def dumps(value: dict[str, Any] | None) -> str | None:
+    """JSON text for a dict column (`None` stays NULL)."""
+    return None if value is None else encode_json(value)
+
+
+def _loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def to_row(record: TaskRecord) -> tuple[Any, ...]:
+    """The `INSERT_TASK` parameters for a record."""
+    r = record
+    return (
+        r.task_id,
+        r.tool,
+        r.status,
+        r.created_at,
+        r.updated_at,
+        dumps(r.arguments),
+        storable_text(r.status_message),
+        r.poll_interval_ms,
+        r.retention_ms,
+        r.terminal_at,
+        r.result_json,
+        dumps(r.error),
+        dumps(r.input_requests),
+        dumps(r.answers),
+        int(r.cancel_requested),
+        r.owner,
+        dumps(r.context),
+        r.attempts,
+        r.lease_owner,
+        r.lease_expires,
+        r.app,
+        r.expires_at,
+    )
+
+
+def from_row(row: tuple[Any, ...]) -> TaskRecord:
+    """The record a `SELECT_TASK` row holds."""
+    return TaskRecord(
+        task_id=row[0],
+        tool=row[1],
+        status=row[2],
+        created_at=row[3],
+        updated_at=row[4],
+        arguments=_loads(row[5]),
+        status_message=row[6],
+        poll_interval_ms=row[7],
+        retention_ms=row[8],
+        terminal_at=row[9],
+        result_json=row[10],
+        error=_loads(row[11]),
+        input_requests=_loads(row[12]),
+        answers=_loads(row[13]),
+        cancel_requested=bool(row[14]),
+        owner=row[15],
+        context=_loads(row[16]),
+        attempts=row[17],
+        lease_owner=row[18],
+        lease_expires=row[19],
+        app=row[20],
+    )
+
+
+def is_busy(exc: sqlite3.Error) -> bool:
+    """True for SQLITE_BUSY / SQLITE_LOCKED (and their extended codes)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (5, 6)
+    message = str(exc).lower()
+    return "locked" in message or "busy" in message
+
+
+def path_from_url(url: str) -> str:
+    """The file a `sqlite:///relative.db` or `sqlite:////absolute.db` URL names.
+
+    Raises:
+        ConfigurationError: an in-memory database, a host, a query or no path.
+    """
+    prefix = "sqlite:///"
+    if ":memory:" in url:
+        raise ConfigurationError(
+            f"SQLite task store URL {url!r} names an in-memory database, which cannot be "
+            "shared between processes or survive a restart; give a file path"
+        )
+    path = unquote(url[len(prefix) :])
+    if not url.startswith(prefix) or "?" in url or "#" in url or not path:
+        raise ConfigurationError(
+            "SQLite task store URL must be sqlite:///relative.db or sqlite:////abs/path.db "
+            f"(no host, query or fragment), got {url!r}"
+        )
+    return path
