@@ -47,8 +47,8 @@ if __package__ in (None, ""):  # `python bench/idle.py`
 
 from fastmcp import Client, FastMCP
 
-from bench import run as bench_run
 from bench.idle_count import PrivateRedis, RedisTap, SqliteTap, delta
+from bench.report import machine
 from fastmcp_tasks import TasksExtension
 from fastmcp_tasks.wire import TASKS_EXTENSION_ID
 
@@ -234,7 +234,7 @@ async def run_store(store: str, args: argparse.Namespace) -> list[dict[str, Any]
             tap.uninstall()
         return rows
     try:  # only to label EVALSHA calls by script; the counts do not depend on it
-        from fastmcp_tasks.stores.redis_scripts import SCRIPTS
+        from fastmcp_tasks.stores.redis.scripts import SCRIPTS
     except ImportError:
         SCRIPTS = {}
 
@@ -339,7 +339,7 @@ def main(argv: list[str] | None = None) -> None:
         r["per_sync_call_rate"] = r["per_s"] / sync["calls_per_s"]
     report = {
         "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": bench_run.machine(),
+        "machine": machine(),
         "config": {k: v for k, v in vars(args).items() if k != "output"},
         "worker_concurrency": WORKER_CONCURRENCY,
         "loadavg_1_5_15": os.getloadavg(),

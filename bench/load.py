@@ -38,9 +38,11 @@ import psutil
 if __package__ in (None, ""):  # `python bench/load.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import run as bench_run
+from bench import server as bench_server
 from bench.load_drive import Driver, Load
 from bench.load_wire import Caller, pct_ms, summary
+from bench.proto import free_port
+from bench.report import machine
 
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUT = ROOT / "bench" / "results" / "load.json"
@@ -60,7 +62,7 @@ class Server:
     """`bench.load_server` in a session of its own; output to a temporary log file."""
 
     def __init__(self, url: str, args: argparse.Namespace) -> None:
-        self.port = bench_run._free_port()
+        self.port = free_port()
         self.log = tempfile.NamedTemporaryFile(prefix="bench-load-", suffix=".log")
         command = [
             sys.executable, "-m", "bench.load_server", "--url", url, "--port", str(self.port),
@@ -171,7 +173,7 @@ def verdict(driver: Driver, ledger: dict[str, Any], verified: dict[str, Any]) ->
 
 
 async def run_store(store: str, args: argparse.Namespace, load: Load) -> dict[str, Any]:
-    async with bench_run.store_url(store) as url:
+    async with bench_server.store_url(store) as url:
         server = Server(url, args)
         try:
             await server.ready()
@@ -268,8 +270,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tasks", type=int, help="tasks kept in flight (1000; quick 200)")
     p.add_argument("--pollers", type=int, default=50)
     p.add_argument("--subscribers", type=int, default=10)
-    p.add_argument("--stores", default=",".join(bench_run.STORES))
-    p.add_argument("--redis-url", default=bench_run.REDIS_URL)
+    p.add_argument("--stores", default=",".join(bench_server.STORES))
+    p.add_argument("--redis-url", default=bench_server.REDIS_URL)
     p.add_argument("--creators", type=int, default=20, help="concurrent creating callers")
     p.add_argument("--watch", type=int, default=20, help="tasks per listen stream")
     p.add_argument("--min-ms", type=int, help="shortest tool run (10000; quick 2000)")
@@ -301,7 +303,7 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
                 args.settle)  # fmt: skip
     results = []
     for store in [s for s in args.stores.split(",") if s]:
-        if store == "redis" and (why := bench_run.redis_answers(args.redis_url)):
+        if store == "redis" and (why := bench_server.redis_answers(args.redis_url)):
             raise SystemExit(f"Redis does not answer at {args.redis_url}: {why}")
         print(f"[{store}] {args.tasks} tasks in flight for {args.duration:.0f} s ...", flush=True)
         try:
@@ -314,7 +316,7 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    bench_run.REDIS_URL = args.redis_url
+    bench_server.REDIS_URL = args.redis_url
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # unwind like Ctrl-C
     load_before = os.getloadavg()
     try:
@@ -323,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted: servers stopped, nothing written", file=sys.stderr)
         return 130
     finally:  # any Redis key of this run still there (crash paths) is deleted
-        keys_left = bench_run.redis_leftovers() if "redis" in args.stores else None
+        keys_left = bench_server.redis_leftovers() if "redis" in args.stores else None
     print()
     print(table(results))
     ok = all(
@@ -333,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {
         "timestamp": datetime.now(UTC).isoformat(),
         "mode": "quick" if args.quick else "full",
-        "machine": bench_run.machine(),
+        "machine": machine(),
         "config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "loadavg_1_5_15": {"before": load_before, "after": os.getloadavg()},
         "results": results,

@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.load_wire import (
-    TERMINAL,
     Caller,
     Recorder,
     Tracked,
@@ -42,7 +41,7 @@ from bench.load_wire import (
     result_ok,
     timed,
 )
-from bench.run import Stream, raw_sse
+from bench.proto import TERMINAL, Stream, raw_sse
 
 
 @dataclass

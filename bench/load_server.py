@@ -37,7 +37,7 @@ from fastmcp import FastMCP
 from fastmcp.utilities.tasks import TaskConfig
 
 from fastmcp_tasks import Progress, TasksExtension
-from fastmcp_tasks.context import current_task
+from fastmcp_tasks.server.engine.context import current_task
 
 
 @dataclass

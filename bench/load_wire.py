@@ -1,67 +1,34 @@
 """Wire and bookkeeping helpers of the load test (`bench/load.py`).
 
-Requests are raw JSON-RPC over Streamable HTTP (2026-07-28 framing, as in `bench/run.py`),
-sent with `bench.run.RawHttp` (one keep-alive connection per caller); listen streams are
-read with `bench.run.raw_sse` on a connection of their own. `Recorder` keeps every latency
-sample, every error (by kind, with a few examples) and what each created task became.
+Requests are raw JSON-RPC over Streamable HTTP (2026-07-28 framing, as in `bench.run`),
+framed by `bench.proto.request_frame` and sent with `bench.proto.RawHttp` (one keep-alive
+connection per caller); listen streams are read with `bench.proto.raw_sse` on a
+connection of their own. `Recorder` keeps every latency sample, every error (by kind,
+with a few examples) and what each created task became.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.run import RawHttp, _parse_http
+from bench.proto import TASKS, RawHttp, RpcError, parse_http, request_frame
 
-TASKS = "io.modelcontextprotocol/tasks"
-MODERN = "2026-07-28"
-TERMINAL = frozenset({"completed", "failed", "cancelled"})
 #: Per request: longer than this is an error ("timeout"), not just a slow sample.
 REQUEST_TIMEOUT_S = 30.0
 
 _ids = itertools.count(1)
 
 
-class RpcError(Exception):
-    """A JSON-RPC error answer, an HTTP error status or a malformed answer."""
-
-
 def frame(method: str, params: dict[str, Any], opt_in: bool) -> tuple[bytes, dict[str, str]]:
     """Body and headers of one request; `opt_in` declares the tasks extension in `_meta`."""
     capabilities = {"extensions": {TASKS: {}}} if opt_in else {}
     return request_frame(method, params, capabilities, next(_ids), "bench-load")
-
-
-def request_frame(
-    method: str,
-    params: dict[str, Any],
-    capabilities: dict[str, Any],
-    request_id: int,
-    client: str,
-) -> tuple[bytes, dict[str, str]]:
-    """Body and headers of one modern-era request over Streamable HTTP (also `bench.run`'s)."""
-    params = dict(params)
-    params["_meta"] = {
-        "io.modelcontextprotocol/protocolVersion": MODERN,
-        "io.modelcontextprotocol/clientInfo": {"name": client, "version": "1"},
-        "io.modelcontextprotocol/clientCapabilities": capabilities,
-    }
-    headers = {
-        "Accept": "application/json, text/event-stream",
-        "MCP-Protocol-Version": MODERN,
-        "Mcp-Method": method,
-    }
-    name = params.get("taskId") if method.startswith("tasks/") else params.get("name")
-    if isinstance(name, str):
-        headers["Mcp-Name"] = name
-    body = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
-    return json.dumps(body, separators=(",", ":")).encode(), headers
 
 
 class Caller:
@@ -78,7 +45,7 @@ class Caller:
         except BaseException:
             await self.http.aclose()  # the connection is in an unknown state
             raise
-        message = _parse_http(rheaders.get("content-type", ""), payload)
+        message = parse_http(rheaders.get("content-type", ""), payload)
         if "error" in message:
             error = message["error"]
             raise RpcError(f"JSON-RPC {error.get('code')}: {error.get('message')}")
