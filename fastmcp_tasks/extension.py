@@ -54,6 +54,7 @@ from fastmcp_tasks.progress import install_core_progress_adapter
 from fastmcp_tasks.runner import Job, TaskRunner
 from fastmcp_tasks.stores import store_from_url
 from fastmcp_tasks.stores.base import TaskStore
+from fastmcp_tasks.termination import SigtermGuard
 from fastmcp_tasks.validation import arguments_valid
 from fastmcp_tasks.wire import TASKS_EXTENSION_ID, render_create_result
 
@@ -226,11 +227,14 @@ class TasksExtension(ServerExtension):
                 opened=opened,
             )
             monitor.running = True
+            guard = SigtermGuard(lambda: self.runner, self.shutdown_grace if opened else 0.0)
             async with runner.running():
                 self.runner = runner
+                guard.install()
                 try:
                     yield
                 finally:
+                    guard.uninstall()
                     self.listen.close()
                     self.runner = None
                     monitor.running = False
