@@ -52,6 +52,7 @@ from fastmcp_tasks.server.limits import Limits
 from fastmcp_tasks.server.listen import ListenService
 from fastmcp_tasks.server.monitored_store import monitored
 from fastmcp_tasks.server.options import TaskOptions, options_of
+from fastmcp_tasks.server.termination import SigtermGuard
 from fastmcp_tasks.server.validation import arguments_valid
 from fastmcp_tasks.stores import store_from_url
 from fastmcp_tasks.stores.base import TaskStore
@@ -227,11 +228,14 @@ class TasksExtension(ServerExtension):
                 opened=opened,
             )
             monitor.running = True
+            guard = SigtermGuard(lambda: self.runner, self.shutdown_grace if opened else 0.0)
             async with runner.running():
                 self.runner = runner
+                guard.install()
                 try:
                     yield
                 finally:
+                    guard.uninstall()
                     self.listen.close()
                     self.runner = None
                     monitor.running = False

@@ -147,7 +147,11 @@ class LeaseKeeper:
     async def take_queued(self) -> None:
         """Lease tasks of this application nobody runs yet (a front end's, or requeued)."""
         runner = self.runner
-        while free := runner.free_slots():
+        while True:
+            free = runner.free_slots()
+            if not free:  # full: look again as soon as a slot frees
+                runner.watcher.more_queued = True
+                return
             records = await self.store.claim_queued(self.owner, self.until(), free, app=runner.app)
             runner.watcher.more_queued = len(records) == free
             for record in records:

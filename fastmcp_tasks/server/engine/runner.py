@@ -164,6 +164,15 @@ class TaskRunner:
     def job(self, task_id: str) -> Job | None:
         return self._jobs.get(task_id)
 
+    def stop_taking_work(self) -> None:
+        """Start nothing new (shutdown has begun); running tasks go on."""
+        self._stopping = True
+
+    async def wait_idle(self) -> None:
+        """Return once no task runs in this process."""
+        while self._running:
+            await self._idle.wait()
+
     @property
     def pending_outcomes(self) -> int:
         """Finished tasks whose outcome waits for the store to be written."""
@@ -210,9 +219,7 @@ class TaskRunner:
                     await stop.wait()
                     self._stopping = True  # start nothing new
                     with anyio.move_on_after(self.shutdown_grace):
-                        while self._running:
-                            self._idle = anyio.Event()
-                            await self._idle.wait()
+                        await self.wait_idle()
                     self._abandon.set()  # outcomes still waiting for the store: to recovery
                     group.cancel_scope.cancel()
             except BaseException as exc:
@@ -229,16 +236,22 @@ class TaskRunner:
         finally:
             stop.set()
             await task
-            if self.store.durable and self.opened:  # queued: back to the queue
-                with anyio.CancelScope(shield=True):
-                    try:
-                        await self.leases.hand_back(set(self._jobs), self._handed_back)
-                    except StoreError as exc:
-                        logger.warning(
-                            "Handing tasks back at shutdown failed (%s); their "
-                            "leases run out and recovery takes them",
-                            exc,
-                        )
+            with anyio.CancelScope(shield=True):
+                await self.hand_back_queued()
+
+    async def hand_back_queued(self) -> None:
+        """Shutdown on a durable store: queued tasks back to the queue, interrupted ones
+        to recovery (a store that fails now leaves them to their leases running out)."""
+        if not (self.store.durable and self.opened):
+            return
+        try:
+            await self.leases.hand_back(set(self._jobs), self._handed_back)
+        except StoreError as exc:
+            logger.warning(
+                "Handing tasks back at shutdown failed (%s); their leases run out and "
+                "recovery takes them",
+                exc,
+            )
 
     async def _open_then_start(self, group: TaskGroup) -> None:
         """Degraded start: open the store with backoff, then start the loops."""
@@ -294,8 +307,8 @@ class TaskRunner:
             self._slots.acquire_nowait()
         except anyio.WouldBlock:
             await self._slots.acquire()
-            if job.cancel_requested:
-                self._slots.release()
+            if job.cancel_requested or self._stopping:  # shutdown began while it waited:
+                self._slots.release()  # it stays queued, to be handed back
                 return
         self._waiting -= 1
         observability.queued.add(-1)
@@ -341,8 +354,9 @@ class TaskRunner:
             finally:
                 self._running -= 1
                 self._slots.release()
-                if not self._running:
-                    self._idle.set()
+                if not self._running:  # wake every waiter; later waits take a new event
+                    idle, self._idle = self._idle, anyio.Event()
+                    idle.set()
                 self.watcher.slot_freed()
                 self._pending[job.task_id] = "recording"
                 self._jobs.pop(job.task_id, None)
