@@ -149,7 +149,9 @@ async def test_ttl_expiry_removes_the_keys(
     assert 0 < await raw.pttl(key) <= 300
     assert await a.get(brief.task_id) is not None
     await raw.persist(pinned)  # Redis would keep it: `get` must still hide it once expired
-    await anyio.sleep(0.45)
+    with anyio.fail_after(5):  # until Redis evicted the hash and the retention has passed
+        while await raw.exists(key) or await a.get(unpinned.task_id) is not None:  # noqa: ASYNC110
+            await anyio.sleep(0.02)
     assert await raw.exists(key) == 0  # Redis evicted the hash itself
     assert await raw.exists(pinned) == 1
     assert await a.get(brief.task_id) is None
@@ -214,19 +216,27 @@ async def test_claim_queued_from_two_instances_hands_each_task_to_one(
             assert got is not None and got.lease_owner == name and got.attempts == 1
 
 
-async def test_close_ends_open_feeds(pair: tuple[RedisTaskStore, RedisTaskStore]) -> None:
+async def test_close_ends_open_feeds(
+    pair: tuple[RedisTaskStore, RedisTaskStore], raw: aioredis.Redis
+) -> None:
     a, _ = pair
-    ended = anyio.Event()
+    following, ended = anyio.Event(), anyio.Event()
+    name = f"fastmcp-tasks-feed:{a.keys.prefix}"
 
     async def follow() -> None:
         async with a.changes() as feed:
+            following.set()  # no await before the loop's: close meets it inside `anext`
             async for _ in feed:
                 pass
         ended.set()
 
     async with anyio.create_task_group() as group:
         group.start_soon(follow)
-        await anyio.sleep(0.1)
+        with anyio.fail_after(5):  # the feed is open and its reader is in Redis
+            await following.wait()
+            while not [c for c in await raw.client_list() if c["name"] == name]:  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+        assert not ended.is_set()
         await a.close()
         with anyio.fail_after(2):
             await ended.wait()
