@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
@@ -17,6 +18,7 @@ from fastmcp.utilities.tasks import TaskConfig
 from pydantic import BaseModel
 
 from fastmcp_tasks import TasksExtension, task_options
+from fastmcp_tasks.stores.memory import MemoryTaskStore
 from tests.wire import Wire, WireError, connect, validate
 
 pytestmark = pytest.mark.anyio
@@ -296,14 +298,24 @@ async def test_per_tool_input_timeout_overrides_the_extension() -> None:
     assert done["result"]["content"][0]["text"] == "cancel"
 
 
-async def test_a_parked_task_outlives_its_retention(transport: str) -> None:
+async def test_a_parked_task_outlives_its_retention(transport: str, monkeypatch: Any) -> None:
+    sweeps, purge = list[float](), MemoryTaskStore.purge_expired  # each sweep's `now`
+
+    async def counted_purge(self: MemoryTaskStore, now: float, real: Any = purge) -> int:
+        sweeps.append(now)
+        return int(await real(self, now))
+
+    monkeypatch.setattr(MemoryTaskStore, "purge_expired", counted_purge)
     mcp, _ = input_server(
         retention=timedelta(milliseconds=20), sweep_interval=timedelta(milliseconds=10)
     )
     async with connect(mcp, transport) as wire:
         created = await wire.call_tool("ask", {"kind": "bool"})
         (key,) = await parked_requests(wire, created["taskId"])
-        await anyio.sleep(0.2)  # ten retention periods and many sweeps
+        late = time.time() + 0.04  # sweeps that would purge it by now, were it terminal
+        with anyio.fail_after(5):
+            while sum(now > late for now in sweeps) < 5:  # noqa: ASYNC110 - counting sweeps
+                await anyio.sleep(0.01)
         assert (await wire.get(created["taskId"]))["status"] == "input_required"
         await wire.update(
             created["taskId"], {key: {"action": "accept", "content": {"value": False}}}
