@@ -145,4 +145,4 @@ def monitored(store: TaskStore, health: HealthMonitor, timeout: float | None) ->
     """`store` bounded and watched, unless it is the in-memory store (it cannot fail)."""
     if type(store) is MemoryTaskStore:
         return store
-    return MonitoredStore(store, health, timeout)  # type: ignore[return-value]
+    return MonitoredStore(store, health, timeout)

@@ -67,13 +67,13 @@ class DetailedTaskModel(TaskModel):
 class CreateTaskResult(Result, TaskModel):
     """`tools/call` answered with a task: flat `Result & Task`, `resultType: "task"`."""
 
-    result_type: Literal["task"] = "task"  # type: ignore[assignment]
+    result_type: Literal["task"] = "task"
 
 
 class GetTaskResult(Result, DetailedTaskModel):
     """`tasks/get`: a DetailedTask with `resultType: "complete"`."""
 
-    result_type: Literal["complete"] = "complete"  # type: ignore[assignment]
+    result_type: Literal["complete"] = "complete"
 
 
 # --- requests and notifications -------------------------------------------------
@@ -106,7 +106,7 @@ class _TaskNotificationParams(NotificationParams):
     model_config = ConfigDict(extra="allow")
 
 
-class _Verbatim(BaseModel):
+class _Verbatim(NotificationParams):
     """Notification params dumped exactly as rendered (keeps `ttlMs: null`)."""
 
     _payload: dict[str, Any] = PrivateAttr(default_factory=dict)

@@ -6,7 +6,7 @@ stores, server, client) may depend on them without forming a cycle.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 #: Reverse-DNS identifier of the extension (same string as FastMCP core's).
 TASKS_EXTENSION_ID = "io.modelcontextprotocol/tasks"
@@ -19,7 +19,7 @@ METHOD_GET = "tasks/get"
 METHOD_UPDATE = "tasks/update"
 METHOD_CANCEL = "tasks/cancel"
 METHOD_LISTEN = "subscriptions/listen"
-NOTIFICATION_TASKS = "notifications/tasks"
+NOTIFICATION_TASKS: Final = "notifications/tasks"
 
 ACK: dict[str, Any] = {"resultType": "complete"}
 """The empty acknowledgement of `tasks/update` and `tasks/cancel`."""

@@ -38,7 +38,7 @@ import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import redis.asyncio as aioredis
@@ -222,7 +222,9 @@ class RedisChangeFeed:
                 if delay:
                     logger.info("%s: change feed reads again", self.label)
                     delay = 0.0
-                for _stream, entries in reply or []:
+                # decode_responses=True: [[stream, [(entry id, {field: value}), ...]], ...]
+                batches = cast("list[tuple[str, list[tuple[str, dict[str, str]]]]]", reply)
+                for _stream, entries in batches or []:
                     for entry_id, fields in entries:
                         self._cursor = entry_id
                         self._dispatch(stream_id(entry_id), fields)

@@ -13,7 +13,7 @@ the arguments, context or input payloads that `active_tasks` returns.
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from fastmcp_tasks.stores.base import TaskRecord
 from fastmcp_tasks.stores.redis.feed import BATCH
@@ -90,7 +90,7 @@ class RedisLeases:
 
     async def active_tasks(self) -> list[TaskRecord]:
         client = self._require()
-        ids: list[str] = await self._guard(client.zrange(self.keys.active, 0, -1))
+        ids = cast("list[str]", await self._guard(client.zrange(self.keys.active, 0, -1)))
         records: list[TaskRecord] = []
         for start in range(0, len(ids), BATCH):
             chunk = ids[start : start + BATCH]
@@ -112,7 +112,7 @@ class RedisLeases:
         input requests and answers, `owner`) are left `None` (see `base.active_leases`).
         """
         client = self._require()
-        ids: list[str] = await self._guard(client.zrange(self.keys.active, 0, -1))
+        ids = cast("list[str]", await self._guard(client.zrange(self.keys.active, 0, -1)))
         records: list[TaskRecord] = []
         for start in range(0, len(ids), BATCH):
             chunk = ids[start : start + BATCH]

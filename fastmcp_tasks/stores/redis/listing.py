@@ -18,7 +18,7 @@ from __future__ import annotations
 import heapq
 import time
 from collections.abc import AsyncIterator, Awaitable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from fastmcp_tasks.stores.base import TaskRecord
 from fastmcp_tasks.stores.listing import PageKey, check_listing, page_key, selected
@@ -93,8 +93,11 @@ class RedisListing:
         records: list[TaskRecord] = []
         offset = 0
         while len(records) < limit:
-            ids: list[str] = await self._guard(
-                client.zrevrangebyscore(self.keys.active, top, "-inf", start=offset, num=BATCH)
+            ids = cast(  # decode_responses=True: str members
+                "list[str]",
+                await self._guard(
+                    client.zrevrangebyscore(self.keys.active, top, "-inf", start=offset, num=BATCH)
+                ),
             )
             offset += len(ids)
             for record in await self._load(ids):
@@ -140,7 +143,10 @@ class RedisListing:
         client = self._require()
         cursor = 0
         while True:
-            cursor, batch = await self._guard(client.zscan(self.keys.terminal, cursor, count=BATCH))
+            cursor, batch = cast(
+                "tuple[int, list[tuple[str, float]]]",
+                await self._guard(client.zscan(self.keys.terminal, cursor, count=BATCH)),
+            )
             if batch:
                 yield batch
             if cursor == 0:

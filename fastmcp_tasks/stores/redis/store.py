@@ -43,7 +43,7 @@ import math
 import time
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import AbstractAsyncContextManager
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
@@ -203,8 +203,10 @@ class RedisTaskStore(RedisLeases, RedisListing):
         client = self._require()
         cursor = 0
         while True:
-            cursor, keys = await self._guard(
-                client.scan(cursor, match=self.keys.pattern, count=BATCH)
+            # decode_responses=True: the keys come back as str
+            cursor, keys = cast(
+                "tuple[int, list[str]]",
+                await self._guard(client.scan(cursor, match=self.keys.pattern, count=BATCH)),
             )
             if keys:
                 yield keys
@@ -287,7 +289,7 @@ class RedisTaskStore(RedisLeases, RedisListing):
 
     async def get(self, task_id: str) -> TaskRecord | None:
         fields = await self._guard(self._require().hgetall(self.keys.task(task_id)))
-        return self._live(task_id, fields)
+        return self._live(task_id, cast("dict[str, str]", fields))
 
     def _live(self, task_id: str, fields: dict[str, str]) -> TaskRecord | None:
         if not fields or "status" not in fields:
@@ -379,7 +381,8 @@ class RedisTaskStore(RedisLeases, RedisListing):
         return self._feed.subscribe(task_ids, kinds)
 
     async def _newest_change(self) -> list[Any]:
-        return await self._guard(self._require().xrevrange(self.keys.changes, count=1))
+        newest = await self._guard(self._require().xrevrange(self.keys.changes, count=1))
+        return cast("list[Any]", newest)
 
     # --- retention ----------------------------------------------------------------
 

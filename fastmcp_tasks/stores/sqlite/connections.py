@@ -166,7 +166,7 @@ class SQLiteConnections:
         if reader is None:
             raise StoreError(f"SQLite task store {str(self.path)!r} is not open")
         value, _ = await reader.submit(fn, False)
-        return value  # type: ignore[no-any-return]
+        return value
 
     async def _poll(self, after: int, seen: int) -> tuple[int, Rows]:
         """One change-feed poll on the reader thread (see `ChangeReader.poll`)."""
@@ -174,7 +174,7 @@ class SQLiteConnections:
         if reader is None or changes is None:
             return seen, []  # closed: the feed sees it is closed and ends
         answer, _ = await reader.submit(lambda tx: changes.poll(after, seen), False, counted=False)
-        return answer  # type: ignore[no-any-return]
+        return answer
 
     def _locked(self, conn: sqlite3.Connection, fn: Callable[[Tx], T], *, write: bool) -> Any:
         delay = 0.01

@@ -56,7 +56,8 @@ def purge_rows(tx: Tx, before: float, dry_run: bool) -> int:
     """Delete (or, with `dry_run`, count) terminal tasks that ended before `before`."""
     params = (before, *sorted(TERMINAL_STATUSES))
     if dry_run:
-        return tx.conn.execute(f"SELECT COUNT(*) FROM tasks WHERE {_ENDED}", params).fetchone()[0]
+        row = tx.conn.execute(f"SELECT COUNT(*) FROM tasks WHERE {_ENDED}", params).fetchone()
+        return int(row[0])
     return tx.conn.execute(f"DELETE FROM tasks WHERE {_ENDED}", params).rowcount
 
 

@@ -138,7 +138,8 @@ class Tx:
 
     def count(self) -> int:
         """Tasks in the file (kept by triggers, so O(1))."""
-        return self.conn.execute("SELECT value FROM meta WHERE key = 'task_count'").fetchone()[0]
+        row = self.conn.execute("SELECT value FROM meta WHERE key = 'task_count'").fetchone()
+        return int(row[0])
 
     def purge(self, now: float) -> int:
         """Delete tasks expired by `now` (a range on the expiry index)."""

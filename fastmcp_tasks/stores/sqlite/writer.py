@@ -31,13 +31,15 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, cast
 
 import anyio
 
 from fastmcp_tasks.errors import StoreError
 from fastmcp_tasks.stores.sqlite import schema
 from fastmcp_tasks.stores.sqlite.tx import Tx
+
+T = TypeVar("T")
 
 OpState = Literal["queued", "running", "abandoned"]
 
@@ -104,8 +106,8 @@ class SQLiteWriter:
         self._thread.start()
 
     async def submit(
-        self, fn: Callable[[Tx], Any], write: bool, *, counted: bool = True
-    ) -> tuple[Any, bool]:
+        self, fn: Callable[[Tx], T], write: bool, *, counted: bool = True
+    ) -> tuple[T, bool]:
         """`(fn(tx), emitted)` from the thread; see the module doc for cancellation."""
         if write and self.read_only:
             raise AssertionError("a write submitted to the reader")
@@ -115,14 +117,15 @@ class SQLiteWriter:
             if self._stopped:
                 raise StoreError(f"SQLite task store {self.where!r} is not open")
             self._queue.put(op)
+        # the thread returns `(fn(tx), emitted)`: `fn`'s value, so typed as `fn`'s
         try:
-            return await op.future
+            return cast("tuple[T, bool]", await op.future)
         except asyncio.CancelledError:
             if not self._must_wait(op):
                 raise
         with anyio.CancelScope(shield=True):  # it runs: wait for its outcome, and report it
             outcome = await self._outcome(op)
-        return outcome
+        return cast("tuple[T, bool]", outcome)
 
     def _must_wait(self, op: Op) -> bool:
         """Whether a write whose caller was cancelled must be waited for (it has started);
