@@ -8,15 +8,22 @@ Every method runs without an await between its read and its write, so on one
 event loop each is atomic: that is the compare-and-set the contract asks for.
 Finished tasks drop their arguments and input state, keeping a retained task
 small.
+
+Records go in and out as copies (`_snapshot`, one positional constructor call):
+mutating a record passed to `create` or returned by any method never changes
+what the store holds. The copies are shallow; the nested dicts are never
+changed in place here (`take_answers` rebinds `answers` before popping).
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+import operator
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import fields
 from typing import Any
 
 import anyio
@@ -38,6 +45,13 @@ from fastmcp_tasks.stores.listing import PageKey, check_listing, page_key, selec
 from fastmcp_tasks.wire.names import ACTIVE_STATUSES, TERMINAL_STATUSES, TaskStatus
 
 DEFAULT_MAX_TASKS = 100_000
+
+_FIELDS = operator.attrgetter(*(f.name for f in fields(TaskRecord)))
+
+
+def _snapshot(record: TaskRecord) -> TaskRecord:
+    """A shallow copy of `record`: ~4x cheaper than `copy.copy` of a slots dataclass."""
+    return TaskRecord(*_FIELDS(record))
 
 
 class MemoryTaskStore:
@@ -90,6 +104,7 @@ class MemoryTaskStore:
             self._purge(time.time())
             if len(self._tasks) >= self.max_tasks:
                 raise TaskLimitExceeded("max_tasks", self.max_tasks)
+        record = _snapshot(record)  # the caller's object stays the caller's
         self._tasks[record.task_id] = record
         if record.is_terminal:
             self._index_expiry(record)
@@ -99,6 +114,11 @@ class MemoryTaskStore:
                 self._emit(TaskChange(record.task_id, "queued", record.status, {"app": record.app}))
 
     async def get(self, task_id: str) -> TaskRecord | None:
+        record = self._live(task_id)
+        return None if record is None else _snapshot(record)
+
+    def _live(self, task_id: str) -> TaskRecord | None:
+        """The stored record itself (never handed out), or `None` when absent or expired."""
         record = self._tasks.get(task_id)
         if record is None:
             return None
@@ -119,7 +139,7 @@ class MemoryTaskStore:
             record.status_message = message
             record.updated_at = time.time()
             self._emit(TaskChange(task_id, "message", record.status))
-        return record
+        return _snapshot(record)
 
     async def transition(
         self,
@@ -158,7 +178,7 @@ class MemoryTaskStore:
         elif status == "working":
             record.input_requests = None
         self._emit(TaskChange(task_id, "status", status))
-        return record
+        return _snapshot(record)
 
     async def request_input(
         self, task_id: str, requests: dict[str, Any], *, status_message: str | None = None
@@ -167,7 +187,7 @@ class MemoryTaskStore:
         if record is None or not rules.park(record, requests, status_message):
             return None
         self._emit(TaskChange(task_id, "inputs", "input_required", {"keys": list(requests)}))
-        return record
+        return _snapshot(record)
 
     async def answer_input(self, task_id: str, responses: dict[str, Any]) -> dict[str, Any] | None:
         record = self._tasks.get(task_id)
@@ -180,7 +200,10 @@ class MemoryTaskStore:
 
     async def take_answers(self, task_id: str, keys: frozenset[str]) -> dict[str, Any]:
         record = self._tasks.get(task_id)
-        return {} if record is None else rules.take_answers(record, keys)
+        if record is None or not record.answers:
+            return {}
+        record.answers = dict(record.answers)  # snapshots share the old dict: never pop it
+        return rules.take_answers(record, keys)
 
     async def withdraw_input(self, task_id: str, keys: frozenset[str]) -> TaskRecord | None:
         record = self._tasks.get(task_id)
@@ -188,15 +211,16 @@ class MemoryTaskStore:
             return None
         if rules.withdraw(record, keys):
             self._emit(TaskChange(task_id, "inputs", record.status, {"withdrawn": sorted(keys)}))
-        return record
+        return _snapshot(record)
 
     async def request_cancel(self, task_id: str) -> TaskRecord | None:
-        record = await self.get(task_id)
-        if record is None or record.status in TERMINAL_STATUSES:
-            return record
-        record.cancel_requested = True
-        self._emit(TaskChange(task_id, "cancel_requested", record.status))
-        return record
+        record = self._live(task_id)
+        if record is None:
+            return None
+        if record.status not in TERMINAL_STATUSES:
+            record.cancel_requested = True
+            self._emit(TaskChange(task_id, "cancel_requested", record.status))
+        return _snapshot(record)
 
     @asynccontextmanager
     async def changes(
@@ -216,10 +240,10 @@ class MemoryTaskStore:
     async def claim(
         self, task_id: str, owner: str, until: float, *, expect_owner: str | None = None
     ) -> TaskRecord | None:
-        record = await self.get(task_id)
+        record = self._live(task_id)
         if record is None or not rules.lease(record, owner, until, expect_owner):
             return None
-        return record
+        return _snapshot(record)
 
     async def renew(self, owner: str, task_ids: frozenset[str], until: float) -> None:
         for task_id in task_ids:
@@ -228,16 +252,16 @@ class MemoryTaskStore:
                 record.lease_expires = until
 
     async def active_tasks(self) -> list[TaskRecord]:
-        return [r for r in self._tasks.values() if r.status in ACTIVE_STATUSES]
+        return [_snapshot(r) for r in self._tasks.values() if r.status in ACTIVE_STATUSES]
 
     async def requeue(self, task_id: str, owner: str) -> TaskRecord | None:
-        record = await self.get(task_id)
+        record = self._live(task_id)
         if record is None or record.status not in ACTIVE_STATUSES or record.lease_owner != owner:
             return None
         record.lease_owner = None
         record.lease_expires = None
         self._emit(TaskChange(task_id, "queued", record.status, {"app": record.app}))
-        return record
+        return _snapshot(record)
 
     async def active_leases(self, *, app: str | None = None) -> list[TaskRecord]:
         """The active tasks of `app` (all: `None`), lease fields only (`base.active_leases`)."""
@@ -260,7 +284,7 @@ class MemoryTaskStore:
                 record.lease_owner = owner
                 record.lease_expires = until
                 record.attempts += 1
-                taken.append(record)
+                taken.append(_snapshot(record))
         return taken
 
     # --- retention ----------------------------------------------------------------
@@ -272,8 +296,8 @@ class MemoryTaskStore:
         """The live tasks among `task_ids`, by id (see `base.get_many`)."""
         found = {}
         for task_id in task_ids:
-            if (record := await self.get(task_id)) is not None:
-                found[task_id] = record
+            if (record := self._live(task_id)) is not None:
+                found[task_id] = _snapshot(record)
         return found
 
     # --- listing (the `ListableTaskStore` capability) -----------------------------
@@ -288,7 +312,7 @@ class MemoryTaskStore:
     ) -> list[TaskRecord]:
         statuses, now = check_listing(status, limit), time.time()
         found = (r for r in self._tasks.values() if selected(r, statuses, owner, before, now))
-        return heapq.nlargest(limit, found, key=page_key)
+        return [_snapshot(r) for r in heapq.nlargest(limit, found, key=page_key)]
 
     async def purge_finished(self, before: float, *, dry_run: bool = False) -> int:
         ended = [
