@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import re
+import time
 from datetime import UTC, datetime, timedelta
 
 import anyio
@@ -19,6 +20,14 @@ RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 
 def parse(ts: str) -> datetime:
     return datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+
+
+async def wall_clock_moves(ms: float) -> None:
+    """Until `time.time()`, which rendering reads, is `ms` past now (a deadline poll)."""
+    until = time.time() + ms / 1000
+    with anyio.fail_after(5):
+        while time.time() < until:  # noqa: ASYNC110 - the wall clock has no event
+            await anyio.sleep(0.001)
 
 
 async def test_completed_task_fields(transport: str) -> None:
@@ -157,12 +166,12 @@ async def test_last_updated_moves_only_on_change(transport: str) -> None:
         created = await wire.call_tool("blocker", {"key": "still"})
         await probes.event("started", "still").wait()
         a = await wire.get(created["taskId"])
-        await anyio.sleep(0.01)
+        await wall_clock_moves(10)
         b = await wire.get(created["taskId"])
         probes.event("release", "still").set()
         c = await wire.wait(created["taskId"])
     assert a["lastUpdatedAt"] == b["lastUpdatedAt"]
-    assert b["ttlMs"] >= a["ttlMs"]  # while running, ttl grows with the task
+    assert b["ttlMs"] >= a["ttlMs"] + 9  # time passed between: ttl grows with the task
     assert parse(c["lastUpdatedAt"]) >= parse(b["lastUpdatedAt"])
 
 
@@ -176,7 +185,7 @@ async def test_ttl_is_fixed_once_terminal_and_null_without_retention(transport: 
     async with connect(mcp, transport) as wire:
         created = await wire.call_tool("echo", {"text": "kept"})
         done = await wire.wait(created["taskId"])
-        await anyio.sleep(0.02)
+        await wall_clock_moves(20)
         again = await wire.get(created["taskId"])
     lived = int((parse(done["lastUpdatedAt"]) - parse(done["createdAt"])).total_seconds() * 1000)
     assert done["ttlMs"] == again["ttlMs"]
