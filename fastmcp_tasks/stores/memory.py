@@ -27,7 +27,7 @@ from dataclasses import fields
 from typing import Any
 
 import anyio
-from anyio.abc import ObjectSendStream
+from anyio.streams.memory import MemoryObjectSendStream
 
 from fastmcp_tasks.errors import ConfigurationError, DuplicateTask, TaskLimitExceeded
 from fastmcp_tasks.stores import rules
@@ -76,7 +76,7 @@ class MemoryTaskStore:
         self._active_by_owner: dict[str, int] = {}
         # each feed subscriber, with the task ids and change kinds it follows (None: all)
         self._subscribers: dict[
-            ObjectSendStream[TaskChange], tuple[frozenset[str] | None, frozenset[str] | None]
+            MemoryObjectSendStream[TaskChange], tuple[frozenset[str] | None, frozenset[str] | None]
         ] = {}
 
     async def open(self) -> None:

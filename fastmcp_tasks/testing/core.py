@@ -47,7 +47,7 @@ class CoreContract(ContractBase):
             assert done is not None and done.status == terminal
             assert done.terminal_at is not None
             for other in ("working", "input_required", "completed", "failed", "cancelled"):
-                assert await store.transition(task.task_id, other) is None  # type: ignore[arg-type]
+                assert await store.transition(task.task_id, other) is None
             assert await store.set_status_message(task.task_id, "late") is None
             assert await store.request_input(task.task_id, {"k": {}}) is None
             final = await store.get(task.task_id)

@@ -100,8 +100,8 @@ class FeedContract(ContractBase):
             await store.request_cancel(task.task_id)
             await store.transition(task.task_id, "cancelled")
             seen = await changes_until(feed, task.task_id, "cancelled")
-        kinds = [change.kind for change in seen]
-        made = ["message", "inputs", "answered", "cancel_requested", "status"]
+        kinds: list[str] = [change.kind for change in seen]
+        made: list[str] = ["message", "inputs", "answered", "cancel_requested", "status"]
         assert all(kind in kinds for kind in made), kinds
         firsts = [kinds.index(kind) for kind in made[:-1]] + [len(kinds) - 1]
         assert firsts == sorted(firsts), kinds  # a store may add changes, never reorder them
