@@ -8,11 +8,13 @@ which ends the whole FastMCP session (`test_a_dropped_poll_ends_a_plain_session`
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
 import anyio
+import anyio.abc
 import httpx2
 import pytest
 from fastmcp import Client
@@ -182,16 +184,75 @@ async def test_get_task_state_retries_transport_errors_but_not_mcp_errors() -> N
         assert server_said.calls == 1
 
 
-async def test_polling_at_five_seconds_outlives_uvicorns_keep_alive() -> None:
-    """uvicorn's default keep-alive (5 s) against polls every 5 s: the poll lands as it expires."""
-    mcp, gets = napping(timedelta(milliseconds=5000), 9.0)
-    async with http_server(mcp) as url:  # uvicorn defaults: timeout_keep_alive=5
-        tasks = TasksClientExtension(push=False)
-        with anyio.fail_after(25):
-            async with Client(TasksHttpTransport(url), extensions=[tasks]) as client:
-                assert (await client.call_tool("nap", {})).data == "rested"
-                assert await client.list_tools()
-    assert len(gets) >= 2  # polled across at least two keep-alive expiries
+class KeepAliveExpiry:
+    """A TCP proxy in front of uvicorn whose keep-alive timer always wins the race.
+
+    A request arriving on a connection that already answered and then sat idle for
+    `idle` seconds is read and the connection closed unanswered: what uvicorn does
+    when `timeout_keep_alive` fires as a poll lands, here every time, not by chance.
+    """
+
+    def __init__(self, upstream: str, idle: float) -> None:
+        self.upstream = httpx2.URL(upstream)
+        self.idle, self.dropped = idle, 0
+
+    @asynccontextmanager
+    async def serving(self) -> AsyncIterator[str]:
+        listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+        port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        async with listener, anyio.create_task_group() as group:
+            group.start_soon(listener.serve, self._relay)
+            yield str(self.upstream.copy_with(port=port))
+            group.cancel_scope.cancel()
+
+    async def _relay(self, client: anyio.abc.SocketStream) -> None:
+        last, answered = anyio.current_time(), False
+        upstream = await anyio.connect_tcp("127.0.0.1", self.upstream.port or 80)
+        async with client, upstream, anyio.create_task_group() as group:
+
+            async def requests() -> None:
+                nonlocal last
+                async for chunk in client:
+                    if answered and anyio.current_time() - last >= self.idle:
+                        self.dropped += 1  # the timer fired as the request landed
+                        break
+                    last = anyio.current_time()
+                    await upstream.send(chunk)
+                group.cancel_scope.cancel()
+
+            async def answers() -> None:
+                nonlocal last, answered
+                async for chunk in upstream:
+                    last, answered = anyio.current_time(), True
+                    await client.send(chunk)
+                group.cancel_scope.cancel()
+
+            group.start_soon(requests)
+            group.start_soon(answers)
+
+
+async def test_polls_landing_as_the_keep_alive_expires_are_resent() -> None:
+    """Every poll meets a connection the server closes as it lands; each is resent once."""
+    mcp, gets = napping(timedelta(milliseconds=400), 1.5)
+    clients: list[httpx2.AsyncClient] = []
+
+    def factory(**kwargs: Any) -> httpx2.AsyncClient:
+        clients.append(tasks_http_client(**kwargs))  # what TasksHttpTransport builds
+        return clients[-1]
+
+    async with http_server(mcp) as url:
+        expiry = KeepAliveExpiry(url, idle=0.3)  # polls come every 0.4 s
+        async with expiry.serving() as proxied:
+            with anyio.fail_after(15):
+                transport = TasksHttpTransport(proxied, httpx_client_factory=factory)
+                tasks = TasksClientExtension(push=False)
+                async with Client(transport, extensions=[tasks]) as client:
+                    assert (await client.call_tool("nap", {})).data == "rested"
+                    assert await client.list_tools()  # the session lived through it
+    retries = sum(c._transport.retries for c in clients)  # type: ignore[attr-defined]
+    assert expiry.dropped >= 2, "no poll met an expiring connection: the race never ran"
+    assert retries == expiry.dropped
+    assert len(gets) >= 2  # and the resent polls reached the server
 
 
 def test_tasks_http_client_takes_what_fastmcp_passes() -> None:
