@@ -12,11 +12,17 @@ async def render(pages: int) -> str: ...
 
 from __future__ import annotations
 
+from fastmcp_tasks._compat import check_seams
 from fastmcp_tasks.client.extension import register_transparent_client
 from fastmcp_tasks.client.handles import ToolTask, call_tool_task
 from fastmcp_tasks.client.tasklog import TaskLog
-from fastmcp_tasks.errors import ConfigurationError, StoreError, TaskLimitExceeded, TasksError
-from fastmcp_tasks.server.engine.progress import Progress
+from fastmcp_tasks.errors import (
+    ConfigurationError,
+    StoreError,
+    TaskLimitExceeded,
+    TasksError,
+)
+from fastmcp_tasks.server.engine.progress import Progress, install_core_progress_adapter
 from fastmcp_tasks.server.extension import TasksExtension
 from fastmcp_tasks.server.health import EngineHealth
 from fastmcp_tasks.server.limits import Limits
@@ -32,7 +38,9 @@ from fastmcp_tasks.wire.names import TASKS_EXTENSION_ID
 
 __version__ = "0.1.0.dev0"
 
+check_seams()  # before any seam is used: fail loudly on an incompatible FastMCP
 register_transparent_client()
+install_core_progress_adapter()  # core's `Progress` reports into tasks from import on
 
 __all__ = [
     "TASKS_EXTENSION_ID",

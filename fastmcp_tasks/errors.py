@@ -8,7 +8,8 @@ The hierarchy::
     │   ├── TaskLimitExceeded       a store refused a new task: a cap is reached
     │   └── StoreTimeout            a store call took longer than `store_timeout`
     ├── DuplicateTask               `create` of an id the store already has (also a ValueError)
-    └── InvalidTransition           a state change the task's state machine forbids
+    ├── InvalidTransition           a state change the task's state machine forbids
+    └── IncompatibleFastMCP         the installed FastMCP lacks a seam `_compat` needs (ImportError)
 
 Wire errors are `mcp.shared.exceptions.MCPError` built by the functions below,
 so every code and message the server sends lives in this one module:
@@ -73,6 +74,23 @@ class DuplicateTask(TasksError, ValueError):
 
 class InvalidTransition(TasksError):
     """A status change that the SEP-2663 state machine does not allow."""
+
+
+class IncompatibleFastMCP(TasksError, ImportError):
+    """The installed FastMCP (or MCP SDK) no longer has a seam `fastmcp_tasks._compat` needs.
+
+    Raised at import of `fastmcp_tasks` (or at server startup for seams that live
+    on a server instance); the message names the FastMCP version and each seam.
+    """
+
+    def __init__(self, version: str, missing: list[str]) -> None:
+        self.version = version
+        self.missing = list(missing)
+        super().__init__(
+            f"fastmcp-tasks cannot run on FastMCP {version}: it no longer provides "
+            + "; ".join(self.missing)
+            + " (see ARCHITECTURE.md, 'FastMCP internals we use')"
+        )
 
 
 def missing_capability() -> MCPError:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
+from pathlib import Path
 
 import anyio
 import pytest
@@ -19,6 +22,8 @@ from tests.servers import make_server
 from tests.wire import connect
 
 pytestmark = pytest.mark.anyio
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def stepping_server() -> tuple[FastMCP, dict[str, anyio.Event]]:
@@ -150,8 +155,19 @@ async def test_logging_in_a_task_goes_to_the_server_log(
     assert not any(created["taskId"] in m for m in messages)
 
 
+def test_core_progress_adapter_is_installed_at_import() -> None:
+    """In a fresh interpreter, importing the package is enough: no extension built yet."""
+    code = (
+        "import fastmcp_tasks\n"
+        "from fastmcp_tasks.server.engine.progress import core_progress_adapted\n"
+        "assert core_progress_adapted()\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=60)
+
+
 def test_core_progress_adapter_is_installed_and_idempotent() -> None:
-    # If a FastMCP upgrade moves Progress.__aenter__, this fails loudly.
+    # Installed at import (no test has to build a TasksExtension first); if a
+    # FastMCP upgrade moves Progress.__aenter__, `_compat.check_seams()` fails loudly.
     assert core_progress_adapted()
     assert install_core_progress_adapter() is True
     assert install_core_progress_adapter() is True

@@ -12,12 +12,13 @@ from typing import Any
 
 import anyio
 
+from fastmcp_tasks import _compat
 from fastmcp_tasks.cli.common import CommandError
 from fastmcp_tasks.wire.names import TASKS_EXTENSION_ID
 
 
 async def run_worker(server: Any, concurrency: int | None, grace: float) -> None:
-    extension = server._extensions.get(TASKS_EXTENSION_ID)
+    extension = _compat.server_extension(server, TASKS_EXTENSION_ID)
     if extension is None or not hasattr(extension, "store"):
         raise CommandError("the server has no TasksExtension")
     if not extension.store.durable:
@@ -32,7 +33,7 @@ async def run_worker(server: Any, concurrency: int | None, grace: float) -> None
         raise CommandError("a worker needs --concurrency of at least 1")
     extension.shutdown_grace = grace
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async with server._lifespan_manager():
+        async with _compat.server_lifespan(server):
             print(
                 f"fastmcp-tasks worker: {extension.url}, concurrency {extension.concurrency}",
                 flush=True,

@@ -38,6 +38,7 @@ import mcp_types
 from mcp.client.extension import ClaimContext
 from mcp.shared.exceptions import MCPError
 
+from fastmcp_tasks import _compat
 from fastmcp_tasks.client.extension import InputHandler, TasksClientExtension, task_outcome
 from fastmcp_tasks.client.watch import TaskWatch
 from fastmcp_tasks.wire.models import CancelTaskRequest, CreateTaskResult, TaskIdParams, TaskState
@@ -67,8 +68,7 @@ def tasks_extension(client: Client[Any]) -> TasksClientExtension | None:
     Handles use it to receive pushed task states; `None` (polling only) when the
     client has none or FastMCP no longer exposes its result claims.
     """
-    claims = getattr(client, "_claim_by_model", None) or {}
-    claim = claims.get(CreateTaskResult)
+    claim = _compat.result_claims(client).get(CreateTaskResult)
     owner = getattr(getattr(claim, "resolve", None), "__self__", None)
     return owner if isinstance(owner, TasksClientExtension) else None
 

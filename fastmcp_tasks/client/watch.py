@@ -31,14 +31,13 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
-    CONNECTION_CLOSED,
-    PARSE_ERROR,
     SubscriptionFilter,
     SubscriptionsListenRequest,
     SubscriptionsListenRequestParams,
     SubscriptionsListenResult,
 )
 
+from fastmcp_tasks import _compat
 from fastmcp_tasks.wire.models import GetTaskRequest, TaskIdParams, TaskState
 
 #: Poll interval used when the server gives none (the spec's default is the server's).
@@ -95,9 +94,8 @@ def transient_error(error: MCPError) -> float | None:
     """
     data = error.error
     message = data.message or ""
-    if data.code == CONNECTION_CLOSED and message.startswith("SSE stream"):
-        return 0.0
-    if data.code == PARSE_ERROR and message.startswith("Failed to parse JSON response"):
+    prefix = _compat.SDK_TRANSPORT_ERRORS.get(data.code)
+    if prefix is not None and message.startswith(prefix):
         return 0.0
     retry_after = data.data.get("retryAfterMs") if isinstance(data.data, dict) else None
     if isinstance(retry_after, int) and 0 < retry_after <= 60_000:
@@ -148,7 +146,7 @@ def poll_interval(state: dict[str, Any], floor: float = 0.0) -> float:
     """Seconds until the next poll: the latest `pollIntervalMs` (C62), at least `floor`."""
     poll_ms = state.get("pollIntervalMs")
     given = isinstance(poll_ms, int) and poll_ms > 0
-    seconds = poll_ms / 1000 if given else DEFAULT_POLL_SECONDS
+    seconds = poll_ms / 1000 if given and poll_ms is not None else DEFAULT_POLL_SECONDS
     return max(seconds, floor)
 
 

@@ -5,8 +5,9 @@ The record of a new task is built here and only here: the id (192 bits from
 for a `concurrency=0` front end, whose tasks wait for a worker), the owning
 principal and the application. `record.context` (the durable context a
 recovered or queued task resumes from: the input capabilities the creating
-request declared, its MRTR answers and `requestState`) is written here and read
-back by `TaskRunner.resubmit`.
+request declared, its MRTR answers, `requestState`, and the component version
+the call resolved, so a recovered, resubmitted or queued task runs the very
+version the call asked for) is written here and read back by `TaskRunner`.
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ def new_record(
     retention_ms: int | None,
     lease_seconds: float,
     queued: bool,
+    *,
+    version: str | None = None,
 ) -> tuple[TaskRecord, frozenset[str]]:
     """The record of a new task, and the input kinds its request declared."""
     now = time.time()
@@ -66,6 +69,8 @@ def new_record(
         )
     if context.request_state is not None:
         durable["requestState"] = context.request_state
+    if version is not None:
+        durable["version"] = version
     leased = bool(runner.concurrency)  # a front end's task waits for a worker, unleased
     record = TaskRecord(
         task_id=new_task_id(),

@@ -25,14 +25,14 @@ from typing import Any
 
 import anyio
 from fastmcp.server.context import Context
-from fastmcp.server.dependencies import _is_client_tool_call
+from fastmcp.server.dependencies import extract_version_spec
 from fastmcp.server.extensions import MethodBinding, ServerExtension, ToolCallContinuation
 from fastmcp.tools.base import InputRequiredToolResult, Tool
-from fastmcp.utilities.versions import VersionSpec
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, CallToolRequestParams
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from fastmcp_tasks import _compat
 from fastmcp_tasks.errors import (
     ConfigurationError,
     StoreError,
@@ -44,7 +44,7 @@ from fastmcp_tasks.errors import (
 )
 from fastmcp_tasks.server import observability
 from fastmcp_tasks.server.creation import TASK_ID_BYTES, created_after_all, new_record, new_task_id
-from fastmcp_tasks.server.engine.progress import install_core_progress_adapter
+from fastmcp_tasks.server.engine.call import resolve_tool
 from fastmcp_tasks.server.engine.runner import Job, TaskRunner
 from fastmcp_tasks.server.handlers import TaskMethods
 from fastmcp_tasks.server.health import EngineHealth, HealthMonitor
@@ -190,7 +190,6 @@ class TasksExtension(ServerExtension):
         self.runner: TaskRunner | None = None
         self._methods = TaskMethods(self._store, self.limits)
         self.listen = ListenService(self._store)
-        install_core_progress_adapter()
 
     def clone(self) -> TasksExtension:
         return TasksExtension(**self._config)
@@ -211,8 +210,9 @@ class TasksExtension(ServerExtension):
     @asynccontextmanager
     async def _run(self) -> AsyncIterator[None]:
         observability.log_full_ids(getattr(self.server, "auth", None) is not None)
+        _compat.check_server(self.server)
         opened = await self._open_store()
-        self.listen.install(self.server._mcp_server)
+        self.listen.install(_compat.low_level_server(self.server))
         monitor = self.health_monitor
         try:
             runner = TaskRunner(
@@ -268,9 +268,12 @@ class TasksExtension(ServerExtension):
         call_next: ToolCallContinuation,
     ) -> Any:
         request = context.request_context
-        if request is None or not _is_client_tool_call():
+        if request is None or not _compat.is_client_tool_call():
             return await call_next()  # a nested or direct call: never a task
-        tool = await context.fastmcp.get_tool(params.name, version=_requested_version(params))
+        # The version exactly as core's `_on_call_tool` resolves it: from the raw
+        # request `_meta`, a string only (`VersionSpec(eq=...)`), else the highest.
+        version = extract_version_spec(request.meta)
+        tool = await resolve_tool(context.fastmcp, params.name, version)
         if tool is None or tool.task_config.mode == "forbidden":
             return await call_next()
         opted_in = (
@@ -291,7 +294,7 @@ class TasksExtension(ServerExtension):
             ask = await options.foreground_input(context, arguments)
             if ask is not None:
                 return InputRequiredToolResult(ask)
-        return await self._create_task(tool, params.name, arguments, context, options)
+        return await self._create_task(tool, params.name, arguments, context, options, version)
 
     # --- task creation ---------------------------------------------------------------
 
@@ -302,6 +305,7 @@ class TasksExtension(ServerExtension):
         arguments: dict[str, Any],
         context: Context,
         options: TaskOptions,
+        version: str | None,
     ) -> Any:
         runner = self.runner
         if runner is None or not runner.started:
@@ -311,7 +315,15 @@ class TasksExtension(ServerExtension):
             )
         queued = runner.saturated()
         record, input_kinds = new_record(
-            tool, name, arguments, context, runner, self.retention_ms, self.lease_seconds, queued
+            tool,
+            name,
+            arguments,
+            context,
+            runner,
+            self.retention_ms,
+            self.lease_seconds,
+            queued,
+            version=version,
         )
         responses = context.input_responses
         try:
@@ -340,18 +352,6 @@ class TasksExtension(ServerExtension):
             )
         )
         return created
-
-
-def _requested_version(params: CallToolRequestParams) -> VersionSpec | None:
-    """The component version a call asks for (`_meta.fastmcp.version`), as core reads it."""
-    meta = params.meta
-    fastmcp_meta = meta.get("fastmcp") if isinstance(meta, dict) else None
-    version = fastmcp_meta.get("version") if isinstance(fastmcp_meta, dict) else None
-    if isinstance(version, str):
-        return VersionSpec(eq=version)
-    if isinstance(version, dict):
-        return VersionSpec(**{k: v for k, v in version.items() if k in ("eq", "gte", "lt")})
-    return None
 
 
 __all__ = ["TASK_ID_BYTES", "TasksExtension", "new_task_id"]

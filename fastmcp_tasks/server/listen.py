@@ -3,10 +3,11 @@
 This module is the one adapter between fastmcp-tasks and the SDK's low-level
 server. `MethodBinding` refuses spec methods, and FastMCP 4 serves no
 `subscriptions/listen`, so `install()` registers `ListenService` as the
-low-level server's handler for it (`_mcp_server.add_request_handler`, the
-SDK's documented registration call, reached through FastMCP's private
-attribute). `tests/test_listen.py` fails loudly if a FastMCP upgrade moves or
-takes over that seam.
+low-level server's handler for it (`add_request_handler`, the SDK's
+documented registration call, on the server `_compat.low_level_server()`
+reaches through FastMCP's private attribute). `_compat.check_server()` and
+`tests/test_listen.py` fail loudly if a FastMCP upgrade moves or takes over
+that seam.
 
 A listen without `taskIds` is served unchanged by the SDK's own
 `ListenHandler` over `ListenService.bus` (publish `ToolsListChanged` and

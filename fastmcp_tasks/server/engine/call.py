@@ -30,15 +30,17 @@ from typing import Any, Literal
 
 import mcp_types
 from fastmcp.exceptions import DisabledError, FastMCPError, NotFoundError, ToolError
-from fastmcp.server.mixins.mcp_operations import _normalize_call_tool_result
+from fastmcp.server.providers.addressing import parse_hashed_backend_name
 from fastmcp.tools.base import Tool, ToolResult
 from fastmcp.utilities.exceptions import get_http_status_code, is_timeout_error
+from fastmcp.utilities.versions import VersionSpec
 from mcp.shared.exceptions import MCPError
 from mcp_types import methods as mcp_methods
 from mcp_types.version import LATEST_MODERN_VERSION
 from pydantic import TypeAdapter
 from pydantic import ValidationError as PydanticValidationError
 
+from fastmcp_tasks import _compat
 from fastmcp_tasks.errors import error_object
 from fastmcp_tasks.server.engine.context import RunningTask, TaskContext
 from fastmcp_tasks.server.engine.inputs import CAPABILITY_OF, ELICIT, new_key
@@ -56,13 +58,29 @@ class Outcome:
     input_required: mcp_types.InputRequiredResult | None = None
 
 
+async def resolve_tool(server: Any, name: str, version: str | None) -> Tool | None:
+    """The tool `FastMCP.call_tool` would run for `name` at `version`, or None.
+
+    Exactly core's resolution: `get_tool(name, version=VersionSpec(eq=version))`
+    (the highest version when `version` is None), then, for a hashed backend
+    name (`__<hash>_<name>`), `get_tool_by_hash`.
+    """
+    spec = VersionSpec(eq=version) if version else None
+    tool: Tool | None = await server.get_tool(name, version=spec)
+    if tool is None:
+        hashed = parse_hashed_backend_name(name)
+        if hashed is not None:
+            tool = await server.get_tool_by_hash(*hashed)
+    return tool
+
+
 async def run_tool(server: Any, tool: Tool | None, name: str, arguments: dict[str, Any]) -> Outcome:
     """Run `tool` with `arguments` in the current (task) Context and classify the outcome."""
     try:
         if tool is None:
             raise NotFoundError(f"Unknown tool: {name!r}")
         try:
-            result = await tool._run(arguments)
+            result = await _compat.run_tool(tool, arguments)
         except (FastMCPError, PydanticValidationError):
             raise
         except MCPError as error:
@@ -80,12 +98,10 @@ async def run_tool(server: Any, tool: Tool | None, name: str, arguments: dict[st
     input_required = getattr(result, "input_required", None)
     if isinstance(input_required, mcp_types.InputRequiredResult):
         return Outcome("completed", input_required=input_required)
-    rebind = getattr(server, "_rebind_prefab_tool_names", None)
-    if rebind is not None:
-        result = await rebind(result)
+    result = await _compat.rebind_prefab_tool_names(server, result)
     if not isinstance(result, ToolResult):  # pragma: no cover - core guarantees ToolResult
         raise TypeError(f"tool {name!r} produced {type(result).__name__}, not a ToolResult")
-    return _completed(_normalize_call_tool_result(result.to_mcp_result()), server)
+    return _completed(_compat.normalize_call_tool_result(result.to_mcp_result()), server)
 
 
 def _masked(server: Any, name: str, error: Exception) -> ToolError:
@@ -96,7 +112,7 @@ def _masked(server: Any, name: str, error: Exception) -> ToolError:
         return ToolError("Rate limited by upstream API, please retry later")
     if is_timeout_error(error):
         return ToolError("Upstream request timed out, please retry")
-    if getattr(server, "_mask_error_details", False):
+    if _compat.mask_error_details(server):
         return ToolError(f"Error calling tool {name!r}")
     return ToolError(f"Error calling tool {name!r}: {error}")
 
@@ -121,8 +137,7 @@ def to_wire(result: mcp_types.CallToolResult, server: Any) -> dict[str, Any]:
     dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
     wire = mcp_methods.serialize_server_result("tools/call", LATEST_MODERN_VERSION, dumped)
     wire.setdefault("resultType", "complete")
-    low_level = getattr(server, "_mcp_server", None)
-    stamp = getattr(low_level, "server_info_stamp", None)
+    stamp = getattr(_compat.low_level_server(server), "server_info_stamp", None)
     if stamp is not None:
         meta = wire.get("_meta")
         key = mcp_types.SERVER_INFO_META_KEY
@@ -157,9 +172,7 @@ async def run_rounds(
     for the first run, those gathered in the foreground (MRTR composition, C11).
     """
     for round_number in range(1, MAX_ROUNDS + 1):
-        ctx = TaskContext(server, running)
-        ctx._task_input_responses = responses
-        ctx._task_request_state = request_state
+        ctx = TaskContext(server, running, responses, request_state)
         async with ctx:
             outcome = await run_tool(server, tool, name, arguments)
         ask = outcome.input_required

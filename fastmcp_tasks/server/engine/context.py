@@ -26,6 +26,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
+import mcp_types
 from fastmcp.exceptions import ToolError
 from fastmcp.server.context import Context
 from fastmcp.server.elicitation import (
@@ -133,9 +134,27 @@ NO_ELICITATION = (
 class TaskContext(Context):
     """The `Context` handed to a tool running as a task (`is_background_task` is True)."""
 
-    def __init__(self, fastmcp: Any, running: RunningTask) -> None:
+    def __init__(
+        self,
+        fastmcp: Any,
+        running: RunningTask,
+        input_responses: mcp_types.InputResponses | None = None,
+        request_state: str | None = None,
+    ) -> None:
         super().__init__(fastmcp, task_id=running.task_id)
         self._running = running
+        self._guard_responses = input_responses
+        self._guard_state = request_state
+
+    @property
+    def input_responses(self) -> mcp_types.InputResponses | None:
+        """The answers of the guard round before (or gathered in the foreground, C11)."""
+        return self._guard_responses
+
+    @property
+    def request_state(self) -> str | None:
+        """The `requestState` the tool returned with its last `InputRequiredResult`."""
+        return self._guard_state
 
     async def report_progress(
         self, progress: float, total: float | None = None, message: str | None = None
@@ -165,7 +184,7 @@ class TaskContext(Context):
             },
         )
 
-    async def elicit(  # type: ignore[override]
+    async def elicit(
         self,
         message: str,
         response_type: Any = None,

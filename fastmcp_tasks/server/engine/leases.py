@@ -160,7 +160,7 @@ class LeaseKeeper:
                 return
 
     async def _start(self, record: TaskRecord) -> None:
-        tool = await self.runner.find_tool(record.tool)
+        tool = await self.runner.find_tool(record)
         if tool is None:
             error = interrupted(f"tool {record.tool!r} does not exist on this worker")
             await self.store.transition(
@@ -208,7 +208,7 @@ class LeaseKeeper:
         if record.lease_owner == self.owner:  # leased here but never started (a lost reply)
             await self.store.requeue(record.task_id, self.owner)
             return True
-        tool = await self.runner.find_tool(record.tool)
+        tool = await self.runner.find_tool(record)
         if tool is None or not is_idempotent(tool):
             error = lost_error(record.tool, tool is not None)
             await self.store.transition(

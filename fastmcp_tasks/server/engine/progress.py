@@ -6,10 +6,12 @@ a task it writes through `TaskProgress` to the task's status; outside a task it
 falls back to core's behaviour (in-memory tracking that reports nowhere).
 
 Core's `Progress.__aenter__` has no hook for a task engine other than docket,
-so `install_core_progress_adapter()` wraps that one method: inside a task the
-wrapped method returns a `TaskProgress`-backed instance, anywhere else it calls
-the original unchanged. The wrap is idempotent, checks the shape it relies on,
-and `tests/test_progress.py` fails loudly if a FastMCP upgrade moves it.
+so `install_core_progress_adapter()` wraps that one method (through the
+`_compat` seam): inside a task the wrapped method returns a `TaskProgress`-backed
+instance, anywhere else it calls the original unchanged. The wrap is idempotent
+and installed at import of `fastmcp_tasks`, so core's `Progress` reports into
+tasks whatever is built first; `_compat.check_seams()` refuses a FastMCP that
+moved the method.
 """
 
 from __future__ import annotations
@@ -18,13 +20,12 @@ import functools
 import logging
 from typing import Any
 
-from fastmcp.server import dependencies as core_dependencies
-
+from fastmcp_tasks import _compat
 from fastmcp_tasks.server.engine.context import RunningTask, current_task
 
 logger = logging.getLogger("fastmcp_tasks.progress")
 
-CoreProgress = core_dependencies.Progress
+CoreProgress = _compat.CoreProgress
 
 
 class TaskProgress:
@@ -80,7 +81,7 @@ def _task_bound(cls: type[CoreProgress]) -> CoreProgress | None:
     if running is None:
         return None
     instance = cls()
-    instance._impl = TaskProgress(running)
+    _compat.bind_progress(instance, TaskProgress(running))
     return instance
 
 
@@ -107,8 +108,8 @@ def install_core_progress_adapter() -> bool:
     Returns False (and logs a warning) when core's `Progress` no longer has the
     shape this adapter relies on; our own `Progress` keeps working either way.
     """
-    original = CoreProgress.__dict__.get("__aenter__")
-    if original is None or not callable(original):
+    original = _compat.core_progress_aenter()
+    if original is None:
         logger.warning(
             "fastmcp.dependencies.Progress has no __aenter__ of its own; core Progress "
             "will not feed task statusMessage (use fastmcp_tasks.Progress)"
@@ -125,10 +126,10 @@ def install_core_progress_adapter() -> bool:
         return await original(self)
 
     setattr(__aenter__, _ADAPTED, True)
-    CoreProgress.__aenter__ = __aenter__  # type: ignore[method-assign]
+    _compat.set_core_progress_aenter(__aenter__)
     return True
 
 
 def core_progress_adapted() -> bool:
     """Whether core's `Progress` currently reports into tasks."""
-    return bool(getattr(CoreProgress.__dict__.get("__aenter__"), _ADAPTED, False))
+    return bool(getattr(_compat.core_progress_aenter(), _ADAPTED, False))

@@ -41,7 +41,7 @@ from fastmcp.tools.base import Tool
 
 from fastmcp_tasks.errors import ConfigurationError, StoreError, interrupted
 from fastmcp_tasks.server import observability
-from fastmcp_tasks.server.engine.call import Outcome, run_rounds
+from fastmcp_tasks.server.engine.call import Outcome, resolve_tool, run_rounds
 from fastmcp_tasks.server.engine.context import RunningTask, _current_task
 from fastmcp_tasks.server.engine.inputs import InputBroker
 from fastmcp_tasks.server.engine.jobs import Job
@@ -131,12 +131,10 @@ class TaskRunner:
     ) -> None:
         """Run a task leased from the store (queued by a front end, or recovered)."""
         context = record.context or {}
-        responses = context.get("inputResponses")
-        if responses is not None:
-            params = mcp_types.InputResponseRequestParams.model_validate(
+        if (responses := context.get("inputResponses")) is not None:
+            responses = mcp_types.InputResponseRequestParams.model_validate(
                 {"inputResponses": responses}
-            )
-            responses = params.input_responses
+            ).input_responses
         self.submit(
             Job(
                 record.task_id,
@@ -178,11 +176,12 @@ class TaskRunner:
         """Finished tasks whose outcome waits for the store to be written."""
         return len(self._pending)
 
-    async def find_tool(self, name: str) -> Tool | None:
+    async def find_tool(self, record: TaskRecord) -> Tool | None:
+        version = (record.context or {}).get("version")  # as the creating call resolved it
         try:
-            return await self.server.get_tool(name)
+            return await resolve_tool(self.server, record.tool, version)
         except Exception:
-            logger.exception("Looking up tool %r for a recovered task failed", name)
+            logger.exception("Looking up tool %r for a recovered task failed", record.tool)
             return None
 
     @asynccontextmanager
