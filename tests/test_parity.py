@@ -72,6 +72,28 @@ class Color(enum.Enum):
     BLUE = "blue"
 
 
+def _core_runs_async_generator_tasks() -> bool:
+    """Whether the installed FastMCP accepts `task=True` on an async-generator tool.
+
+    Cores before 4.1.8 reject it when the tool is registered (a ValueError: "uses a
+    sync function"); the package supports those cores, so the parity cases leave that
+    one tool out there (skipped, with the reason) instead of failing on a core limit.
+    Probed on a throwaway server, not read from the version string.
+    """
+
+    async def probe() -> AsyncIterator[int]:
+        yield 1
+
+    try:
+        FastMCP("probe").tool(task=True)(probe)
+    except ValueError:
+        return False
+    return True
+
+
+ASYNC_GENERATOR_TASKS = _core_runs_async_generator_tasks()
+
+
 def make_parity_server(*, mask_error_details: bool = False) -> FastMCP:
     mcp = FastMCP("parity", mask_error_details=mask_error_details)
     mcp.add_extension(TasksExtension())
@@ -158,11 +180,13 @@ def make_parity_server(*, mask_error_details: bool = False) -> FastMCP:
     async def ret_annotated_model() -> Annotated[Point, Field(description="a point")]:
         return Point(x=5, y=6, label="p")
 
-    @mcp.tool(task=True)
-    async def ret_async_gen() -> AsyncIterator[int]:
-        yield 1
-        await anyio.lowlevel.checkpoint()
-        yield 2
+    if ASYNC_GENERATOR_TASKS:
+
+        @mcp.tool(task=True)
+        async def ret_async_gen() -> AsyncIterator[int]:
+            yield 1
+            await anyio.lowlevel.checkpoint()
+            yield 2
 
     # --- media helpers and content blocks -------------------------------------------
 
@@ -401,8 +425,20 @@ MASKED_CASES: list[tuple[str, dict[str, Any], Callable[[dict[str, Any]], None]]]
 ]
 
 
-def _ids(cases: list[tuple[str, dict[str, Any], Any]]) -> list[str]:
-    return [name for name, _, _ in cases]
+_CORE_LIMITS = (
+    {}
+    if ASYNC_GENERATOR_TASKS
+    else {
+        "ret_async_gen": pytest.mark.skip(
+            reason="the installed FastMCP rejects task=True on an async generator (< 4.1.8)"
+        )
+    }
+)
+
+
+def _params(cases: list[tuple[str, dict[str, Any], Any]]) -> list[Any]:
+    """The cases as pytest params, each named by its tool; a core-limited one skipped."""
+    return [pytest.param(*case, id=case[0], marks=_CORE_LIMITS.get(case[0], ())) for case in cases]
 
 
 async def sync_and_task(
@@ -430,8 +466,7 @@ def assert_identical(sync: dict[str, Any], task: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize(
     ("name", "arguments", "check"),
-    [*SUCCESS_CASES, *ERROR_CASES],
-    ids=_ids([*SUCCESS_CASES, *ERROR_CASES]),
+    _params([*SUCCESS_CASES, *ERROR_CASES]),
 )
 async def test_result_parity(
     transport: str, name: str, arguments: dict[str, Any], check: Callable[..., None]
@@ -443,7 +478,7 @@ async def test_result_parity(
     assert_identical(sync, task)
 
 
-@pytest.mark.parametrize(("name", "arguments", "check"), MASKED_CASES, ids=_ids(MASKED_CASES))
+@pytest.mark.parametrize(("name", "arguments", "check"), _params(MASKED_CASES))
 async def test_masked_error_parity(
     transport: str, name: str, arguments: dict[str, Any], check: Callable[..., None]
 ) -> None:
@@ -509,8 +544,7 @@ async def decode_like_client(client: Client, name: str, raw: dict[str, Any]) -> 
 
 @pytest.mark.parametrize(
     ("name", "arguments", "check"),
-    SUCCESS_CASES + ERROR_CASES,
-    ids=_ids(SUCCESS_CASES + ERROR_CASES),
+    _params(SUCCESS_CASES + ERROR_CASES),
 )
 async def test_client_decodes_task_result_like_sync(
     name: str, arguments: dict[str, Any], check: Callable[..., None]
