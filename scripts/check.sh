@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The test command (README.md, run verbatim by .ci/run). In order, stopping at the
+# first failure:
+#   1. ruff check, ruff format --check       (the whole repo)
+#   2. mypy                                  (fastmcp_tasks; config: pyproject [tool.mypy])
+#   3. scripts/check_imports.py              (every third-party import is declared)
+#   4. the pytest suite                      (newest FastMCP, .venv)
+#   5. scripts/lowest.sh                     (a subset on the lowest declared FastMCP)
+#   6. scripts/conformance.sh                (the official MCP conformance tasks-* scenarios)
+#
+# Creates .venv with the `dev` extra when it is missing or lacks the dev tools.
+# Environment: CHECK_SKIP_LOWEST=1 leaves step 5 out (a quick local run).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+PY="$ROOT/.venv/bin/python"
+# the repo's own code, whatever an editable install elsewhere points to
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+
+if ! "$PY" -c 'import mypy, ruff, pytest' 2>/dev/null; then
+  echo "check: installing .venv with the dev extra"
+  python3 -m venv .venv
+  "$PY" -m pip install --quiet --upgrade pip
+  "$PY" -m pip install --quiet -e '.[dev]'
+fi
+
+TIMES=()
+step() { # step NAME CMD...: run CMD, record its duration
+  local name="$1" start=$SECONDS rc=0
+  shift
+  echo
+  echo "==> $name"
+  "$@" || rc=$?
+  TIMES+=("$(printf '%-14s %4ss' "$name" "$((SECONDS - start))")")
+  if (( rc != 0 )); then
+    if (( rc == 5 )); then echo "check: $name collected no tests" >&2; fi
+    echo "check: $name failed (exit $rc)" >&2
+    exit "$rc"
+  fi
+}
+
+step "ruff check" "$PY" -m ruff check .
+step "ruff format" "$PY" -m ruff format --check .
+step "mypy" "$PY" -m mypy
+step "imports" "$PY" scripts/check_imports.py
+step "pytest" "$PY" -m pytest
+if [[ "${CHECK_SKIP_LOWEST:-0}" != 1 ]]; then
+  step "lowest fastmcp" env PYTHON3="${PYTHON3:-python3}" scripts/lowest.sh
+fi
+step "conformance" scripts/conformance.sh
+
+echo
+echo "check: all green"
+printf '  %s\n' "${TIMES[@]}"
