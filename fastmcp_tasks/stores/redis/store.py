@@ -203,11 +203,8 @@ class RedisTaskStore(RedisLeases, RedisListing):
         client = self._require()
         cursor = 0
         while True:
-            # decode_responses=True: the keys come back as str
-            cursor, keys = cast(
-                "tuple[int, list[str]]",
-                await self._guard(client.scan(cursor, match=self.keys.pattern, count=BATCH)),
-            )
+            reply = await self._guard(client.scan(cursor, match=self.keys.pattern, count=BATCH))
+            cursor, keys = cast("tuple[int, list[str]]", reply)  # decode_responses=True: str
             if keys:
                 yield keys
             if cursor == 0:
