@@ -2,18 +2,35 @@
 
 Every `async def` test runs inside `anyio.fail_after(ASYNC_TEST_TIMEOUT)`, so a
 hang fails the test with a clear timeout instead of stalling the suite.
+
+Hypothesis runs under a profile loaded here, before any test module builds its
+settings (which inherit from it): `ci` when `CI=true` (derandomized, so a run is
+the same run every time; bounded; no deadline), else `dev` (random, as locally);
+`HYPOTHESIS_PROFILE` picks one explicitly. Both print the falsifying example and
+the `@reproduce_failure` blob that replays it.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import os
 from typing import Any
 
 import anyio
 import pytest
+from hypothesis import Verbosity, settings
 
 ASYNC_TEST_TIMEOUT = 30.0
+
+settings.register_profile("dev", deadline=None, print_blob=True, verbosity=Verbosity.normal)
+settings.register_profile(
+    "ci", settings.get_profile("dev"), derandomize=True, database=None, max_examples=100
+)
+HYPOTHESIS_PROFILE = os.environ.get("HYPOTHESIS_PROFILE") or (
+    "ci" if os.environ.get("CI") == "true" else "dev"
+)
+settings.load_profile(HYPOTHESIS_PROFILE)
 
 
 @pytest.fixture
