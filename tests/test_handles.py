@@ -159,8 +159,9 @@ async def test_caller_cancellation_sends_one_cancel() -> None:
     server = Counted()
     async with connected(server.mcp, "memory") as client:
         task = await call_tool_task(client, "gated", {"text": "x"})
-        with anyio.move_on_after(0.2):
+        with anyio.move_on_after(0.2) as waiting:
             await task
+        assert waiting.cancelled_caught  # the caller was cancelled, the task never ended
         await server.cancelled.wait()
     assert server.cancels == [task.task_id]
 
