@@ -12,7 +12,8 @@ what it returns), so nothing is lost or applied twice.
 
 The queue loop waits in `queue_wait`: woken by a `queued` change, by a slot
 freeing while more tasks may be waiting, or after `queue_poll` seconds at the
-latest (the safety net for a change the feed trimmed).
+latest (the safety net for a change the feed trimmed); wake-ups within
+`QUEUE_BATCH_SECONDS` of each other share one claim.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ from fastmcp_tasks.stores.base import TaskChange, get_many
 logger = logging.getLogger("fastmcp_tasks.runner")
 
 WATCHED = frozenset({"cancel_requested", "answered", "queued"})
+
+#: How long the queue loop lets wake-ups gather before it claims (see `queue_wait`).
+QUEUE_BATCH_SECONDS = 0.01
 
 
 class ChangeWatcher:
@@ -93,3 +97,6 @@ class ChangeWatcher:
         with anyio.move_on_after(self.runner.queue_poll):
             await self._wake.wait()
         self._wake = anyio.Event()
+        # wake-ups that come together (a burst of creates, slots freeing one by one)
+        # share one claim: at most one claim per window instead of one per change
+        await anyio.sleep(QUEUE_BATCH_SECONDS)
