@@ -3,11 +3,8 @@
 The record of a new task is built here and only here: the id (192 bits from
 `secrets`), the poll interval, the lease of the runner that will run it (none
 for a `concurrency=0` front end, whose tasks wait for a worker), the owning
-principal and the application. `record.context` (the durable context a
-recovered or queued task resumes from: the input capabilities the creating
-request declared, its MRTR answers, `requestState`, and the component version
-the call resolved, so a recovered, resubmitted or queued task runs the very
-version the call asked for) is written here and read back by `TaskRunner`.
+principal and the application. Its `record.context` is a
+`server.engine.durable.DurableContext`, the one module that writes and reads it.
 """
 
 from __future__ import annotations
@@ -19,13 +16,12 @@ import time
 from datetime import timedelta
 from typing import Any
 
-import mcp_types
 from fastmcp.server.context import Context
 from fastmcp.tools.base import Tool
 from mcp_types import CLIENT_CAPABILITIES_META_KEY
-from pydantic import TypeAdapter
 
 from fastmcp_tasks.errors import StoreError
+from fastmcp_tasks.server.engine.durable import DurableContext
 from fastmcp_tasks.server.engine.jobs import CreatingRunner
 from fastmcp_tasks.server.engine.leases import QUEUED_MESSAGE
 from fastmcp_tasks.server.ownership import current_principal
@@ -33,8 +29,6 @@ from fastmcp_tasks.stores.base import TaskRecord, TaskStore
 
 TASK_ID_BYTES = 24  # 192 bits from `secrets`, 32 URL-safe characters
 UNCONFIRMED_KEPT = 10_000
-
-_RESPONSES: TypeAdapter[mcp_types.InputResponses] = TypeAdapter(mcp_types.InputResponses)
 
 
 def new_task_id() -> str:
@@ -62,15 +56,7 @@ def new_record(
     now = time.time()
     input_kinds = declared_input_kinds(context)
     responses = context.input_responses
-    durable: dict[str, Any] = {"inputKinds": sorted(input_kinds)}
-    if responses:
-        durable["inputResponses"] = _RESPONSES.dump_python(
-            responses, mode="json", by_alias=True, exclude_none=True
-        )
-    if context.request_state is not None:
-        durable["requestState"] = context.request_state
-    if version is not None:
-        durable["version"] = version
+    durable = DurableContext(input_kinds, responses or None, context.request_state, version)
     leased = bool(runner.concurrency)  # a front end's task waits for a worker, unleased
     record = TaskRecord(
         task_id=new_task_id(),
@@ -82,7 +68,7 @@ def new_record(
         status_message=QUEUED_MESSAGE if queued else None,
         poll_interval_ms=milliseconds(tool.task_config.poll_interval),
         retention_ms=retention_ms,
-        context=durable,
+        context=durable.dump(),
         attempts=1 if leased else 0,
         owner=current_principal(),
         lease_owner=runner.owner if leased else None,

@@ -35,7 +35,6 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
-import mcp_types
 from anyio.abc import TaskGroup
 from fastmcp.tools.base import Tool
 
@@ -43,6 +42,7 @@ from fastmcp_tasks.errors import ConfigurationError, StoreError, interrupted
 from fastmcp_tasks.server import observability
 from fastmcp_tasks.server.engine.call import Outcome, resolve_tool, run_rounds
 from fastmcp_tasks.server.engine.context import RunningTask, _current_task
+from fastmcp_tasks.server.engine.durable import DurableContext
 from fastmcp_tasks.server.engine.inputs import InputBroker
 from fastmcp_tasks.server.engine.jobs import Job
 from fastmcp_tasks.server.engine.leases import QUEUED_MESSAGE, LeaseKeeper, new_owner
@@ -130,11 +130,7 @@ class TaskRunner:
         self, record: TaskRecord, tool: Tool, message: str | None, *, queued: bool = False
     ) -> None:
         """Run a task leased from the store (queued by a front end, or recovered)."""
-        context = record.context or {}
-        if (responses := context.get("inputResponses")) is not None:
-            responses = mcp_types.InputResponseRequestParams.model_validate(
-                {"inputResponses": responses}
-            ).input_responses
+        context = DurableContext.of(record)
         self.submit(
             Job(
                 record.task_id,
@@ -144,9 +140,9 @@ class TaskRunner:
                 message=message,
                 queued=queued,
                 attempt=max(1, record.attempts),
-                input_kinds=frozenset(context.get("inputKinds", ())),
-                input_responses=responses,
-                request_state=context.get("requestState"),
+                input_kinds=context.input_kinds,
+                input_responses=context.input_responses,
+                request_state=context.request_state,
             )
         )
 
@@ -177,7 +173,7 @@ class TaskRunner:
         return len(self._pending)
 
     async def find_tool(self, record: TaskRecord) -> Tool | None:
-        version = (record.context or {}).get("version")  # as the creating call resolved it
+        version = DurableContext.of(record).version  # as the creating call resolved it
         try:
             return await resolve_tool(self.server, record.tool, version)
         except Exception:
