@@ -137,6 +137,7 @@ PUBLIC_PATHS: dict[str, dict[str, str]] = {
         "InputHandler": "fastmcp_tasks.client.extension",
         "StatusCallback": "fastmcp_tasks.client.extension",
         "TaskState": "fastmcp_tasks.wire.models",
+        "TaskStateDict": "fastmcp_tasks.wire.models",
         "TasksClientExtension": "fastmcp_tasks.client.extension",
         "UpdateTaskRequest": "fastmcp_tasks.wire.models",
         "register_transparent_client": "fastmcp_tasks.client.extension",

@@ -37,7 +37,7 @@ foreground elicitation (C66). With neither, elicitations are answered
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import mcp_types
@@ -62,6 +62,7 @@ from fastmcp_tasks.wire.models import (
     GetTaskRequest,
     TaskIdParams,
     TaskState,
+    TaskStateDict,
     UpdateTaskParams,
     UpdateTaskRequest,
     _TaskNotificationParams,
@@ -83,13 +84,13 @@ __all__ = [
     "task_outcome",
 ]
 
-StatusCallback = Callable[[dict[str, Any]], Awaitable[None] | None]
+StatusCallback = Callable[[TaskStateDict], Awaitable[None] | None]
 InputHandler = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any] | None]]
 
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
 
 
-def task_outcome(task_id: str, state: dict[str, Any]) -> mcp_types.CallToolResult:
+def task_outcome(task_id: str, state: TaskStateDict) -> mcp_types.CallToolResult:
     """The final result of a terminal task, or the error it ended with (C71)."""
     status = state.get("status")
     if status == "completed":
@@ -108,7 +109,7 @@ def task_outcome(task_id: str, state: dict[str, Any]) -> mcp_types.CallToolResul
     )
 
 
-def changed(old: dict[str, Any], new: dict[str, Any]) -> bool:
+def changed(old: TaskStateDict, new: TaskStateDict) -> bool:
     """Whether a state is news to report: its status, message or input requests differ."""
     return (old.get("status"), old.get("statusMessage"), old.get("inputRequests")) != (
         new.get("status"),
@@ -152,7 +153,7 @@ class TasksClientExtension(ClientExtension):
     ) -> None:
         self.push = push
         self.retry = retry
-        self._watchers: dict[str, list[MemoryObjectSendStream[dict[str, Any]]]] = {}
+        self._watchers: dict[str, list[MemoryObjectSendStream[TaskStateDict]]] = {}
         self.on_status = on_status
         self.min_poll_interval = min_poll_interval
         self.on_input = on_input
@@ -169,8 +170,9 @@ class TasksClientExtension(ClientExtension):
         self, created: CreateTaskResult, ctx: ClaimContext
     ) -> mcp_types.CallToolResult:
         task_id = created.task_id
-        state: dict[str, Any] = created.model_dump(by_alias=True, exclude_none=True)
-        state.pop("resultType", None)
+        raw = created.model_dump(by_alias=True, exclude_none=True)
+        raw.pop("resultType", None)
+        state = cast(TaskStateDict, raw)
         answered: set[str] = set()
         watch = TaskWatch(
             ctx.session,
@@ -201,11 +203,11 @@ class TasksClientExtension(ClientExtension):
             raise
         return task_outcome(task_id, state)
 
-    def add_watcher(self, task_id: str, inbox: MemoryObjectSendStream[dict[str, Any]]) -> None:
+    def add_watcher(self, task_id: str, inbox: MemoryObjectSendStream[TaskStateDict]) -> None:
         """Deliver the task's pushed `notifications/tasks` states to `inbox` (see `TaskWatch`)."""
         self._watchers.setdefault(task_id, []).append(inbox)
 
-    def remove_watcher(self, task_id: str, inbox: MemoryObjectSendStream[dict[str, Any]]) -> None:
+    def remove_watcher(self, task_id: str, inbox: MemoryObjectSendStream[TaskStateDict]) -> None:
         """Stop delivering the task's pushed states to `inbox`."""
         inboxes = self._watchers.get(task_id, [])
         if inbox in inboxes:
@@ -218,7 +220,7 @@ class TasksClientExtension(ClientExtension):
         state.pop("_meta", None)
         for inbox in list(self._watchers.get(str(state.get("taskId")), ())):
             try:
-                inbox.send_nowait(dict(state))
+                inbox.send_nowait(cast(TaskStateDict, dict(state)))
             except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                 pass
 
@@ -295,7 +297,7 @@ class TasksClientExtension(ClientExtension):
             return {"action": "cancel"}
         return result.model_dump(by_alias=True, mode="json", exclude_none=True)
 
-    async def _report(self, state: dict[str, Any]) -> None:
+    async def _report(self, state: TaskStateDict) -> None:
         if self.on_status is None:
             return
         outcome = self.on_status(state)

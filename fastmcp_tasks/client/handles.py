@@ -31,7 +31,7 @@ seen terminal.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 import mcp_types
@@ -41,7 +41,13 @@ from mcp.shared.exceptions import MCPError
 from fastmcp_tasks import _compat
 from fastmcp_tasks.client.extension import InputHandler, TasksClientExtension, task_outcome
 from fastmcp_tasks.client.watch import TaskWatch
-from fastmcp_tasks.wire.models import CancelTaskRequest, CreateTaskResult, TaskIdParams, TaskState
+from fastmcp_tasks.wire.models import (
+    CancelTaskRequest,
+    CreateTaskResult,
+    TaskIdParams,
+    TaskState,
+    TaskStateDict,
+)
 from fastmcp_tasks.wire.names import TERMINAL_STATUSES
 
 if TYPE_CHECKING:
@@ -49,7 +55,7 @@ if TYPE_CHECKING:
 
     from fastmcp_tasks.client.tasklog import TaskLog
 
-StatusChange = Callable[[dict[str, Any]], Awaitable[None] | None]
+StatusChange = Callable[[TaskStateDict], Awaitable[None] | None]
 
 #: How long the shielded `tasks/cancel` of an abandoned wait may take.
 CANCEL_GRACE = 5.0
@@ -102,7 +108,7 @@ class ToolTask:
         client: Client[Any],
         task_id: str | None,
         *,
-        state: dict[str, Any] | None = None,
+        state: TaskStateDict | None = None,
         on_status_change: StatusChange | None = None,
         on_input: InputHandler | None = None,
         on_input_rejected: Callable[[MCPError], Awaitable[None] | None] | None = None,
@@ -113,7 +119,7 @@ class ToolTask:
         self.client = client
         self.push = push
         self.task_id = task_id
-        self.state: dict[str, Any] = dict(state or {})
+        self.state: TaskStateDict = state.copy() if state else cast(TaskStateDict, {})
         self.on_status_change = on_status_change
         self.on_input = on_input
         self.on_input_rejected = on_input_rejected
@@ -144,14 +150,14 @@ class ToolTask:
         """Whether the latest known state is terminal."""
         return self.state.get("status") in TERMINAL_STATUSES
 
-    async def status(self) -> dict[str, Any]:
+    async def status(self) -> TaskStateDict:
         """Fetch the task's current DetailedTask with one `tasks/get`."""
         if self.task_id is None:
-            return dict(self.state)
+            return self.state.copy()
         await self._observe(await self._watch().get())
-        return dict(self.state)
+        return self.state.copy()
 
-    async def updates(self) -> AsyncIterator[dict[str, Any]]:
+    async def updates(self) -> AsyncIterator[TaskStateDict]:
         """Yield the task's state each time it changes, ending with the terminal one.
 
         The latest known state comes first; later ones are pushed by the server when
@@ -163,7 +169,7 @@ class ToolTask:
         if _missing_outcome(state):  # C76: terminal at creation, fetch the outcome once
             state = await self.status()
         if self.task_id is None or state.get("status") in TERMINAL_STATUSES:
-            yield dict(state)
+            yield state.copy()
             return
         watch = self._watch()
         watch.start()
@@ -172,7 +178,7 @@ class ToolTask:
                 key = _change_key(state)
                 if key != last:
                     last = key
-                    yield dict(state)
+                    yield state.copy()
                 if state.get("status") in TERMINAL_STATUSES:
                     return
                 if state.get("status") == "input_required" and self.on_input is not None:
@@ -255,7 +261,7 @@ class ToolTask:
             min_poll_interval=self.min_poll_interval,
         )
 
-    async def _observe(self, state: dict[str, Any]) -> None:
+    async def _observe(self, state: TaskStateDict) -> None:
         if self.done and not _missing_outcome(self.state):
             return  # the first terminal state seen is final
         self.state = state
@@ -263,21 +269,21 @@ class ToolTask:
         if key != self._reported:
             self._reported = key
             if self.on_status_change is not None:
-                outcome = self.on_status_change(dict(state))
+                outcome = self.on_status_change(state.copy())
                 if outcome is not None:
                     await outcome
         if self.done and self.log is not None and self.task_id is not None:
             await self.log.finish(self.task_id)
 
 
-def _missing_outcome(state: dict[str, Any]) -> bool:
+def _missing_outcome(state: TaskStateDict) -> bool:
     status = state.get("status")
     return (status == "completed" and "result" not in state) or (
         status == "failed" and "error" not in state
     )
 
 
-def _change_key(state: dict[str, Any]) -> tuple[Any, ...]:
+def _change_key(state: TaskStateDict) -> tuple[Any, ...]:
     return (state.get("status"), state.get("statusMessage"), state.get("inputRequests"))
 
 
@@ -325,19 +331,23 @@ async def call_tool_task(
         "push": push,
     }
     if isinstance(created, mcp_types.CallToolResult):
-        state = {
-            "status": "completed",
-            "result": created.model_dump(by_alias=True, mode="json", exclude_none=True),
-        }
-        return ToolTask(client, None, state=state, **options)
+        done = cast(
+            TaskStateDict,
+            {
+                "status": "completed",
+                "result": created.model_dump(by_alias=True, mode="json", exclude_none=True),
+            },
+        )
+        return ToolTask(client, None, state=done, **options)
     if not isinstance(created, CreateTaskResult):
         raise MCPError(
             code=mcp_types.INTERNAL_ERROR,
             message=f"tools/call answered with an unexpected result: {type(created).__name__}",
         )
-    state = created.model_dump(by_alias=True, exclude_none=True)
+    raw = created.model_dump(by_alias=True, exclude_none=True)
     for extra in ("resultType", "_meta"):
-        state.pop(extra, None)
+        raw.pop(extra, None)
+    state = cast(TaskStateDict, raw)
     if log is not None:
         await log.record(server or server_name(client), name, created.task_id, arguments)
     task = ToolTask(client, created.task_id, log=log, **options)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import math
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol, cast
 
 import anyio
 import httpx2
@@ -38,7 +38,7 @@ from mcp_types import (
 )
 
 from fastmcp_tasks import _compat
-from fastmcp_tasks.wire.models import GetTaskRequest, TaskIdParams, TaskState
+from fastmcp_tasks.wire.models import GetTaskRequest, TaskIdParams, TaskState, TaskStateDict
 
 #: Poll interval used when the server gives none (the spec's default is the server's).
 DEFAULT_POLL_SECONDS = 1.0
@@ -53,10 +53,10 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (httpx2.TransportError, OSEr
 class PushSource(Protocol):
     """Where pushed task states come from: the client's `TasksClientExtension`."""
 
-    def add_watcher(self, task_id: str, inbox: MemoryObjectSendStream[dict[str, Any]]) -> None:
+    def add_watcher(self, task_id: str, inbox: MemoryObjectSendStream[TaskStateDict]) -> None:
         """Deliver the task's pushed `notifications/tasks` states to `inbox`."""
 
-    def remove_watcher(self, task_id: str, inbox: MemoryObjectSendStream[dict[str, Any]]) -> None:
+    def remove_watcher(self, task_id: str, inbox: MemoryObjectSendStream[TaskStateDict]) -> None:
         """Stop delivering the task's pushed states to `inbox`."""
 
 
@@ -109,7 +109,7 @@ async def get_task_state(
     *,
     read_timeout: float | None = None,
     retry: RetryPolicy = DEFAULT_RETRY,
-) -> dict[str, Any]:
+) -> TaskStateDict:
     """One `tasks/get`, retried on transient transport errors; the DetailedTask fields.
 
     Raises:
@@ -138,11 +138,13 @@ async def get_task_state(
         state = result.model_dump(by_alias=True, exclude_none=False)
         state.pop("resultType", None)
         state.pop("_meta", None)
-        return {k: v for k, v in state.items() if v is not None or k == "ttlMs"}
+        return cast(
+            TaskStateDict, {k: v for k, v in state.items() if v is not None or k == "ttlMs"}
+        )
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def poll_interval(state: dict[str, Any], floor: float = 0.0) -> float:
+def poll_interval(state: TaskStateDict, floor: float = 0.0) -> float:
     """Seconds until the next poll: the latest `pollIntervalMs` (C62), at least `floor`."""
     poll_ms = state.get("pollIntervalMs")
     given = isinstance(poll_ms, int) and poll_ms > 0
@@ -184,8 +186,8 @@ class TaskWatch:
         self.read_timeout = read_timeout
         self.retry = retry
         self.pushed = False
-        self._inbox: MemoryObjectSendStream[dict[str, Any]] | None = None
-        self._pushes: MemoryObjectReceiveStream[dict[str, Any]] | None = None
+        self._inbox: MemoryObjectSendStream[TaskStateDict] | None = None
+        self._pushes: MemoryObjectReceiveStream[TaskStateDict] | None = None
         self._listen: asyncio.Task[None] | None = None
         self._closed = False
 
@@ -200,17 +202,17 @@ class TaskWatch:
         """Subscribe to the task's changes (when push is possible); idempotent."""
         if self.extension is None or self._pushes is not None or self._closed:
             return
-        self._inbox, self._pushes = anyio.create_memory_object_stream[dict[str, Any]](math.inf)
+        self._inbox, self._pushes = anyio.create_memory_object_stream[TaskStateDict](math.inf)
         self.extension.add_watcher(self.task_id, self._inbox)
         self._listen = asyncio.get_running_loop().create_task(self._subscribe())
 
-    async def get(self) -> dict[str, Any]:
+    async def get(self) -> TaskStateDict:
         """One `tasks/get` (retried on transient transport errors)."""
         return await get_task_state(
             self.session, self.task_id, read_timeout=self.read_timeout, retry=self.retry
         )
 
-    async def next(self, state: dict[str, Any]) -> dict[str, Any]:
+    async def next(self, state: TaskStateDict) -> TaskStateDict:
         """The task's next state after `state`: the next push, or a poll once it is due."""
         wait = poll_interval(state, self.min_poll_interval)
         if self._pushes is not None:

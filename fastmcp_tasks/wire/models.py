@@ -9,7 +9,7 @@ sends; `TaskStatusNotification` is what the server pushes on a listen stream.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, Required, TypedDict
 
 from mcp_types import Notification, NotificationParams, Request, RequestParams, Result
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_serializer
@@ -18,6 +18,27 @@ from pydantic.alias_generators import to_camel
 from fastmcp_tasks.wire.names import NOTIFICATION_TASKS, TaskStatus
 
 # --- request params -------------------------------------------------------------
+
+
+class TaskStateDict(TypedDict, total=False):
+    """A task as the client sees it: the DetailedTask fields of `tasks/get` or of a
+    `notifications/tasks` push (`resultType` and `_meta` left out).
+
+    `result` is the completed `CallToolResult` and `error` the JSON-RPC error of a
+    failed task, both as JSON objects; `inputRequests` maps keys to the requests of a
+    task in `input_required`.
+    """
+
+    taskId: Required[str]
+    status: Required[str]
+    createdAt: str
+    lastUpdatedAt: str
+    ttlMs: int | None
+    pollIntervalMs: int
+    statusMessage: str
+    result: dict[str, Any]
+    error: dict[str, Any]
+    inputRequests: dict[str, dict[str, Any]]
 
 
 class TaskIdParams(RequestParams):
