@@ -199,7 +199,6 @@ async def test_two_elicitations_answered_one_at_a_time(transport: str) -> None:
         ({"action": "maybe"}, "action must be one of"),
         ({"action": "accept", "content": {"value": 5}}, "'value' must be a string"),
         ({"action": "accept", "content": {}}, "missing required field 'value'"),
-        ({"action": "accept", "content": {"value": "x", "more": 1}}, "unknown field 'more'"),
         ({"action": "accept", "content": [1]}, "content must be an object"),
     ],
 )

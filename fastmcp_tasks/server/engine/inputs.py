@@ -15,9 +15,17 @@ result type of its request (`ElicitResult`, `CreateMessageResult`,
 `ListRootsResult`); an accepted elicitation's `content` must satisfy the
 request's `requestedSchema` (the flat primitive-property subset elicitation
 allows: types, `required`, `enum`/`oneOf`/`anyOf` choices, string length,
-numeric bounds, array item choices and counts, no unknown fields). A violation
+numeric bounds, array item choices and counts). A field the schema's
+`properties` does not name is allowed, as JSON Schema allows it, unless the
+schema says `"additionalProperties": false`; when `additionalProperties` is a
+schema, such a field's value must satisfy it (the same subset). A violation
 rejects the whole update with -32602 naming the key and the problem; nothing
 is consumed and the key stays outstanding.
+
+What the tool then receives is FastMCP's own conversion of the content
+(`handle_elicit_accept`, see `engine.context`), exactly as a foreground
+`ctx.elicit` converts the same answer: an extra field reaches a model that
+keeps extras (`extra="allow"`) and is dropped by one that ignores them.
 """
 
 from __future__ import annotations
@@ -98,13 +106,18 @@ def answer_problem(request: Mapping[str, Any], answer: Any) -> str | None:
 
 def _content_problem(schema: Mapping[str, Any], content: dict[str, Any]) -> str | None:
     properties: Mapping[str, Any] = schema.get("properties") or {}
+    additional = schema.get("additionalProperties", True)
     for name in schema.get("required") or ():
         if name not in content:
             return f"content is missing required field {name!r}"
     for name, value in content.items():
         spec = properties.get(name)
         if spec is None:
-            return f"content has unknown field {name!r}"
+            if additional is False:
+                return f"content has unknown field {name!r}"
+            if not isinstance(additional, Mapping):  # absent or true: anything goes
+                continue
+            spec = additional
         problem = _value_problem(spec, value)
         if problem is not None:
             return f"content field {name!r} {problem}"
