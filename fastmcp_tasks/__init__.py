@@ -15,13 +15,19 @@ from __future__ import annotations
 from fastmcp_tasks._compat import check_seams
 from fastmcp_tasks.client.extension import register_transparent_client
 from fastmcp_tasks.client.handles import ToolTask, call_tool_task
+from fastmcp_tasks.client.proxy import install_proxy_resolution
+from fastmcp_tasks.client.snapshot import TaskSnapshot
 from fastmcp_tasks.client.tasklog import TaskLog
 from fastmcp_tasks.errors import (
     ConfigurationError,
+    NotATask,
     StoreError,
+    TaskCancelled,
+    TaskFailed,
     TaskLimitExceeded,
     TasksError,
 )
+from fastmcp_tasks.server.engine.context import install_core_hooks
 from fastmcp_tasks.server.engine.progress import Progress, install_core_progress_adapter
 from fastmcp_tasks.server.extension import TasksExtension
 from fastmcp_tasks.server.health import EngineHealth
@@ -40,7 +46,9 @@ __version__ = "0.1.0.dev0"
 
 check_seams()  # before any seam is used: fail loudly on an incompatible FastMCP
 register_transparent_client()
+install_proxy_resolution()  # a FastMCP proxy in front of a tasks server returns the result
 install_core_progress_adapter()  # core's `Progress` reports into tasks from import on
+install_core_hooks()  # core's background-task hooks answer from the running task
 
 __all__ = [
     "TASKS_EXTENSION_ID",
@@ -48,12 +56,16 @@ __all__ = [
     "EngineHealth",
     "Limits",
     "MemoryTaskStore",
+    "NotATask",
     "Progress",
     "SQLiteTaskStore",
     "StoreError",
+    "TaskCancelled",
+    "TaskFailed",
     "TaskLimitExceeded",
     "TaskLog",
     "TaskRecord",
+    "TaskSnapshot",
     "TaskStore",
     "TasksError",
     "TasksExtension",

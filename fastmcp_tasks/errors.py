@@ -9,7 +9,15 @@ The hierarchy::
     │   └── StoreTimeout            a store call took longer than `store_timeout`
     ├── DuplicateTask               `create` of an id the store already has (also a ValueError)
     ├── InvalidTransition           a state change the task's state machine forbids
-    └── IncompatibleFastMCP         the installed FastMCP lacks a seam `_compat` needs (ImportError)
+    ├── IncompatibleFastMCP         the installed FastMCP lacks a seam `_compat` needs (ImportError)
+    ├── TaskFailed                  client: a task ended `failed` (also MCPError and ToolError)
+    │   └── TaskCancelled           client: a task ended `cancelled`
+    ├── NotATask                    client: `call_tool_task` got a synchronous answer (ToolError)
+    └── NoInputHandler              client: a task asks for input nothing can answer (ToolError)
+
+The client errors are also `fastmcp.exceptions.ToolError`, so code written for
+FastMCP's own client (`except ToolError`) catches them; `TaskFailed` is also the
+task's JSON-RPC error as an `MCPError` (its code, message and data).
 
 Wire errors are `mcp.shared.exceptions.MCPError` built by the functions below,
 so every code and message the server sends lives in this one module:
@@ -29,6 +37,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fastmcp.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 from mcp_types.jsonrpc import HEADER_MISMATCH, MISSING_REQUIRED_CLIENT_CAPABILITY
@@ -91,6 +100,60 @@ class IncompatibleFastMCP(TasksError, ImportError):
             + "; ".join(self.missing)
             + " (see ARCHITECTURE.md, 'FastMCP internals we use')"
         )
+
+
+class TaskFailed(MCPError, ToolError, TasksError):
+    """A task the client followed ended `failed`: its JSON-RPC error as an `MCPError`.
+
+    Also a `ToolError`, so `except ToolError` (FastMCP's client convention) and
+    `except MCPError` (the task's error code, message and data) both catch it.
+
+    Args:
+        code: the JSON-RPC error code of the task's `error`.
+        message: its message.
+        data: its data, if any.
+        task_id: the task's id.
+    """
+
+    def __init__(
+        self, code: int, message: str, data: Any = None, *, task_id: str | None = None
+    ) -> None:
+        super().__init__(code, message, data)
+        self.task_id = task_id
+
+
+class TaskCancelled(TaskFailed):
+    """A task the client followed ended `cancelled` (by `tasks/cancel` or by the server)."""
+
+
+class NotATask(ToolError, TasksError):
+    """`call_tool_task()` was answered synchronously: the tool ran, but not as a task.
+
+    Args:
+        message: why, and what to change.
+        result: the synchronous result (a `fastmcp.client.client.CallToolResult`).
+        tool_name: the tool called.
+    """
+
+    def __init__(self, message: str, *, result: Any, tool_name: str) -> None:
+        super().__init__(message)
+        self.result = result
+        self.tool_name = tool_name
+
+
+class NoInputHandler(ToolError, TasksError):
+    """A task waits for input (`inputRequests`) that nothing on this client can answer.
+
+    Args:
+        message: what the task asks and how to answer it.
+        task_id: the task's id.
+        requests: the unanswerable requests (key to request).
+    """
+
+    def __init__(self, message: str, *, task_id: str, requests: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.task_id = task_id
+        self.requests = requests
 
 
 def missing_capability() -> MCPError:

@@ -115,7 +115,7 @@ async def test_every_tasks_request_names_its_task_and_method(push: bool) -> None
             task = await call_tool_task(client, "gated", push=push)
             await task.status()
             with pytest.raises(TimeoutError):
-                await task.wait(timeout=0.2)  # sends tasks/cancel
+                await task.result(timeout=0.2)  # sends tasks/cancel
             handle = await call_tool_task(client, "gated", push=push)
             gate.set()
             assert (await handle).content[0].text == "opened"  # type: ignore[union-attr]

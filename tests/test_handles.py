@@ -104,9 +104,11 @@ async def test_every_method_of_a_handle(transport: str) -> None:
         server.gate.set()
         states = [s["status"] async for s in task.updates()]
         assert states[0] == "working" and states[-1] == "completed"
-        assert text_of(await task.wait()) == "gated a"
-        assert text_of(await task.result()) == "gated a"
-        assert text_of(await task) == "gated a"
+        snapshot = await task.wait()
+        assert snapshot.status == "completed" and snapshot["status"] == "completed"
+        result = await task.result()
+        assert text_of(result) == "gated a" and result.data == "gated a"
+        assert await task is result  # the same object every time
         await task.cancel()  # terminal: nothing to send
     assert server.cancels == []
     assert seen == ["working", "completed"]
@@ -115,9 +117,10 @@ async def test_every_method_of_a_handle(transport: str) -> None:
 async def test_a_synchronous_answer_is_an_already_complete_handle(transport: str) -> None:
     server = Counted()
     async with connected(server.mcp, transport) as client:
-        task = await call_tool_task(client, "sync")
+        task = await call_tool_task(client, "sync", allow_synchronous=True)
         assert task.task_id is None and task.done
         assert (await task.status())["status"] == "completed"
+        assert (await task.wait()).status == "completed"
         assert text_of(await task) == "answered at once"
 
 
@@ -125,8 +128,13 @@ async def test_a_failed_task_raises_its_code_and_data(transport: str) -> None:
     server = Counted()
     async with connected(server.mcp, transport) as client:
         task = await call_tool_task(client, "fails")
+        assert (await task.wait()).error == {
+            "code": -32050,
+            "message": "upstream refused",
+            "data": {"retryAfter": 3},
+        }
         with pytest.raises(MCPError) as info:
-            await task.wait()
+            await task.result()
     assert info.value.error.code == -32050
     assert info.value.error.data == {"retryAfter": 3}
 
@@ -138,21 +146,33 @@ async def test_cancel_is_sent_once_and_wait_raises(transport: str) -> None:
         await task.cancel()
         await task.cancel()
         with pytest.raises(MCPError, match="cancelled"):
-            await task.wait()
+            await task.result()
         await server.cancelled.wait()
     assert server.cancels == [task.task_id]
 
 
-async def test_timeout_sends_exactly_one_cancel(transport: str) -> None:
+async def test_a_result_timeout_sends_exactly_one_cancel(transport: str) -> None:
     server = Counted()
     async with connected(server.mcp, transport) as client:
         task = await call_tool_task(client, "gated", {"text": "t"})
         with pytest.raises(TimeoutError):
-            await task.wait(timeout=0.2)
+            await task.result(timeout=0.2)
         await server.cancelled.wait()
         with pytest.raises(MCPError, match="cancelled"):
-            await task.wait()
+            await task.result()
     assert server.cancels == [task.task_id]
+
+
+async def test_a_wait_timeout_only_observes(transport: str) -> None:
+    server = Counted()
+    async with connected(server.mcp, transport) as client:
+        task = await call_tool_task(client, "gated", {"text": "w"})
+        with pytest.raises(TimeoutError):
+            await task.wait(timeout=0.2)
+        assert (await task.status()).status == "working"
+        server.gate.set()
+        assert (await task.wait(timeout=5)).status == "completed"
+    assert server.cancels == [] and not server.cancelled.is_set()
 
 
 async def test_caller_cancellation_sends_one_cancel() -> None:
@@ -325,7 +345,7 @@ async def test_a_handle_follows_pushed_states_without_polling(transport: str) ->
 
             group.start_soon(follow)
             server.gate.set()
-        assert text_of(await task.wait(timeout=5)) == "gated pushed"
+        assert text_of(await task.result(timeout=5)) == "gated pushed"
     assert states == ["working", "completed"]
     assert server.gets == []  # every state after the first arrived as a notification
 
@@ -355,7 +375,7 @@ async def test_a_refused_answer_is_asked_again_after_on_input_rejected(transport
         task = await call_tool_task(
             client, "how_many", on_input=on_input, on_input_rejected=refusals.append
         )
-        result = await task.wait(10)
+        result = await task.result(timeout=10)
     assert result.content[0].text == "accept:3"  # type: ignore[union-attr]
     assert len(asked) == 2 and asked[0] == asked[1]  # the same key, asked again
     assert refusals[0].error.code == -32602 and asked[0] in refusals[0].error.message
@@ -368,7 +388,7 @@ async def test_without_on_input_rejected_a_refused_answer_raises(transport: str)
     async with connected(asking_server(), transport, elicitation_handler=never_asked) as client:
         task = await call_tool_task(client, "how_many", on_input=on_input)
         with pytest.raises(MCPError) as info:
-            await task.wait(10)
+            await task.result(timeout=10)
         assert info.value.error.code == -32602
         state = await task.status()  # nothing was consumed: the key is still outstanding
         assert state["status"] == "input_required"

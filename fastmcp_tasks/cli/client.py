@@ -25,7 +25,7 @@ import json
 import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import mcp_types
@@ -41,6 +41,9 @@ from fastmcp_tasks.cli.target import (
 )
 from fastmcp_tasks.cli.terminal import Prompter, TaskView
 
+if TYPE_CHECKING:
+    from fastmcp.client.client import CallToolResult as FastMCPCallToolResult
+
 Interrupt = Literal["cancel", "detach"]
 #: How long a `tasks/cancel` sent on the way out may take.
 CANCEL_GRACE = 5.0
@@ -50,7 +53,7 @@ class TaskFailure(Exception):
     """A client command's failure, reported on stderr with exit status 1."""
 
 
-def result_text(result: mcp_types.CallToolResult) -> str:
+def result_text(result: mcp_types.CallToolResult | FastMCPCallToolResult) -> str:
     """What a person reads of a `CallToolResult`: its text blocks, other blocks as JSON."""
     parts = []
     for block in result.content:
@@ -79,7 +82,7 @@ class Session:
         """A message on stderr: `fastmcp-tasks: ...`."""
         self.err.print(Text.assemble(("fastmcp-tasks: ", "bold red"), message))
 
-    def show(self, result: mcp_types.CallToolResult) -> int:
+    def show(self, result: mcp_types.CallToolResult | FastMCPCallToolResult) -> int:
         """Print a result (exit 0), or report the tool's error (exit 1)."""
         text = result_text(result)
         if result.is_error:
@@ -254,6 +257,8 @@ class Session:
                     arguments,
                     on_input=self.on_input,
                     on_input_rejected=self.input_rejected,
+                    allow_synchronous=True,  # a tool that is not a task still runs
+                    raise_on_error=False,  # an error result is shown (exit 1), not raised
                 )
                 if task.task_id is None:  # the server answered without a task
                     return self.show(await task)

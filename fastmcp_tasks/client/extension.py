@@ -17,26 +17,36 @@ task with `client.watch.TaskWatch` (shared with task handles): it polls
 change it), retrying a poll the transport dropped (0.1 s doubling, a few tries;
 never a JSON-RPC error), stops at the first terminal state it sees, reports
 each new state to `on_status`, returns the inline `CallToolResult` when
-`completed` (C71), raises `MCPError` with the task's JSON-RPC error when
-`failed`, and sends `tasks/cancel` once if the caller is cancelled or times
-out while waiting (C69). `tasks/*` requests carry
-`Mcp-Name: <taskId>` through the request types' `name_param` (C73). When the
-server serves `subscriptions/listen`, the resolver subscribes to the task
-(C72) and waits for pushed states, polling only as a slow safety net.
+`completed` (C71), and raises `TaskFailed` (an `MCPError` with the task's
+JSON-RPC error, and a `ToolError`) when `failed`, `TaskCancelled` when
+`cancelled`. `tasks/*` requests carry `Mcp-Name: <taskId>` through the request
+types' `name_param` (C73). When the server serves `subscriptions/listen`, the
+resolver subscribes to the task (C72) and waits for pushed states, polling only
+as a slow safety net.
+
+The call's timeout (`call_tool(timeout=T)`, else the client's) is one deadline
+for the whole drive: polls, pushes and elicitation callbacks. Past it the
+resolver sends `tasks/cancel` once (shielded, at most `CANCEL_GRACE` seconds)
+and raises what a synchronous `call_tool(timeout=T)` raises: `MCPError` with
+code `REQUEST_TIMEOUT` (-32001), "Request 'tools/call' timed out" (both over
+memory and HTTP). A cancelled caller also sends `tasks/cancel` once (C69).
 
 When a task waits in `input_required`, each outstanding request is handed
 once to `on_input(key, request)` (keys are de-duplicated across polls, C67)
-and all answers of one poll go back in a single `tasks/update` (C65); the
-public `answer_input()` does this, for handles too.
-Elicitations can instead go to a FastMCP `elicitation_handler` (the same
-function `Client(elicitation_handler=...)` takes), treated exactly like a
-foreground elicitation (C66). With neither, elicitations are answered
-`{"action": "cancel"}` and other requests are left unanswered.
+and all answers of one state go back in a single `tasks/update` (C65); see
+`client.answers`. Elicitations can instead go to a FastMCP
+`elicitation_handler` (the same function `Client(elicitation_handler=...)`
+takes), treated exactly like a foreground elicitation (C66). A request nothing
+can answer raises `NoInputHandler` (a `ToolError` saying what to pass) at once
+and cancels the task: in transparent mode nobody else holds it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+import math
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, cast
 
 import anyio
@@ -48,6 +58,7 @@ from mcp.client.extension import ClaimContext, ClientExtension, NotificationBind
 from mcp.client.session import ClientSession, ElicitationFnT
 from mcp.shared.exceptions import MCPError
 
+from fastmcp_tasks.client.answers import InputAnswerer, InputHandler
 from fastmcp_tasks.client.watch import (
     DEFAULT_POLL_SECONDS,
     DEFAULT_RETRY,
@@ -56,6 +67,7 @@ from fastmcp_tasks.client.watch import (
     RetryPolicy,
     TaskWatch,
 )
+from fastmcp_tasks.errors import NoInputHandler, TaskCancelled, TaskFailed
 from fastmcp_tasks.wire.models import (
     CancelTaskRequest,
     CreateTaskResult,
@@ -63,7 +75,6 @@ from fastmcp_tasks.wire.models import (
     TaskIdParams,
     TaskState,
     TaskStateDict,
-    UpdateTaskParams,
     UpdateTaskRequest,
     _TaskNotificationParams,
 )
@@ -85,28 +96,83 @@ __all__ = [
 ]
 
 StatusCallback = Callable[[TaskStateDict], Awaitable[None] | None]
-InputHandler = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any] | None]]
 
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
+#: How long the shielded `tasks/cancel` sent on the way out may take.
+CANCEL_GRACE = 5.0
+#: What a synchronous `call_tool(timeout=...)` raises when it times out (memory and HTTP).
+TIMED_OUT_MESSAGE = "Request 'tools/call' timed out"
+
+
+def task_error(task_id: str, state: TaskStateDict) -> TaskFailed | None:
+    """The error a terminal state ends with: `TaskFailed`, `TaskCancelled`, or `None`."""
+    status = state.get("status")
+    if status == "failed":
+        error = state.get("error") or {}
+        return TaskFailed(
+            int(error.get("code", mcp_types.INTERNAL_ERROR)),
+            str(error.get("message") or state.get("statusMessage") or f"Task {task_id} failed"),
+            error.get("data"),
+            task_id=task_id,
+        )
+    if status == "cancelled":
+        return TaskCancelled(
+            mcp_types.INTERNAL_ERROR,
+            f"Task {task_id} was cancelled",
+            {"taskId": task_id},
+            task_id=task_id,
+        )
+    return None
 
 
 def task_outcome(task_id: str, state: TaskStateDict) -> mcp_types.CallToolResult:
-    """The final result of a terminal task, or the error it ended with (C71)."""
-    status = state.get("status")
-    if status == "completed":
-        return mcp_types.CallToolResult.model_validate(state["result"])
-    if status == "failed":
-        error = state.get("error") or {}
-        raise MCPError(
-            code=int(error.get("code", mcp_types.INTERNAL_ERROR)),
-            message=str(error.get("message", "Task failed")),
-            data=error.get("data"),
-        )
-    raise MCPError(
-        code=mcp_types.INTERNAL_ERROR,
-        message=f"Task {task_id} was cancelled",
-        data={"taskId": task_id},
-    )
+    """The final result of a terminal task, or the error it ended with (C71).
+
+    Raises:
+        TaskFailed: the task `failed` (an `MCPError` with its code, message and data).
+        TaskCancelled: the task was `cancelled`.
+    """
+    error = task_error(task_id, state)
+    if error is not None:
+        raise error
+    return mcp_types.CallToolResult.model_validate(state["result"])
+
+
+def deadline_seconds(timeout: float | None) -> float:
+    """A resolver's time budget: `read_timeout_seconds`, with `None` (or <= 0) unbounded."""
+    return math.inf if timeout is None or timeout <= 0 else timeout
+
+
+#: The session whose `tools/call` should hand its task back (see `handing_back_tasks`).
+_hand_back: ContextVar[ClientSession | None] = ContextVar("fastmcp_tasks_hand_back", default=None)
+
+
+class TaskCreated(BaseException):
+    """A `tools/call` made under `handing_back_tasks()` created this task (not driven).
+
+    A `BaseException`, as `KeyboardInterrupt` is: it is a signal to
+    `call_tool_task()`, not an error, so FastMCP's `except Exception` around the
+    call (its telemetry span) neither swallows it nor marks the span failed.
+    """
+
+    def __init__(self, created: CreateTaskResult) -> None:
+        super().__init__(created.task_id)
+        self.created = created
+
+
+@contextmanager
+def handing_back_tasks(session: ClientSession) -> Iterator[None]:
+    """While active, the resolver raises `TaskCreated` for a task `session` creates.
+
+    `call_tool_task()` sends its `tools/call` through `Client.call_tool_mcp()` (so
+    meta, version pins, trace context and timeouts are exactly `call_tool()`'s)
+    and gets the task back this way instead of driving it.
+    """
+    token = _hand_back.set(session)
+    try:
+        yield
+    finally:
+        _hand_back.reset(token)
 
 
 def changed(old: TaskStateDict, new: TaskStateDict) -> bool:
@@ -129,7 +195,8 @@ class TasksClientExtension(ClientExtension):
             returns the result (an `ElicitResult` dict for elicitations), or `None`
             to leave it unanswered.
         elicitation_handler: a FastMCP elicitation handler for in-task elicitations
-            (used when `on_input` is not given).
+            (used when `on_input` is not given). With neither, a task that asks for
+            input raises `NoInputHandler` (a `ToolError`) and is cancelled.
         push: follow the task over `subscriptions/listen` when the server offers it,
             polling only as a slow safety net (every `SAFETY_POLL` seconds at most).
         elicitation_callback: the SDK-level elicitation callback (what a `Client`
@@ -169,10 +236,31 @@ class TasksClientExtension(ClientExtension):
     async def _resolve(
         self, created: CreateTaskResult, ctx: ClaimContext
     ) -> mcp_types.CallToolResult:
+        if _hand_back.get() is ctx.session:
+            raise TaskCreated(created)
         task_id = created.task_id
         raw = created.model_dump(by_alias=True, exclude_none=True)
         raw.pop("resultType", None)
-        state = cast(TaskStateDict, raw)
+        latest = [cast(TaskStateDict, raw)]
+        try:
+            with anyio.move_on_after(deadline_seconds(ctx.read_timeout_seconds)) as budget:
+                await self._drive(created, ctx, latest)
+        except (NoInputHandler, anyio.get_cancelled_exc_class()):
+            await cancel_on_the_way_out(ctx.session, task_id)
+            raise
+        if budget.cancelled_caught and latest[0].get("status") not in TERMINAL:
+            await cancel_on_the_way_out(ctx.session, task_id)
+            raise MCPError(
+                code=mcp_types.REQUEST_TIMEOUT, message=TIMED_OUT_MESSAGE, data={"taskId": task_id}
+            )
+        return task_outcome(task_id, latest[0])
+
+    async def _drive(
+        self, created: CreateTaskResult, ctx: ClaimContext, latest: list[TaskStateDict]
+    ) -> None:
+        """Follow the task to its first terminal state, keeping the latest in `latest[0]`."""
+        task_id = created.task_id
+        answerer = InputAnswerer(self.on_input, self._elicit)
         answered: set[str] = set()
         watch = TaskWatch(
             ctx.session,
@@ -183,25 +271,19 @@ class TasksClientExtension(ClientExtension):
             read_timeout=ctx.read_timeout_seconds,
             retry=self.retry,
         )
-        try:
-            async with watch:
-                await self._report(state)
-                if state.get("status") in TERMINAL:  # C76: fetch the outcome once
-                    state = await watch.get()
-                while state.get("status") not in TERMINAL:  # the first terminal state is final
-                    if state.get("status") == "input_required":
-                        await self.answer_input(
-                            ctx, task_id, state.get("inputRequests") or {}, answered
-                        )
-                    fresh = await watch.next(state)
-                    if changed(state, fresh):
-                        await self._report(fresh)
-                    state = fresh
-        except anyio.get_cancelled_exc_class():
-            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-                await send_cancel(ctx.session, task_id)
-            raise
-        return task_outcome(task_id, state)
+        async with watch:
+            state = latest[0]
+            await self._report(state)
+            if state.get("status") in TERMINAL:  # C76: fetch the outcome once
+                latest[0] = state = await watch.get()
+            while state.get("status") not in TERMINAL:  # the first terminal state is final
+                if state.get("status") == "input_required":
+                    requests = state.get("inputRequests") or {}
+                    await answerer.answer(ctx.session, task_id, requests, answered)
+                fresh = await watch.next(state)
+                if changed(state, fresh):
+                    await self._report(fresh)
+                latest[0] = state = fresh
 
     def add_watcher(self, task_id: str, inbox: MemoryObjectSendStream[TaskStateDict]) -> None:
         """Deliver the task's pushed `notifications/tasks` states to `inbox` (see `TaskWatch`)."""
@@ -247,8 +329,7 @@ class TasksClientExtension(ClientExtension):
         seen again in a later poll or push is never answered twice (C67).
 
         Args:
-            ctx: the session to send on (`ClaimContext(session=client.session, ...)`);
-                an elicitation handler receives it as its context.
+            ctx: the session to send on (`ClaimContext(session=client.session, ...)`).
             task_id: the task waiting in `input_required`.
             requests: its `inputRequests` (key to request).
             answered: the keys already handled for this task; updated in place.
@@ -257,45 +338,14 @@ class TasksClientExtension(ClientExtension):
             The answers sent (none sent when empty).
 
         Raises:
+            NoInputHandler: a request neither `on_input` nor the elicitation handler can
+                answer (nothing was asked or sent).
             MCPError: the server refused the `tasks/update` (e.g. -32602 naming a key
                 whose answer does not fit its request). Nothing was consumed, so the
                 keys sent leave `answered` again and may be answered anew.
         """
-        answers: dict[str, Any] = {}
-        for key, request in requests.items():
-            if key in answered:
-                continue
-            answered.add(key)
-            answer = await self._answer_one(ctx, key, request)
-            if answer is not None:
-                answers[key] = answer
-        if answers:
-            try:
-                await ctx.session.send_request(
-                    UpdateTaskRequest(
-                        params=UpdateTaskParams(taskId=task_id, inputResponses=answers)
-                    ),
-                    TaskState,
-                )
-            except MCPError:
-                answered.difference_update(answers)
-                raise
-        return answers
-
-    async def _answer_one(
-        self, ctx: ClaimContext, key: str, request: dict[str, Any]
-    ) -> dict[str, Any] | None:
-        if self.on_input is not None:
-            return await self.on_input(key, request)
-        if request.get("method") != "elicitation/create":
-            return None
-        if self._elicit is None:
-            return {"action": "cancel"}
-        params = mcp_types.ElicitRequestFormParams.model_validate(request.get("params") or {})
-        result = await self._elicit(ctx, params)  # type: ignore[arg-type]
-        if isinstance(result, mcp_types.ErrorData):
-            return {"action": "cancel"}
-        return result.model_dump(by_alias=True, mode="json", exclude_none=True)
+        answerer = InputAnswerer(self.on_input, self._elicit)
+        return await answerer.answer(ctx.session, task_id, requests, answered)
 
     async def _report(self, state: TaskStateDict) -> None:
         if self.on_status is None:
@@ -312,6 +362,12 @@ async def send_cancel(session: ClientSession, task_id: str) -> None:
         await session.send_request(request, TaskState)
     except Exception:
         return
+
+
+async def cancel_on_the_way_out(session: ClientSession, task_id: str) -> None:
+    """`send_cancel`, shielded from the caller's cancellation and bounded by `CANCEL_GRACE`."""
+    with anyio.CancelScope(shield=True), anyio.move_on_after(CANCEL_GRACE):
+        await send_cancel(session, task_id)
 
 
 def _transparent(elicitation_callback: ElicitationFnT | None) -> ClientExtension:

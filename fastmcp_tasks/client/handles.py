@@ -1,136 +1,109 @@
 """Task handles: start a tool as a task, hold on to it, and come back to it later.
 
     from fastmcp import Client
-    from fastmcp_tasks.client.handles import ToolTask, call_tool_task
+    from fastmcp_tasks import ToolTask, call_tool_task
 
     async with Client(url) as client:
         task = await call_tool_task(client, "render", {"pages": 3})   # returns at once
-        print(task.task_id, (await task.status())["status"])
-        result = await task                                              # or task.wait(timeout=60)
+        snap = await task.status()                                       # a TaskSnapshot
+        print(task.task_id, snap.status, snap.status_message)
+        await task.wait(state="input_required", timeout=30)             # observe only
+        result = await task.result()                                     # or: await task
+        print(result.data)
 
     async with Client(url) as client:                                    # any process, later
         task = await ToolTask.resume(client, task_id)
-        async for state in task.updates():
-            print(state["status"], state.get("statusMessage"))
+        async for snap in task.updates():
+            print(snap.status, snap.status_message)
 
-`call_tool_task()` sends `tools/call` with the tasks opt-in (the client's
-`TasksClientExtension` claims `resultType: "task"`) and returns a `ToolTask`
-without waiting. A server that answers synchronously yields a handle that is
-already complete. The handle follows the task exactly as the transparent
-resolver does (`client.watch.TaskWatch`): pushed states over
-`subscriptions/listen` when the server offers it (through the client's
-`TasksClientExtension`, with a slow safety poll), otherwise `tasks/get` no
-faster than the latest `pollIntervalMs` (C62), retried when the transport
-drops it. The first terminal state seen is final. It raises `MCPError` with
-the task's error when it `failed`, and sends `tasks/cancel` once when a
-`wait()` times out or its caller is cancelled (C69). With `log=TaskLog(...)`
-the task is recorded durably as soon as it is created and dropped once it is
-seen terminal.
+`call_tool_task()` sends `tools/call` through `Client.call_tool_mcp()` (so
+`timeout=`, `version=` and `meta=` act exactly as in `Client.call_tool()`) and
+returns a `ToolTask` without waiting; a synchronous answer raises `NotATask`
+unless `allow_synchronous=True` (then the handle is already complete).
+
+The handle follows the task as the transparent resolver does
+(`client.watch.TaskWatch`): pushed states over `subscriptions/listen` when the
+server offers it (through the client's `TasksClientExtension`, with a slow
+safety poll), otherwise `tasks/get` no faster than the latest
+`pollIntervalMs` (C62), retried when the transport drops it. The first
+terminal state seen is final.
+
+- `status()`, `updates()` and `wait()` return `TaskSnapshot`s; `wait()` only
+  observes: it never answers input and its timeout never cancels.
+- `result()` (and `await task`) drives the task to its end, answering input
+  with `on_input`, else the client's `elicitation_handler` (`NoInputHandler`
+  at once when neither can), and returns FastMCP's `CallToolResult` as
+  `call_tool()` would (the same object on every call). A failed task raises
+  `TaskFailed`, a cancelled one `TaskCancelled` (both `ToolError`s), unless
+  `raise_on_error=False`. Its timeout, or its caller being cancelled, sends
+  `tasks/cancel` once (C69).
+
+With `log=TaskLog(...)` the task is recorded durably as soon as it is created
+and dropped once it is seen terminal.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator
+import datetime
+import math
+from collections.abc import Generator
+from contextlib import aclosing
 from typing import TYPE_CHECKING, Any, cast
 
 import anyio
-import mcp_types
-from mcp.client.extension import ClaimContext
-from mcp.shared.exceptions import MCPError
 
 from fastmcp_tasks import _compat
-from fastmcp_tasks.client.extension import InputHandler, TasksClientExtension, task_outcome
-from fastmcp_tasks.client.watch import TaskWatch
-from fastmcp_tasks.wire.models import (
-    CancelTaskRequest,
-    CreateTaskResult,
-    TaskIdParams,
-    TaskState,
-    TaskStateDict,
+from fastmcp_tasks.client.answers import InputAnswerer, InputHandler
+from fastmcp_tasks.client.drive import finished_result, not_a_task, request_meta
+from fastmcp_tasks.client.extension import TaskCreated, handing_back_tasks
+from fastmcp_tasks.client.following import (
+    InputRejected,
+    StatusChange,
+    TaskFollower,
+    server_name,
+    tasks_extension,
 )
-from fastmcp_tasks.wire.names import TERMINAL_STATUSES
+from fastmcp_tasks.client.snapshot import TaskSnapshot
+from fastmcp_tasks.wire.models import CreateTaskResult, TaskStateDict
+from fastmcp_tasks.wire.names import ACTIVE_STATUSES, TERMINAL_STATUSES
 
 if TYPE_CHECKING:
     from fastmcp import Client
+    from fastmcp.client.client import CallToolResult
 
     from fastmcp_tasks.client.tasklog import TaskLog
 
-StatusChange = Callable[[TaskStateDict], Awaitable[None] | None]
-
-#: How long the shielded `tasks/cancel` of an abandoned wait may take.
-CANCEL_GRACE = 5.0
+__all__ = ["StatusChange", "ToolTask", "call_tool_task", "server_name", "tasks_extension"]
 
 
-def server_name(client: Client[Any]) -> str:
-    """A stable name for the server a client talks to: its URL when it has one."""
-    transport = client.transport
-    url = getattr(transport, "url", None)
-    return str(url) if url else type(transport).__name__
-
-
-def tasks_extension(client: Client[Any]) -> TasksClientExtension | None:
-    """The `TasksClientExtension` folded into `client` (its own or the default one).
-
-    Handles use it to receive pushed task states; `None` (polling only) when the
-    client has none or FastMCP no longer exposes its result claims.
-    """
-    claim = _compat.result_claims(client).get(CreateTaskResult)
-    owner = getattr(getattr(claim, "resolve", None), "__self__", None)
-    return owner if isinstance(owner, TasksClientExtension) else None
-
-
-class ToolTask:
+class ToolTask(TaskFollower):
     """A handle on one task created by `tools/call` (or on a synchronous answer).
 
-    Awaiting the handle is `wait()`. The latest known DetailedTask is `state`.
+    Awaiting the handle is `result()`. The latest known DetailedTask (a dict) is `state`.
 
     Args:
         client: a connected `fastmcp.Client` (`async with Client(...)`).
         task_id: the task's id, or `None` for a call the server answered synchronously.
         state: the latest known task state (the CreateTaskResult fields, or a DetailedTask).
-        on_status_change: called with each new state (status, message or input requests
-            changed) as the handle sees it. May be async.
-        on_input: answers one `inputRequests` entry while waiting, as
-            `TasksClientExtension(on_input=...)` does; without it, input is left unanswered.
+        tool_name: the tool, so `result()` types `.data` with its output schema
+            (without it, `.data` is the structured content as sent).
+        create_result: the `CreateTaskResult` the call answered, when known.
+        raise_on_error: `result()` raises for a failed/cancelled task or an error result;
+            `False` returns an error `CallToolResult` instead.
+        version: the tool version the call pinned (as `call_tool(version=)`).
+        on_status_change: called with a `TaskSnapshot` of each new state (status,
+            message or input requests changed) as the handle sees it. May be async.
+        on_input: answers one `inputRequests` entry (`await on_input(key, request)`)
+            in `updates()` and `result()`, before the client's `elicitation_handler`.
         on_input_rejected: called with the `MCPError` when the server refuses the
             answers (`tasks/update`, e.g. -32602 naming the key); the handle then asks
-            `on_input` again. Without it the error is raised from `updates()`/`wait()`.
-            May be async.
+            again. Without it the error is raised from `updates()`/`result()`. May be async.
         min_poll_interval: the shortest wait between polls, whatever the server says.
         log: a `TaskLog` to drop the task from once it is seen terminal.
         push: receive pushed states over `subscriptions/listen` when the server offers
             it and the client has a `TasksClientExtension` (the default); polls then
             only run as a slow safety net.
     """
-
-    def __init__(
-        self,
-        client: Client[Any],
-        task_id: str | None,
-        *,
-        state: TaskStateDict | None = None,
-        on_status_change: StatusChange | None = None,
-        on_input: InputHandler | None = None,
-        on_input_rejected: Callable[[MCPError], Awaitable[None] | None] | None = None,
-        min_poll_interval: float = 0.0,
-        log: TaskLog | None = None,
-        push: bool = True,
-    ) -> None:
-        self.client = client
-        self.push = push
-        self.task_id = task_id
-        self.state: TaskStateDict = state.copy() if state else cast(TaskStateDict, {})
-        self.on_status_change = on_status_change
-        self.on_input = on_input
-        self.on_input_rejected = on_input_rejected
-        self.min_poll_interval = min_poll_interval
-        self.log = log
-        self._cancel_sent = False
-        self._reported: tuple[Any, ...] | None = None
-        self._answered: set[str] = set()
-
-    def __repr__(self) -> str:
-        return f"ToolTask({self.task_id!r}, status={self.state.get('status')!r})"
 
     @classmethod
     async def resume(cls, client: Client[Any], task_id: str, **options: Any) -> ToolTask:
@@ -139,152 +112,109 @@ class ToolTask:
         Args:
             client: a connected `fastmcp.Client` for the server that owns the task.
             task_id: the id a `CreateTaskResult` carried (`task.task_id`).
-            **options: the `ToolTask` keyword options (`on_status_change`, `log`, ...).
+            **options: the `ToolTask` keyword options (`tool_name`, `on_status_change`,
+                `log`, ...). Pass `tool_name` to have `result()` type `.data`.
         """
         task = cls(client, task_id, **options)
         await task.status()
         return task
 
     @property
-    def done(self) -> bool:
-        """Whether the latest known state is terminal."""
-        return self.state.get("status") in TERMINAL_STATUSES
+    def create_result(self) -> CreateTaskResult | None:
+        """The `CreateTaskResult` `tools/call` answered (`None` for resumed or synchronous)."""
+        return self._create_result
 
-    async def status(self) -> TaskStateDict:
-        """Fetch the task's current DetailedTask with one `tasks/get`."""
-        if self.task_id is None:
-            return self.state.copy()
-        await self._observe(await self._watch().get())
-        return self.state.copy()
+    async def wait(
+        self,
+        *,
+        state: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - the official package's signature
+    ) -> TaskSnapshot:
+        """Wait until the task is terminal, or in `state`, and return that state.
 
-    async def updates(self) -> AsyncIterator[TaskStateDict]:
-        """Yield the task's state each time it changes, ending with the terminal one.
+        Only observes: input requests are never answered (not even with `on_input`),
+        and a timeout does not cancel the task.
 
-        The latest known state comes first; later ones are pushed by the server when
-        it serves `subscriptions/listen`, or polled no faster than its `pollIntervalMs`
-        (and `min_poll_interval`).
+        Args:
+            state: a status to wait for (`"input_required"`, `"working"`, ...); also
+                returns at once if the task is in it now. A terminal state other than
+                `state` is returned too: `state` can no longer come.
+            timeout: seconds to wait at most; `None` waits as long as it takes.
+
+        Raises:
+            TimeoutError: `timeout` passed first (the task keeps running).
+            ValueError: `state` is not a task status.
         """
-        last: tuple[Any, ...] | None = None
-        state = self.state if self.state else await self.status()
-        if _missing_outcome(state):  # C76: terminal at creation, fetch the outcome once
-            state = await self.status()
-        if self.task_id is None or state.get("status") in TERMINAL_STATUSES:
-            yield state.copy()
-            return
-        watch = self._watch()
-        watch.start()
-        try:
-            while True:
-                key = _change_key(state)
-                if key != last:
-                    last = key
-                    yield state.copy()
-                if state.get("status") in TERMINAL_STATUSES:
-                    return
-                if state.get("status") == "input_required" and self.on_input is not None:
-                    try:
-                        await self.answer_input(state.get("inputRequests") or {})
-                    except MCPError as exc:
-                        if self.on_input_rejected is None:
-                            raise
-                        outcome = self.on_input_rejected(exc)
-                        if outcome is not None:
-                            await outcome
-                        continue  # nothing was consumed: ask again
-                await self._observe(await watch.next(state))
-                state = self.state
-        finally:
-            await watch.close()
+        if state is not None and state not in ACTIVE_STATUSES | TERMINAL_STATUSES:
+            raise ValueError(f"state must be a task status, not {state!r}")
+        with anyio.move_on_after(math.inf if timeout is None else timeout):
+            if self.task_id is not None and not self._final():
+                await self.status()  # a stale state must not satisfy the wait
+            async with aclosing(self._follow(None)) as states:
+                async for current in states:
+                    status = current.get("status")
+                    if status == state or status in TERMINAL_STATUSES:
+                        return TaskSnapshot(current)
+        raise TimeoutError(
+            f"Task {self.task_id} did not reach {state or 'a terminal state'} "
+            f"within {timeout}s (it keeps running)"
+        )
 
-    async def wait(self, timeout: float | None = None) -> mcp_types.CallToolResult:  # noqa: ASYNC109
-        """Wait for the task's outcome: its `CallToolResult` once `completed`.
+    async def result(self, timeout: float | None = None) -> CallToolResult:  # noqa: ASYNC109
+        """Drive the task to its end and return its result, as `client.call_tool()` would.
+
+        Input requests are answered with `on_input`, else with the client's
+        `elicitation_handler`. The result is FastMCP's client `CallToolResult`
+        (`.data` typed by the tool's output schema when `tool_name` is known; a
+        resumed handle without one leaves `.data` as the structured content sent),
+        and every later call returns the same object.
 
         Args:
             timeout: seconds to wait at most; `None` waits as long as the task runs.
 
         Raises:
-            MCPError: the task `failed` (its code, message and data) or was `cancelled`.
+            TaskFailed: the task failed (code, message, data of its error); also a
+                `ToolError`. `raise_on_error=False` returns an error result instead.
+            TaskCancelled: the task was cancelled (likewise).
+            ToolError: the result is an error (`isError`), unless `raise_on_error=False`.
+            NoInputHandler: the task asks for input nothing here can answer (a
+                `ToolError`; the task is left waiting, `answer_input()` may answer it).
             TimeoutError: `timeout` passed; `tasks/cancel` was sent once first.
         """
+        if self._result is not None:
+            return self._result
+        async with self._driving:
+            if self._result is None:
+                await self._drive(timeout)
+                self._result = await finished_result(
+                    self.client,
+                    self.tool_name,
+                    self.task_id,
+                    self.state,
+                    raise_on_error=self.raise_on_error,
+                    version=self.version,
+                )
+            return self._result
+
+    def __await__(self) -> Generator[Any, None, CallToolResult]:
+        return self.result().__await__()
+
+    async def _drive(self, limit: float | None) -> None:
+        """Follow the task to its end, answering input; cancel it on timeout or cancellation."""
+        answerer = InputAnswerer(self.on_input, _compat.elicitation_callback(self.client))
         try:
-            with anyio.fail_after(timeout):
-                async for _ in self.updates():
-                    pass
-        except (TimeoutError, anyio.get_cancelled_exc_class()):
-            with anyio.CancelScope(shield=True), anyio.move_on_after(CANCEL_GRACE):
-                try:
-                    await self.cancel()
-                except Exception:  # best effort: the caller is already leaving
-                    pass
+            with anyio.move_on_after(math.inf if limit is None else limit) as budget:
+                async with aclosing(self._follow(answerer)) as states:
+                    async for _ in states:
+                        pass
+        except anyio.get_cancelled_exc_class():
+            await self._cancel_on_the_way_out()
             raise
-        return task_outcome(str(self.task_id), self.state)
-
-    async def result(self) -> mcp_types.CallToolResult:
-        """The task's outcome; the same as `wait()` without a timeout."""
-        return await self.wait()
-
-    def __await__(self) -> Generator[Any, None, mcp_types.CallToolResult]:
-        return self.wait().__await__()
-
-    async def cancel(self) -> None:
-        """Ask the server to cancel the task (at most one `tasks/cancel` per handle).
-
-        Nothing is sent for a task already known to be terminal or answered synchronously.
-        """
-        if self._cancel_sent or self.task_id is None or self.done:
-            return
-        self._cancel_sent = True
-        await self.client.session.send_request(
-            CancelTaskRequest(params=TaskIdParams(taskId=self.task_id)), TaskState
-        )
-        if self.log is not None:
-            await self.log.finish(self.task_id)
-
-    async def answer_input(self, requests: dict[str, Any]) -> dict[str, Any]:
-        """Answer outstanding `inputRequests` with `on_input`, each key once, in one `tasks/update`.
-
-        Returns:
-            The answers sent (empty without `on_input` or when every key was answered before).
-        """
-        if self.on_input is None or self.task_id is None:
-            return {}
-        helper = TasksClientExtension(on_input=self.on_input)
-        ctx = ClaimContext(session=self.client.session, tool_name="", read_timeout_seconds=None)
-        return await helper.answer_input(ctx, self.task_id, requests, self._answered)
-
-    def _watch(self) -> TaskWatch:
-        return TaskWatch(
-            self.client.session,
-            str(self.task_id),
-            extension=tasks_extension(self.client),
-            push=self.push,
-            min_poll_interval=self.min_poll_interval,
-        )
-
-    async def _observe(self, state: TaskStateDict) -> None:
-        if self.done and not _missing_outcome(self.state):
-            return  # the first terminal state seen is final
-        self.state = state
-        key = _change_key(state)
-        if key != self._reported:
-            self._reported = key
-            if self.on_status_change is not None:
-                outcome = self.on_status_change(state.copy())
-                if outcome is not None:
-                    await outcome
-        if self.done and self.log is not None and self.task_id is not None:
-            await self.log.finish(self.task_id)
-
-
-def _missing_outcome(state: TaskStateDict) -> bool:
-    status = state.get("status")
-    return (status == "completed" and "result" not in state) or (
-        status == "failed" and "error" not in state
-    )
-
-
-def _change_key(state: TaskStateDict) -> tuple[Any, ...]:
-    return (state.get("status"), state.get("statusMessage"), state.get("inputRequests"))
+        if budget.cancelled_caught and not self.done:
+            await self._cancel_on_the_way_out()
+            raise TimeoutError(
+                f"Task {self.task_id} did not finish within {limit}s; it was asked to cancel"
+            )
 
 
 async def call_tool_task(
@@ -292,13 +222,18 @@ async def call_tool_task(
     name: str,
     arguments: dict[str, Any] | None = None,
     *,
+    timeout: datetime.timedelta | float | int | None = None,  # noqa: ASYNC109
+    raise_on_error: bool = True,
+    version: str | None = None,
+    meta: dict[str, Any] | None = None,
     log: TaskLog | None = None,
     on_status_change: StatusChange | None = None,
     on_input: InputHandler | None = None,
-    on_input_rejected: Callable[[MCPError], Awaitable[None] | None] | None = None,
+    on_input_rejected: InputRejected | None = None,
     min_poll_interval: float = 0.0,
     server: str | None = None,
     push: bool = True,
+    allow_synchronous: bool = False,
 ) -> ToolTask:
     """Call a tool as a task and return its handle without waiting for the outcome.
 
@@ -307,49 +242,61 @@ async def call_tool_task(
             the tasks extension; a `TasksClientExtension` of your own works too).
         name: the tool.
         arguments: the tool's arguments.
+        timeout: bounds the `tools/call` request, as `Client.call_tool(timeout=)` does
+            (not the task: see `ToolTask.result(timeout=)`).
+        raise_on_error: how `result()` reports a failed or cancelled task or an error
+            result: raise (`TaskFailed`, `TaskCancelled`, `ToolError`), or return an error
+            `CallToolResult` with `False`.
+        version: the tool version to run, sent as `Client.call_tool(version=)` sends it.
+        meta: request `_meta`, merged as `Client.call_tool(meta=)` merges it.
         log: a `TaskLog`: the task is recorded as soon as it is created, and dropped
             once the handle sees it terminal.
-        on_status_change: called with each new state the handle sees. May be async.
-        on_input: answers `inputRequests` entries while waiting (see `ToolTask`).
+        on_status_change: called with a `TaskSnapshot` of each new state. May be async.
+        on_input: answers `inputRequests` entries (see `ToolTask`).
         on_input_rejected: called when the server refuses answers (see `ToolTask`).
         min_poll_interval: the shortest wait between polls.
         server: the server's name in the log (default: the client's URL).
         push: follow the task over `subscriptions/listen` when offered (see `ToolTask`).
+        allow_synchronous: accept a synchronous answer as an already complete handle
+            (`task_id` `None`) instead of raising `NotATask`.
 
     Returns:
-        The task's handle; already complete when the server answered synchronously.
+        The task's handle.
 
     Raises:
-        MCPError: the server refused the call.
+        NotATask: the server answered synchronously (the tool ran; the result is on
+            `.result`): a tool without `task=True`, a server without the tasks
+            extension, or a legacy (2025-11-25) connection. A `ToolError`.
+        MCPError: the server refused the call, or `timeout` passed (code -32001).
     """
-    created = await client.session.call_tool(name, arguments, allow_claimed=True)
     options: dict[str, Any] = {
+        "tool_name": name,
+        "raise_on_error": raise_on_error,
+        "version": version,
         "on_status_change": on_status_change,
         "on_input": on_input,
         "on_input_rejected": on_input_rejected,
         "min_poll_interval": min_poll_interval,
         "push": push,
     }
-    if isinstance(created, mcp_types.CallToolResult):
-        done = cast(
-            TaskStateDict,
-            {
-                "status": "completed",
-                "result": created.model_dump(by_alias=True, mode="json", exclude_none=True),
-            },
-        )
+    try:
+        with handing_back_tasks(client.session):
+            answer = await client.call_tool_mcp(
+                name, arguments or {}, timeout=timeout, meta=request_meta(meta, version)
+            )
+    except TaskCreated as handed_back:
+        created = handed_back.created
+    else:
+        if not allow_synchronous:
+            raise await not_a_task(client, name, answer, version)
+        result = answer.model_dump(by_alias=True, mode="json", exclude_none=True)
+        done = cast(TaskStateDict, {"status": "completed", "result": result})
         return ToolTask(client, None, state=done, **options)
-    if not isinstance(created, CreateTaskResult):
-        raise MCPError(
-            code=mcp_types.INTERNAL_ERROR,
-            message=f"tools/call answered with an unexpected result: {type(created).__name__}",
-        )
     raw = created.model_dump(by_alias=True, exclude_none=True)
     for extra in ("resultType", "_meta"):
         raw.pop(extra, None)
-    state = cast(TaskStateDict, raw)
     if log is not None:
         await log.record(server or server_name(client), name, created.task_id, arguments)
-    task = ToolTask(client, created.task_id, log=log, **options)
-    await task._observe(state)
+    task = ToolTask(client, created.task_id, create_result=created, log=log, **options)
+    await task._observe(cast(TaskStateDict, raw))
     return task

@@ -2,7 +2,7 @@
 
 Both ways of waiting for a task share this module: the transparent resolver
 (`TasksClientExtension`, behind `Client.call_tool()`) and task handles
-(`ToolTask.wait()` / `updates()`).
+(`ToolTask.result()`, `wait()`, `updates()`).
 
 `get_task_state()` sends one `tasks/get` (with `Mcp-Name: <taskId>`, C73) and
 retries it when the transport fails transiently (a dropped connection, a reset,

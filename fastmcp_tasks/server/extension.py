@@ -44,7 +44,8 @@ from fastmcp_tasks.errors import (
 )
 from fastmcp_tasks.server import observability
 from fastmcp_tasks.server.creation import TASK_ID_BYTES, created_after_all, new_record, new_task_id
-from fastmcp_tasks.server.engine.call import resolve_tool
+from fastmcp_tasks.server.engine.call import leaf_of, resolve_tool
+from fastmcp_tasks.server.engine.caller import Caller
 from fastmcp_tasks.server.engine.runner import Job, TaskRunner
 from fastmcp_tasks.server.handlers import TaskMethods
 from fastmcp_tasks.server.health import EngineHealth, HealthMonitor
@@ -289,7 +290,7 @@ class TasksExtension(ServerExtension):
             raise too_large("the arguments", "max_argument_bytes", *over)
         if not arguments_valid(tool, arguments):
             return await call_next()  # the synchronous path reports it, no task made
-        options = options_of(tool)
+        options = options_of(await leaf_of(tool))  # a mounted tool's options live on the child's
         if options.foreground_input is not None:  # MRTR rounds before any task (C11)
             ask = await options.foreground_input(context, arguments)
             if ask is not None:
@@ -349,6 +350,8 @@ class TasksExtension(ServerExtension):
                 input_timeout=options.timeout_seconds(self.input_timeout),
                 input_responses=responses,
                 request_state=context.request_state,
+                caller=Caller.of(context),
+                authenticated=record.owner is not None,
             )
         )
         return created

@@ -16,6 +16,11 @@
   becomes a task (when the client opted in) and the task body reads that
   final round's answers from `ctx.input_responses`. Without it, a task that
   needs input parks in `input_required` instead.
+- `needs_access_token`: the tool reads the caller's token imperatively
+  (`get_access_token()`), so a run in a process that does not hold it (a
+  worker, recovery) fails with a clear error instead of seeing `None`. Tools
+  with a `CurrentAccessToken()` / `TokenClaim(...)` parameter or `auth=` are
+  detected without it (`server.engine.caller`).
 
 The decorator stores the options on the function and returns it unchanged,
 so it goes below `@mcp.tool`.
@@ -44,6 +49,7 @@ class TaskOptions:
 
     input_timeout: timedelta | Any | None = _UNSET
     foreground_input: Guard | None = None
+    needs_access_token: bool = False
 
     def timeout_seconds(self, default: timedelta | None) -> float | None:
         """The input timeout in seconds for this tool, falling back to `default`."""
@@ -55,10 +61,17 @@ NO_OPTIONS = TaskOptions()
 
 
 def task_options(
-    *, input_timeout: timedelta | Any | None = _UNSET, foreground_input: Guard | None = None
+    *,
+    input_timeout: timedelta | Any | None = _UNSET,
+    foreground_input: Guard | None = None,
+    needs_access_token: bool = False,
 ) -> Callable[[F], F]:
     """Attach task options to a tool function (apply below `@mcp.tool`)."""
-    options = TaskOptions(input_timeout=input_timeout, foreground_input=foreground_input)
+    options = TaskOptions(
+        input_timeout=input_timeout,
+        foreground_input=foreground_input,
+        needs_access_token=needs_access_token,
+    )
 
     def attach(fn: F) -> F:
         setattr(fn, ATTRIBUTE, options)

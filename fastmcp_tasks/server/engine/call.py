@@ -20,6 +20,14 @@ task's whole life, C30), and when every request is answered the tool runs
 again with `ctx.input_responses` (keyed as the tool minted them) and
 `ctx.request_state` set, exactly as core documents. `requestState` stays on
 the server; it never appears on the task's wire.
+
+Mounted tools. In the foreground a mounted tool runs through the child's
+`call_tool`: the child's middleware, then the body, under a Context of the
+child. A task does the same at every mount level (`invoke`), with a
+`TaskContext` of that level's server, so the body sees the task
+(`is_background_task`, `task_id`, progress, logging, elicitation) and the
+child's middleware runs around it with the caller's identity; an unexpected
+exception is masked by the server the tool lives on, as the child would.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from typing import Any, Literal
 
 import mcp_types
 from fastmcp.exceptions import DisabledError, FastMCPError, NotFoundError, ToolError
+from fastmcp.server.dependencies import get_context
 from fastmcp.server.providers.addressing import parse_hashed_backend_name
 from fastmcp.tools.base import Tool, ToolResult
 from fastmcp.utilities.exceptions import get_http_status_code, is_timeout_error
@@ -42,8 +51,10 @@ from pydantic import ValidationError as PydanticValidationError
 
 from fastmcp_tasks import _compat
 from fastmcp_tasks.errors import error_object
+from fastmcp_tasks.server.engine.caller import Caller, carried, needs_access_token, token_error
 from fastmcp_tasks.server.engine.context import RunningTask, TaskContext
 from fastmcp_tasks.server.engine.inputs import CAPABILITY_OF, ELICIT, new_key
+from fastmcp_tasks.server.engine.jobs import Job
 
 logger = logging.getLogger("fastmcp_tasks.execution")
 
@@ -74,13 +85,91 @@ async def resolve_tool(server: Any, name: str, version: str | None) -> Tool | No
     return tool
 
 
-async def run_tool(server: Any, tool: Tool | None, name: str, arguments: dict[str, Any]) -> Outcome:
+async def leaf_of(tool: Tool) -> Tool:
+    """The tool a mounted tool finally runs (itself when not mounted): its options live there."""
+    while (hop := _compat.mounted_target(tool)) is not None:
+        child, name, version = hop
+        inner = await resolve_tool(child, name, version)
+        if inner is None:
+            return tool
+        tool = inner
+    return tool
+
+
+async def token_missing(tool: Tool | None, authenticated: bool, caller: Caller | None) -> bool:
+    """Whether an authenticated caller's task of a tool that needs the token runs where the
+    token does not exist (a worker, recovery): it then fails instead of seeing `None`."""
+    if not authenticated or caller is not None or tool is None:
+        return False
+    return needs_access_token(await leaf_of(tool))
+
+
+async def invoke(
+    server: Any, tool: Tool, arguments: dict[str, Any], running: RunningTask, scoped: Any
+) -> Any:
+    """Run `tool`'s body; a mounted tool through each child's middleware, in its own Context."""
+    hop = _compat.mounted_target(tool)
+    if hop is None:
+        return await _compat.run_tool(tool, arguments)
+    child, child_name, version = hop
+    outer = TaskContext(
+        child,
+        running,
+        _current_responses(),
+        _current_request_state(),
+        scoped_state=scoped,
+    )
+
+    async def below(name: str, args: dict[str, Any]) -> Any:
+        inner = await resolve_tool(child, name, version)
+        if inner is None:
+            raise NotFoundError(f"Unknown tool: {name!r}")
+        try:
+            return await invoke(child, inner, args, running, scoped)
+        except (FastMCPError, PydanticValidationError, MCPError):
+            raise
+        except Exception as error:
+            raise _masked(child, name, error) from error
+
+    async with outer:
+        return await _compat.child_middleware(child, child_name, arguments, version, outer, below)
+
+
+def _current_task_context() -> TaskContext | None:
+    try:
+        context = get_context()
+    except RuntimeError:
+        return None
+    return context if isinstance(context, TaskContext) else None
+
+
+def _current_responses() -> mcp_types.InputResponses | None:
+    context = _current_task_context()
+    return context.input_responses if context is not None else None
+
+
+def _current_request_state() -> str | None:
+    context = _current_task_context()
+    return context.request_state if context is not None else None
+
+
+async def run_tool(
+    server: Any,
+    tool: Tool | None,
+    name: str,
+    arguments: dict[str, Any],
+    running: RunningTask | None = None,
+    scoped: dict[str, Any] | None = None,
+) -> Outcome:
     """Run `tool` with `arguments` in the current (task) Context and classify the outcome."""
     try:
         if tool is None:
             raise NotFoundError(f"Unknown tool: {name!r}")
         try:
-            result = await _compat.run_tool(tool, arguments)
+            if running is None:
+                result = await _compat.run_tool(tool, arguments)
+            else:
+                result = await invoke(server, tool, arguments, running, scoped)
         except (FastMCPError, PydanticValidationError):
             raise
         except MCPError as error:
@@ -156,6 +245,23 @@ MAX_ROUNDS = 50
 _requests_adapter: TypeAdapter[mcp_types.InputRequests] = TypeAdapter(mcp_types.InputRequests)
 
 
+async def run_job(server: Any, job: Job, running: RunningTask) -> Outcome:
+    """Run one job's tool to its outcome (`run_rounds`), unless it needs a token it
+    cannot have here: then it fails at once with `caller.TOKEN_UNAVAILABLE`."""
+    if await token_missing(job.tool, job.authenticated, job.caller):
+        return Outcome("failed", error=token_error(job.name))
+    return await run_rounds(
+        server,
+        job.tool,
+        job.name,
+        job.arguments,
+        running,
+        job.input_responses,
+        job.request_state,
+        job.caller,
+    )
+
+
 async def run_rounds(
     server: Any,
     tool: Tool | None,
@@ -164,17 +270,22 @@ async def run_rounds(
     running: RunningTask,
     responses: mcp_types.InputResponses | None = None,
     request_state: str | None = None,
+    caller: Caller | None = None,
 ) -> Outcome:
     """Run the tool, parking for input and re-running it until it returns a result.
 
     Each run gets a fresh `TaskContext` (core exits a background context once the
     tool's `ctx` dependency is released), carrying the answers of the round before:
     for the first run, those gathered in the foreground (MRTR composition, C11).
+    `caller` (the accepting process only) is what the tool sees of the request
+    that created the task: token, headers, session id, request-scoped state.
     """
+    scoped = caller.request_state if caller is not None else None
     for round_number in range(1, MAX_ROUNDS + 1):
-        ctx = TaskContext(server, running, responses, request_state)
-        async with ctx:
-            outcome = await run_tool(server, tool, name, arguments)
+        ctx = TaskContext(server, running, responses, request_state, scoped_state=scoped)
+        with carried(caller):
+            async with ctx:
+                outcome = await run_tool(server, tool, name, arguments, running, scoped)
         ask = outcome.input_required
         if ask is None:
             return outcome

@@ -16,19 +16,26 @@ the tool's code unchanged in both modes:
 
 `RunningTask` is the narrow handle a running task uses to write its own status
 and ask for input; `current_task()` finds it from dependency code (`Progress`).
+
+A `TaskContext` is entered for the server the tool lives on (a mounted child's
+own server, one per mount level), so `ctx.fastmcp`, `get_server()` and
+`CurrentFastMCP()` resolve there as in the foreground. `install_core_hooks()`
+gives core's background hooks the same answers: `get_server()` inside a task
+and a `ctx: Context` resolved where no Context is current get the task's.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from typing import Any
 
 import mcp_types
 from fastmcp.exceptions import ToolError
 from fastmcp.server.context import Context
+from fastmcp.server.dependencies import set_background_context_factory, set_worker_server_resolver
 from fastmcp.server.elicitation import (
     CancelledElicitation,
     DeclinedElicitation,
@@ -36,6 +43,7 @@ from fastmcp.server.elicitation import (
     parse_elicit_response_type,
 )
 
+from fastmcp_tasks import _compat
 from fastmcp_tasks.errors import StoreError
 from fastmcp_tasks.server import observability
 from fastmcp_tasks.server.engine.inputs import InputBroker, elicitation_request, new_key
@@ -109,6 +117,8 @@ class RunningTask:
 
 
 _current_task: ContextVar[RunningTask | None] = ContextVar("fastmcp_tasks_task", default=None)
+#: the server the running task's tool lives on (the innermost `TaskContext`'s)
+_task_server: ContextVar[Any] = ContextVar("fastmcp_tasks_server", default=None)
 
 
 def current_task() -> RunningTask | None:
@@ -140,11 +150,26 @@ class TaskContext(Context):
         running: RunningTask,
         input_responses: mcp_types.InputResponses | None = None,
         request_state: str | None = None,
+        *,
+        scoped_state: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(fastmcp, task_id=running.task_id)
         self._running = running
         self._guard_responses = input_responses
         self._guard_state = request_state
+        self._server_tokens: list[Token[Any]] = []
+        if scoped_state is not None:  # the creating request's, in the accepting process
+            _compat.adopt_request_state(self, scoped_state)
+
+    async def __aenter__(self) -> TaskContext:
+        await super().__aenter__()
+        self._server_tokens.append(_task_server.set(self.fastmcp))
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        if self._server_tokens:
+            _task_server.reset(self._server_tokens.pop())
+        await super().__aexit__(*exc_info)
 
     @property
     def input_responses(self) -> mcp_types.InputResponses | None:
@@ -212,3 +237,19 @@ class TaskContext(Context):
         if action == "decline":
             return DeclinedElicitation()
         return CancelledElicitation()
+
+
+async def _background_context() -> Context | None:
+    """Core's fallback for a `ctx: Context` resolved where no Context is current."""
+    running, server = _current_task.get(), _task_server.get()
+    if running is None or server is None:
+        return None
+    context = TaskContext(server, running)
+    await context.__aenter__()
+    return context
+
+
+def install_core_hooks() -> None:
+    """Answer core's background-task hooks from the running task (idempotent)."""
+    set_worker_server_resolver(_task_server.get)
+    set_background_context_factory(_background_context)

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import anyio
 from fastmcp.tools.base import Tool
 
+from fastmcp_tasks.server.engine.caller import Caller
 from fastmcp_tasks.server.engine.inputs import InputBroker
 from fastmcp_tasks.server.health import HealthMonitor
 from fastmcp_tasks.stores.base import TaskStore
@@ -37,6 +38,10 @@ class Job:
     request_state: str | None = None
     started: bool = False
     cancel_requested: bool = False
+    #: what the creating request had (token, headers, session): only in the accepting process
+    caller: Caller | None = None
+    #: whether an authenticated principal created the task (the record has an owner)
+    authenticated: bool = False
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
 
 

@@ -40,7 +40,7 @@ from fastmcp.tools.base import Tool
 
 from fastmcp_tasks.errors import ConfigurationError, StoreError, interrupted
 from fastmcp_tasks.server import observability
-from fastmcp_tasks.server.engine.call import Outcome, resolve_tool, run_rounds
+from fastmcp_tasks.server.engine.call import Outcome, resolve_tool, run_job
 from fastmcp_tasks.server.engine.context import RunningTask, _current_task
 from fastmcp_tasks.server.engine.durable import DurableContext
 from fastmcp_tasks.server.engine.inputs import InputBroker
@@ -143,6 +143,7 @@ class TaskRunner:
                 input_kinds=context.input_kinds,
                 input_responses=context.input_responses,
                 request_state=context.request_state,
+                authenticated=record.owner is not None,
             )
         )
 
@@ -330,15 +331,7 @@ class TaskRunner:
                     await running.status(job.message)  # clears "Queued"; no write if unchanged
                     token = _current_task.set(running)
                     try:
-                        outcome = await run_rounds(
-                            self.server,
-                            job.tool,
-                            job.name,
-                            job.arguments,
-                            running,
-                            job.input_responses,
-                            job.request_state,
-                        )
+                        outcome = await run_job(self.server, job, running)
                     finally:
                         _current_task.reset(token)
             except Exception:

@@ -1,0 +1,106 @@
+"""What a task keeps of the request that created it: in memory, in the accepting process only.
+
+A tool does not know it runs as a task, so it must find what the foreground
+call gives it: the caller's access token (`get_access_token()`,
+`CurrentAccessToken()`, `TokenClaim(...)`, a mounted child's `AuthMiddleware`),
+the HTTP headers (`get_http_headers()`), the session id (`ctx.session_id`,
+session-scoped `get_state`/`set_state`) and the request-scoped state
+(`set_state(..., serializable=False)` by middleware before the tool).
+
+`Caller.of(context)` captures them when the task is created; `carried(caller)`
+sets them around the run through the hooks FastMCP keeps for a tasks
+extension (`_background_task_headers`, `_background_task_session_id`) and the
+SDK's `auth_context_var`, which `get_access_token()` reads when there is no
+live HTTP request.
+
+None of it is ever written to the store (SECURITY.md: nothing secret at rest:
+tokens, cookies and custom headers often are secrets, and a session id can be
+a bearer credential). So a task run by another process (a worker behind a
+`concurrency=0` front end, recovery after a crash, a task handed back at
+shutdown) sees no token, no headers and no session. A tool that declares it
+needs the token (`CurrentAccessToken()`, `TokenClaim(...)`, `auth=` or
+`task_options(needs_access_token=True)`) fails there at once with
+`TOKEN_UNAVAILABLE`, rather than running with a silent `None`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from fastmcp.server.context import Context
+from fastmcp.server.dependencies import get_access_token, get_http_request
+from mcp.server.auth.middleware.auth_context import auth_context_var
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
+from mcp_types import INTERNAL_ERROR
+
+from fastmcp_tasks import _compat
+from fastmcp_tasks.server.options import options_of
+
+TOKEN_UNAVAILABLE = (
+    "Tool {tool!r} needs the caller's access token, which fastmcp-tasks never stores: "
+    "this task ran in a process that did not accept its tools/call (a worker, a task "
+    "recovered after a crash, or one handed back at shutdown), where the token does not "
+    "exist. Run this tool's tasks in the process that accepts the call (concurrency > 0 "
+    "on the front end), or make it work without the token."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """The creating request's identity and per-request state (never stored)."""
+
+    access_token: AccessToken | None = None
+    headers: dict[str, str] | None = None
+    session_id: str | None = None
+    request_state: dict[str, Any] | None = None
+
+    @classmethod
+    def of(cls, context: Context) -> Caller:
+        """Capture what the request being served has; missing parts are None."""
+        try:
+            headers: dict[str, str] | None = {
+                name.lower(): value for name, value in get_http_request().headers.items()
+            }
+        except RuntimeError:
+            headers = None  # not HTTP (in-memory, stdio): get_http_headers() is {} there too
+        try:
+            session_id: str | None = context.session_id
+        except RuntimeError:
+            session_id = None
+        return cls(
+            access_token=get_access_token(),
+            headers=headers,
+            session_id=session_id,
+            request_state=_compat.request_scoped_state(context),
+        )
+
+
+@contextmanager
+def carried(caller: Caller | None) -> Iterator[None]:
+    """Inside, the running task sees `caller`'s token, headers and session id (or none)."""
+    token = caller.access_token if caller is not None else None
+    user = AuthenticatedUser(token) if token is not None else None
+    auth = auth_context_var.set(user)  # also hides any token leaked into the lifespan
+    carried_tokens = _compat.carry_into_task(
+        caller.headers if caller is not None else None,
+        caller.session_id if caller is not None else None,
+    )
+    try:
+        yield
+    finally:
+        _compat.uncarry(carried_tokens)
+        auth_context_var.reset(auth)
+
+
+def needs_access_token(tool: Any) -> bool:
+    """Whether `tool` cannot run without the caller's token (see the module docstring)."""
+    return options_of(tool).needs_access_token or _compat.needs_access_token(tool)
+
+
+def token_error(name: str) -> dict[str, Any]:
+    """The JSON-RPC error a task fails with when its tool needs a token it cannot have."""
+    return {"code": INTERNAL_ERROR, "message": TOKEN_UNAVAILABLE.format(tool=name)}
