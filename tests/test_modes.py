@@ -58,15 +58,16 @@ async def test_mode_table(
             assert done["status"] == "completed"
 
 
-async def test_required_tool_on_a_legacy_connection_is_refused() -> None:
+async def test_required_tool_on_a_legacy_connection_without_params_task_is_refused() -> None:
+    """2025-11-25: a required tool called without `params.task` MUST get -32601."""
     mcp, _ = make_server()
     async with connect(mcp, "legacy") as wire:
         with pytest.raises(WireError) as info:
             await wire.call_tool("required_job", {}, opt_in=True)
-    assert info.value.code == -32021
+    assert info.value.code == -32601
 
 
-async def test_legacy_connection_never_receives_a_task() -> None:
+async def test_legacy_connection_without_params_task_never_receives_a_task() -> None:
     mcp, _ = make_server()
     async with connect(mcp, "legacy") as wire:
         result = await wire.call_tool("echo", {"text": "old"}, opt_in=True)

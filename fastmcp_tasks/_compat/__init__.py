@@ -43,6 +43,7 @@ from fastmcp_tasks._compat.core import (
     set_core_progress_aenter,
     validate_input,
 )
+from fastmcp_tasks._compat.legacy import advertise_tasks, allow_task_results, requested_task
 from fastmcp_tasks._compat.mounts import (
     adopt_request_state,
     carry_into_task,
@@ -64,6 +65,8 @@ __all__ = [
     "SDK_TRANSPORT_ERRORS",
     "CoreProgress",
     "adopt_request_state",
+    "advertise_tasks",
+    "allow_task_results",
     "bind_progress",
     "call_adapter",
     "carry_into_task",
@@ -85,6 +88,7 @@ __all__ = [
     "proxy_session_class",
     "rebind_prefab_tool_names",
     "request_scoped_state",
+    "requested_task",
     "result_claims",
     "run_tool",
     "server_extension",

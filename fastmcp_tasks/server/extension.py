@@ -49,6 +49,7 @@ from fastmcp_tasks.server.engine.caller import Caller
 from fastmcp_tasks.server.engine.runner import Job, TaskRunner
 from fastmcp_tasks.server.handlers import TaskMethods
 from fastmcp_tasks.server.health import EngineHealth, HealthMonitor
+from fastmcp_tasks.server.legacy import LegacyTasks, no_task_support, task_required
 from fastmcp_tasks.server.limits import Limits
 from fastmcp_tasks.server.listen import ListenService
 from fastmcp_tasks.server.monitored_store import monitored
@@ -56,7 +57,9 @@ from fastmcp_tasks.server.options import TaskOptions, options_of
 from fastmcp_tasks.server.termination import SigtermGuard
 from fastmcp_tasks.server.validation import arguments_valid
 from fastmcp_tasks.stores import store_from_url
-from fastmcp_tasks.stores.base import TaskStore
+from fastmcp_tasks.stores.base import TaskRecord, TaskStore
+from fastmcp_tasks.wire.legacy import CAPABILITY as LEGACY_CAPABILITY
+from fastmcp_tasks.wire.legacy import legacy_create_result
 from fastmcp_tasks.wire.names import TASKS_EXTENSION_ID
 from fastmcp_tasks.wire.render import render_create_result
 
@@ -132,6 +135,7 @@ class TasksExtension(ServerExtension):
         store_timeout: timedelta | None = DEFAULT_STORE_TIMEOUT,
         startup: str = "degraded",
         app: str | None = None,
+        legacy_tasks: bool = True,
     ) -> None:
         if store is not None and url is not None:
             raise ConfigurationError("pass either url= or store=, not both")
@@ -159,6 +163,7 @@ class TasksExtension(ServerExtension):
             "store_timeout": store_timeout,
             "startup": startup,
             "app": app,
+            "legacy_tasks": legacy_tasks,
         }
         self.limits = limits or Limits()
         self._caps = self.limits.active_caps
@@ -189,7 +194,8 @@ class TasksExtension(ServerExtension):
         self.retention_ms = None if retention is None else int(retention.total_seconds() * 1000)
         self.sweep_interval = sweep_interval.total_seconds()
         self.runner: TaskRunner | None = None
-        self._methods = TaskMethods(self._store, self.limits)
+        self.legacy = LegacyTasks(self._store) if legacy_tasks else None
+        self._methods = TaskMethods(self._store, self.limits, self.legacy)
         self.listen = ListenService(self._store)
 
     def clone(self) -> TasksExtension:
@@ -214,6 +220,9 @@ class TasksExtension(ServerExtension):
         _compat.check_server(self.server)
         opened = await self._open_store()
         self.listen.install(_compat.low_level_server(self.server))
+        if self.legacy is not None:  # 2025-11-25 connections get the V1 surface
+            _compat.allow_task_results()
+            _compat.advertise_tasks(self.server, LEGACY_CAPABILITY)
         monitor = self.health_monitor
         try:
             runner = TaskRunner(
@@ -275,15 +284,22 @@ class TasksExtension(ServerExtension):
         # request `_meta`, a string only (`VersionSpec(eq=...)`), else the highest.
         version = extract_version_spec(request.meta)
         tool = await resolve_tool(context.fastmcp, params.name, version)
+        legacy = request.protocol_version not in _MODERN and self.legacy is not None
+        wants_task = legacy and _compat.requested_task(context) is not None  # V1 opt-in
         if tool is None or tool.task_config.mode == "forbidden":
+            if wants_task and tool is not None:
+                raise no_task_support(params.name)
             return await call_next()
-        opted_in = (
-            request.protocol_version in _MODERN
-            and context.client_extension_settings(TASKS_EXTENSION_ID) is not None
-        )
+        if legacy:
+            opted_in = wants_task
+        else:
+            opted_in = (
+                request.protocol_version in _MODERN
+                and context.client_extension_settings(TASKS_EXTENSION_ID) is not None
+            )
         if not opted_in:
             if tool.task_config.mode == "required":
-                raise missing_capability()
+                raise task_required(params.name) if legacy else missing_capability()
             return await call_next()
         arguments = params.arguments or {}
         if (over := self.limits.over("max_argument_bytes", arguments)) is not None:
@@ -295,7 +311,11 @@ class TasksExtension(ServerExtension):
             ask = await options.foreground_input(context, arguments)
             if ask is not None:
                 return InputRequiredToolResult(ask)
-        return await self._create_task(tool, params.name, arguments, context, options, version)
+        record = await self._create_task(tool, params.name, arguments, context, options, version)
+        if legacy and self.legacy is not None:
+            self.legacy.remember(_session_id(context), record.task_id)
+            return legacy_create_result(record)
+        return render_create_result(record)
 
     # --- task creation ---------------------------------------------------------------
 
@@ -307,7 +327,7 @@ class TasksExtension(ServerExtension):
         context: Context,
         options: TaskOptions,
         version: str | None,
-    ) -> Any:
+    ) -> TaskRecord:
         runner = self.runner
         if runner is None or not runner.started:
             raise MCPError(
@@ -334,11 +354,10 @@ class TasksExtension(ServerExtension):
         except StoreError:
             if not await created_after_all(self._store, record, runner):
                 raise store_unavailable() from None
-        created = render_create_result(record)
         observability.created.add(1, {"tool": record.tool})
         observability.transition(record.task_id, record.tool, "working", 1)
         if not runner.concurrency:
-            return created
+            return record
         runner.submit(
             Job(
                 record.task_id,
@@ -354,7 +373,14 @@ class TasksExtension(ServerExtension):
                 authenticated=record.owner is not None,
             )
         )
-        return created
+        return record
+
+
+def _session_id(context: Context) -> str | None:
+    try:
+        return context.session_id
+    except RuntimeError:
+        return None
 
 
 __all__ = ["TASK_ID_BYTES", "TasksExtension", "new_task_id"]

@@ -1,5 +1,9 @@
 """`tasks/get`, `tasks/update` and `tasks/cancel`: read params, ask the store, render.
 
+With 2025-11-25 tasks on (`server.legacy`), `tasks/get` and `tasks/cancel` are
+bound for both generations and each request goes to its era's handler;
+`tasks/result` and `tasks/list` are bound for 2025-11-25 only (-32601 on 2026).
+
 Each handler first applies the two gates every task method shares:
 
 1. the per-request opt-in (C25, C34, C39): a request whose `_meta` does not
@@ -35,10 +39,12 @@ from fastmcp_tasks.errors import (
     too_large,
 )
 from fastmcp_tasks.server.engine.inputs import answer_problem
+from fastmcp_tasks.server.legacy import LegacyTasks, ListParams
 from fastmcp_tasks.server.limits import Limits
 from fastmcp_tasks.server.ownership import current_principal, may_access
 from fastmcp_tasks.server.pacing import PollPacer
 from fastmcp_tasks.stores.base import TaskRecord, TaskStore
+from fastmcp_tasks.wire.legacy import LEGACY_VERSION, METHOD_LIST, METHOD_RESULT
 from fastmcp_tasks.wire.models import TaskIdParams, UpdateTaskParams
 from fastmcp_tasks.wire.names import (
     ACK,
@@ -85,20 +91,46 @@ def _store_errors(handler: Handler) -> Handler:
     return guarded
 
 
-class TaskMethods:
-    """The task methods bound to one store."""
+def _by_era(modern: Handler, legacy: Handler) -> Handler:
+    """One method served on both generations: each request goes to its era's handler."""
 
-    def __init__(self, store: TaskStore, limits: Limits | None = None) -> None:
+    async def dispatch(ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
+        if ctx.protocol_version in MODERN:
+            return await modern(ctx, params)
+        return await legacy(ctx, params)
+
+    return dispatch
+
+
+class TaskMethods:
+    """The task methods bound to one store (and the 2025-11-25 ones, with `legacy`)."""
+
+    def __init__(
+        self, store: TaskStore, limits: Limits | None = None, legacy: LegacyTasks | None = None
+    ) -> None:
         self.store = store
         self.limits = limits or Limits()
+        self.legacy = legacy
         fraction = self.limits.min_poll_fraction
         self.pacer = None if fraction is None else PollPacer(fraction, self.limits.poll_burst)
 
     def bindings(self) -> list[MethodBinding]:
+        update = MethodBinding(METHOD_UPDATE, UpdateTaskParams, _store_errors(self.update), MODERN)
+        legacy = self.legacy
+        if legacy is None:
+            return [
+                MethodBinding(METHOD_GET, TaskIdParams, _store_errors(self.get), MODERN),
+                update,
+                MethodBinding(METHOD_CANCEL, TaskIdParams, _store_errors(self.cancel), MODERN),
+            ]
+        both, old = MODERN | {LEGACY_VERSION}, frozenset({LEGACY_VERSION})
+        get, cancel = _by_era(self.get, legacy.get), _by_era(self.cancel, legacy.cancel)
         return [
-            MethodBinding(METHOD_GET, TaskIdParams, _store_errors(self.get), MODERN),
-            MethodBinding(METHOD_UPDATE, UpdateTaskParams, _store_errors(self.update), MODERN),
-            MethodBinding(METHOD_CANCEL, TaskIdParams, _store_errors(self.cancel), MODERN),
+            MethodBinding(METHOD_GET, TaskIdParams, _store_errors(get), both),
+            update,
+            MethodBinding(METHOD_CANCEL, TaskIdParams, _store_errors(cancel), both),
+            MethodBinding(METHOD_RESULT, TaskIdParams, _store_errors(legacy.result), old),
+            MethodBinding(METHOD_LIST, ListParams, _store_errors(legacy.list_tasks), old),
         ]
 
     async def get(

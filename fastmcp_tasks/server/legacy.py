@@ -1,0 +1,199 @@
+"""The 2025-11-25 ("V1") tasks: the same store and engine, the older generation's surface.
+
+A connection initialized at `2025-11-25` (VS Code, FastMCP 3, the 1.x SDKs) gets
+the V1 surface; a 2026-07-28 request never does (`tasks/result` and
+`tasks/list` stay -32601 there, C54/C55, and no V1 field reaches it):
+
+- `capabilities.tasks` (`list`, `cancel`, `requests.tools.call`) in `initialize`;
+  each tool's `execution.taskSupport` in `tools/list` is FastMCP's own;
+- `tools/call` with `params.task` on an `optional`/`required` tool creates the
+  task exactly as a 2026 call does (one record, one engine) and answers the
+  nested V1 `CreateTaskResult` once it is durable; `required` without
+  `params.task`, and `forbidden` with it, get -32601;
+- `tasks/get` (the V1 `Task`), `tasks/cancel` (the task is `cancelled` before
+  the answer; a terminal one is refused with -32602), `tasks/list` (paginated,
+  the caller's own tasks: its principal's with authentication, else those its
+  session created in this process), `tasks/result` (waits on the change feed
+  until the task is terminal, then answers exactly the tool's `CallToolResult`
+  or raises its JSON-RPC error, with the related-task `_meta`).
+
+The raw outcome is stored once and projected per era by `wire.legacy`. Unknown
+ids and other principals' tasks get the same -32602 as on the 2026 side.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections import OrderedDict
+from typing import Any
+
+from fastmcp.server.dependencies import get_context
+from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS, METHOD_NOT_FOUND, RequestParams
+from pydantic import Field
+
+from fastmcp_tasks.errors import task_not_found
+from fastmcp_tasks.server.ownership import current_principal, may_access
+from fastmcp_tasks.stores.base import TaskRecord, TaskStore
+from fastmcp_tasks.stores.listing import PageKey, page_key
+from fastmcp_tasks.wire.legacy import legacy_call_result, legacy_task
+from fastmcp_tasks.wire.models import TaskIdParams
+from fastmcp_tasks.wire.render import could_be_task_id
+
+PAGE = 50
+SESSIONS_KEPT = 10_000
+SESSION_TASKS_KEPT = 1_000
+
+
+def _session_id(ctx: ServerRequestContext[Any, Any]) -> str | None:
+    """The stable id of the 2025-11-25 session serving `ctx` (as `Context.session_id`)."""
+    try:
+        return get_context().session_id
+    except RuntimeError:
+        return None
+
+
+class ListParams(RequestParams):
+    """`tasks/list` params: an optional opaque cursor."""
+
+    cursor: str | None = Field(default=None)
+
+
+def no_task_support(name: str) -> MCPError:
+    """A forbidden tool called with `params.task` (V1: SHOULD be -32601)."""
+    return MCPError(
+        code=METHOD_NOT_FOUND,
+        message=f"Tool {name!r} does not support task-augmented execution",
+    )
+
+
+def task_required(name: str) -> MCPError:
+    """A required tool called without `params.task` (V1: MUST be -32601)."""
+    return MCPError(
+        code=METHOD_NOT_FOUND,
+        message=f"Tool {name!r} must be called as a task: send params.task",
+    )
+
+
+def _cursor(key: PageKey) -> str:
+    return base64.urlsafe_b64encode(json.dumps(list(key)).encode()).decode()
+
+
+def _page_key(cursor: str) -> PageKey:
+    try:
+        created, task_id = json.loads(base64.urlsafe_b64decode(cursor.encode()))
+        return (float(created), str(task_id))
+    except (ValueError, TypeError, binascii.Error):
+        raise MCPError(code=INVALID_PARAMS, message="Invalid cursor") from None
+
+
+class LegacyTasks:
+    """The V1 task methods over one store."""
+
+    def __init__(self, store: TaskStore) -> None:
+        self.store = store
+        #: without authentication, `tasks/list` shows the tasks a session created here
+        #: (session id -> task ids, the most recent `SESSIONS_KEPT` sessions)
+        self._created: OrderedDict[str, list[str]] = OrderedDict()
+
+    def remember(self, session_id: str | None, task_id: str) -> None:
+        """Note that session `session_id` created `task_id` (an unauthenticated `tasks/list`)."""
+        if session_id is None:
+            return
+        ids = self._created.pop(session_id, [])
+        ids.append(task_id)
+        self._created[session_id] = ids[-SESSION_TASKS_KEPT:]
+        while len(self._created) > SESSIONS_KEPT:
+            self._created.popitem(last=False)
+
+    async def get(
+        self, ctx: ServerRequestContext[Any, Any], params: TaskIdParams
+    ) -> dict[str, Any]:
+        """`tasks/get`: the V1 `Task`, without the result."""
+        return legacy_task(await self._visible(params.task_id))
+
+    async def cancel(
+        self, ctx: ServerRequestContext[Any, Any], params: TaskIdParams
+    ) -> dict[str, Any]:
+        """`tasks/cancel`: `cancelled` before the answer; a terminal task is refused."""
+        record = await self._visible(params.task_id)
+        if record.is_terminal:
+            raise MCPError(
+                code=INVALID_PARAMS,
+                message=f"Task {params.task_id} is already {record.status}: it cannot be cancelled",
+            )
+        await self.store.request_cancel(params.task_id)  # the runner stops the tool
+        cancelled = await self.store.transition(params.task_id, "cancelled", status_message=None)
+        if cancelled is None:  # it ended in between
+            record = await self._visible(params.task_id)
+            raise MCPError(
+                code=INVALID_PARAMS,
+                message=f"Task {params.task_id} is already {record.status}: it cannot be cancelled",
+            )
+        return legacy_task(cancelled)
+
+    async def result(
+        self, ctx: ServerRequestContext[Any, Any], params: TaskIdParams
+    ) -> dict[str, Any]:
+        """`tasks/result`: wait until the task is terminal, then its exact outcome."""
+        task_id = params.task_id
+        record = await self._visible(task_id)
+        if not record.is_terminal:
+            async with self.store.changes(frozenset({task_id})) as feed:
+                record = await self._visible(task_id)  # what changed before the subscription
+                if not record.is_terminal:
+                    async for change in feed:
+                        if change.status is not None and change.status in TERMINAL:
+                            break
+                    record = await self._visible(task_id)
+        return outcome(record)
+
+    async def list_tasks(
+        self, ctx: ServerRequestContext[Any, Any], params: ListParams
+    ) -> dict[str, Any]:
+        """`tasks/list`: the caller's own tasks, newest first, `PAGE` at a time."""
+        before = None if params.cursor is None else _page_key(params.cursor)
+        principal = current_principal()
+        if principal is not None and hasattr(self.store, "list_tasks"):
+            records = await self.store.list_tasks(owner=principal, limit=PAGE + 1, before=before)
+        else:
+            records = await self._session_tasks(_session_id(ctx), before)
+        page = records[:PAGE]
+        result: dict[str, Any] = {"tasks": [legacy_task(r) for r in page]}
+        if len(records) > PAGE:
+            result["nextCursor"] = _cursor(page_key(page[-1]))
+        return result
+
+    async def _session_tasks(
+        self, session_id: str | None, before: PageKey | None
+    ) -> list[TaskRecord]:
+        ids = self._created.get(session_id, []) if session_id is not None else []
+        records = [r for r in [await self.store.get(i) for i in ids] if r is not None]
+        records.sort(key=page_key, reverse=True)
+        return [r for r in records if before is None or page_key(r) < before][: PAGE + 1]
+
+    async def _visible(self, task_id: str) -> TaskRecord:
+        record = await self.store.get(task_id) if could_be_task_id(task_id) else None
+        if record is None or not may_access(record, current_principal()):
+            raise task_not_found(task_id)
+        return record
+
+
+TERMINAL = frozenset({"completed", "failed", "cancelled"})
+
+
+def outcome(record: TaskRecord) -> dict[str, Any]:
+    """What `tasks/result` answers for a terminal task (or raises)."""
+    if record.status == "completed":
+        return legacy_call_result(record.result or {}, record.task_id)
+    if record.status == "failed":
+        error = record.error or {}
+        raise MCPError(
+            code=int(error.get("code", -32603)),
+            message=str(error.get("message", "Task failed")),
+            data=error.get("data"),
+        )
+    raise MCPError(code=INVALID_PARAMS, message=f"Task {record.task_id} was cancelled")

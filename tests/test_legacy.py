@@ -1,0 +1,243 @@
+"""The 2025-11-25 ("V1") tasks, served from the same store as the 2026 extension.
+
+Driven over a 2025-11-25 connection (FastMCP's `Client(..., mode="legacy")`, in
+memory and over Streamable HTTP) with raw JSON-RPC, each result compared with
+what the 2025-11-25 text asks and with the synchronous call of the same tool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import pytest
+from fastmcp import Client, FastMCP
+from fastmcp.utilities.tasks import TaskConfig
+from mcp.shared.exceptions import MCPError
+
+from fastmcp_tasks import TasksExtension
+from fastmcp_tasks.wire.legacy import RELATED_TASK
+from tests.wire import Wire, WireError, http_server, memory_wire_for
+
+pytestmark = pytest.mark.anyio
+
+V1_TASK_KEYS = {"taskId", "status", "createdAt", "lastUpdatedAt", "ttl"}
+
+
+def v1_server(**extension: Any) -> tuple[FastMCP, dict[str, anyio.Event]]:
+    mcp = FastMCP("v1", tasks=False)
+    mcp.add_extension(TasksExtension(**extension))
+    events = {"release": anyio.Event(), "started": anyio.Event(), "cancelled": anyio.Event()}
+
+    @mcp.tool(task=True)
+    async def double(x: int) -> int:
+        return x * 2
+
+    @mcp.tool(task=True)
+    async def gated(x: int) -> int:
+        events["started"].set()
+        try:
+            await events["release"].wait()
+        except anyio.get_cancelled_exc_class():
+            events["cancelled"].set()
+            raise
+        return x
+
+    @mcp.tool(task=True)
+    async def broken() -> str:
+        raise ValueError("boom")
+
+    @mcp.tool(task=True)
+    async def rpc_error() -> str:
+        raise MCPError(code=-32099, message="upstream refused", data={"why": "quota"})
+
+    @mcp.tool(task=TaskConfig(mode="required"))
+    async def must() -> str:
+        return "tasked"
+
+    @mcp.tool
+    async def plain() -> str:
+        return "plain"
+
+    return mcp, events
+
+
+@asynccontextmanager
+async def legacy_wire(server: FastMCP, transport: str) -> AsyncIterator[tuple[Wire, Client]]:
+    if transport == "memory":
+        async with Client(server, mode="legacy") as client:
+            yield memory_wire_for(client, "memory-legacy"), client
+        return
+    async with http_server(server) as url, Client(url, mode="legacy") as client:
+        yield memory_wire_for(client, "http-legacy"), client
+
+
+async def call(wire: Wire, name: str, arguments: dict[str, Any] | None = None, **task: Any) -> Any:
+    params: dict[str, Any] = {"name": name, "arguments": arguments or {}}
+    if task is not None:
+        params["task"] = task
+    return await wire.request("tools/call", params, opt_in=False)
+
+
+async def v1(wire: Wire, method: str, **params: Any) -> dict[str, Any]:
+    return await wire.request(method, params, opt_in=False)
+
+
+async def test_the_capability_and_tool_support_are_advertised(transport: str) -> None:
+    server, _ = v1_server()
+    async with legacy_wire(server, transport) as (wire, client):
+        capabilities = client.initialize_result.capabilities.model_dump(
+            by_alias=True, exclude_none=True
+        )
+        tools = {t["name"]: t for t in (await v1(wire, "tools/list"))["tools"]}
+    assert capabilities["tasks"] == {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
+    assert tools["double"]["execution"] == {"taskSupport": "optional"}
+    assert tools["must"]["execution"] == {"taskSupport": "required"}
+    assert "execution" not in tools["plain"] or tools["plain"]["execution"] in (
+        None,
+        {"taskSupport": "forbidden"},
+    )
+
+
+async def test_a_task_s_result_is_the_synchronous_call_s(transport: str) -> None:
+    server, _ = v1_server()
+    async with legacy_wire(server, transport) as (wire, _):
+        for name, arguments in (("double", {"x": 21}), ("broken", {})):
+            sync = await wire.request(
+                "tools/call", {"name": name, "arguments": arguments}, opt_in=False
+            )
+            created = await call(wire, name, arguments, ttl=60_000)
+            assert set(created) == {"task"} and V1_TASK_KEYS <= set(created["task"])
+            assert created["task"]["status"] == "working"
+            task_id = created["task"]["taskId"]
+            result = await v1(wire, "tasks/result", taskId=task_id)
+            assert result.pop("_meta")[RELATED_TASK] == {"taskId": task_id}
+            sync.pop("_meta", None)
+            assert result == sync
+            status = (await v1(wire, "tasks/get", taskId=task_id))["status"]
+            assert status == ("failed" if sync.get("isError") else "completed")  # V1: isError fails
+
+
+async def test_a_json_rpc_error_comes_back_from_tasks_result(transport: str) -> None:
+    server, _ = v1_server()
+    async with legacy_wire(server, transport) as (wire, _):
+        created = await call(wire, "rpc_error")
+        with pytest.raises(WireError) as failed:
+            await v1(wire, "tasks/result", taskId=created["task"]["taskId"])
+    assert (failed.value.code, failed.value.message, failed.value.data) == (
+        -32099,
+        "upstream refused",
+        {"why": "quota"},
+    )
+
+
+async def test_tasks_result_waits_for_the_end(transport: str) -> None:
+    server, events = v1_server()
+    async with legacy_wire(server, transport) as (wire, _):
+        task_id = (await call(wire, "gated", {"x": 7}))["task"]["taskId"]
+        await events["started"].wait()
+        answer: dict[str, Any] = {}
+
+        async def wait_for_result() -> None:
+            answer.update(await v1(wire, "tasks/result", taskId=task_id))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(wait_for_result)
+            assert (await v1(wire, "tasks/get", taskId=task_id))["status"] == "working"
+            assert not answer
+            events["release"].set()
+    assert answer["structuredContent"] == {"result": 7}
+
+
+async def test_modes_and_their_errors(transport: str) -> None:
+    server, _ = v1_server()
+    async with legacy_wire(server, transport) as (wire, _):
+        with pytest.raises(WireError) as required:
+            await wire.request("tools/call", {"name": "must", "arguments": {}}, opt_in=False)
+        with pytest.raises(WireError) as forbidden:
+            await call(wire, "plain")
+        plain = await wire.request("tools/call", {"name": "plain", "arguments": {}}, opt_in=False)
+        params = {"name": "double", "arguments": {"x": 1}}
+        sync = await wire.request("tools/call", params, opt_in=False)
+    assert required.value.code == forbidden.value.code == -32601
+    assert plain["content"][0]["text"] == "plain"
+    assert sync["structuredContent"] == {"result": 2}  # optional without params.task: synchronous
+
+
+async def test_cancel_ends_the_task_before_it_answers(transport: str) -> None:
+    server, events = v1_server()
+    async with legacy_wire(server, transport) as (wire, _):
+        task_id = (await call(wire, "gated", {"x": 1}))["task"]["taskId"]
+        await events["started"].wait()
+        cancelled = await v1(wire, "tasks/cancel", taskId=task_id)
+        assert cancelled["status"] == "cancelled" and cancelled["taskId"] == task_id
+        assert (await v1(wire, "tasks/get", taskId=task_id))["status"] == "cancelled"
+        with anyio.fail_after(5):
+            await events["cancelled"].wait()  # the tool itself was stopped
+        with pytest.raises(WireError) as again:
+            await v1(wire, "tasks/cancel", taskId=task_id)
+        assert again.value.code == -32602
+        for method in ("tasks/get", "tasks/result", "tasks/cancel"):
+            with pytest.raises(WireError) as unknown:
+                await v1(wire, method, taskId="x" * 32)
+            assert unknown.value.code == -32602
+
+
+async def test_list_shows_the_session_s_tasks_paginated(transport: str) -> None:
+    server, _ = v1_server()
+    async with legacy_wire(server, transport) as (wire, _):
+        made = [(await call(wire, "double", {"x": i}))["task"]["taskId"] for i in range(53)]
+        first = await v1(wire, "tasks/list")
+        second = await v1(wire, "tasks/list", cursor=first["nextCursor"])
+        with pytest.raises(WireError) as bad:
+            await v1(wire, "tasks/list", cursor="not-a-cursor")
+    listed = [t["taskId"] for t in first["tasks"] + second["tasks"]]
+    assert sorted(listed) == sorted(made) and len(set(listed)) == 53
+    assert "nextCursor" not in second and bad.value.code == -32602
+    assert all(V1_TASK_KEYS <= set(t) for t in first["tasks"])
+
+
+async def test_one_store_both_generations(transport: str) -> None:
+    """A task made on one generation is read and cancelled from the other."""
+    server, events = v1_server()
+    async with legacy_wire(server, transport) as (old, _), Client(server) as new_client:
+        new = memory_wire_for(new_client)
+        legacy_id = (await call(old, "double", {"x": 4}))["task"]["taskId"]
+        await v1(old, "tasks/result", taskId=legacy_id)
+        seen = await new.get(legacy_id)
+        assert seen["status"] == "completed"
+        assert seen["result"]["structuredContent"] == {"result": 8}
+        modern_id = (await new.call_tool("gated", {"x": 3}))["taskId"]
+        await events["started"].wait()
+        assert (await v1(old, "tasks/get", taskId=modern_id))["status"] == "working"
+        assert (await v1(old, "tasks/cancel", taskId=modern_id))["status"] == "cancelled"
+        assert (await new.get(modern_id))["status"] == "cancelled"
+
+
+async def test_the_surfaces_never_mix(transport: str) -> None:
+    server, _ = v1_server()
+    async with legacy_wire(server, transport), Client(server) as new_client:
+        new = memory_wire_for(new_client)
+        created = await new.call_tool("double", {"x": 1})
+        assert created["resultType"] == "task" and "task" not in created and "ttl" not in created
+        for method, params in (("tasks/result", {"taskId": created["taskId"]}), ("tasks/list", {})):
+            with pytest.raises(WireError) as absent:
+                await new.request(method, params)
+            assert absent.value.code == -32601
+        discovered = (await new.request("server/discover", {}))["capabilities"]
+        assert "tasks" not in discovered
+        assert "io.modelcontextprotocol/tasks" in discovered["extensions"]
+
+
+async def test_the_off_switch(transport: str) -> None:
+    server, _ = v1_server(legacy_tasks=False)
+    async with legacy_wire(server, transport) as (wire, client):
+        capabilities = client.initialize_result.capabilities.model_dump(exclude_none=True)
+        answer = await call(wire, "double", {"x": 5})
+        with pytest.raises(WireError) as absent:
+            await v1(wire, "tasks/list")
+    assert "tasks" not in capabilities
+    assert answer["structuredContent"] == {"result": 10}  # run synchronously, as before
+    assert absent.value.code == -32601
