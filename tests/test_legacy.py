@@ -12,9 +12,11 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+import mcp_types
 import pytest
-from fastmcp import Client, FastMCP
+from fastmcp import Client, Context, FastMCP
 from fastmcp.utilities.tasks import TaskConfig
+from mcp.client.extension import ClientExtension, NotificationBinding
 from mcp.shared.exceptions import MCPError
 
 from fastmcp_tasks import TasksExtension
@@ -65,13 +67,16 @@ def v1_server(**extension: Any) -> tuple[FastMCP, dict[str, anyio.Event]]:
 
 
 @asynccontextmanager
-async def legacy_wire(server: FastMCP, transport: str) -> AsyncIterator[tuple[Wire, Client]]:
+async def legacy_wire(
+    server: FastMCP, transport: str, **client: Any
+) -> AsyncIterator[tuple[Wire, Client]]:
+    """A raw wire over a 2025-11-25 `Client` (in memory or over HTTP); `client` options."""
     if transport == "memory":
-        async with Client(server, mode="legacy") as client:
-            yield memory_wire_for(client, "memory-legacy"), client
+        async with Client(server, mode="legacy", **client) as connected:
+            yield memory_wire_for(connected, "memory-legacy"), connected
         return
-    async with http_server(server) as url, Client(url, mode="legacy") as client:
-        yield memory_wire_for(client, "http-legacy"), client
+    async with http_server(server) as url, Client(url, mode="legacy", **client) as connected:
+        yield memory_wire_for(connected, "http-legacy"), connected
 
 
 async def call(wire: Wire, name: str, arguments: dict[str, Any] | None = None, **task: Any) -> Any:
@@ -241,3 +246,86 @@ async def test_the_off_switch(transport: str) -> None:
     assert "tasks" not in capabilities
     assert answer["structuredContent"] == {"result": 10}  # run synchronously, as before
     assert absent.value.code == -32601
+
+
+async def test_input_travels_on_the_tasks_result_stream(transport: str) -> None:
+    """The tool's `ctx.elicit` reaches the client's handler through `tasks/result`, tagged
+    with the related task, and the task gets what the synchronous call gets."""
+    mcp = FastMCP("asks")
+    mcp.add_extension(TasksExtension())
+
+    @mcp.tool(task=True)
+    async def greet(ctx: Context) -> str:
+        answer = await ctx.elicit("Your name?", str)
+        return f"hello {answer.data}" if answer.action == "accept" else answer.action
+
+    seen: list[Any] = []
+
+    async def handler(message: str, response_type: Any, params: Any, context: Any) -> Any:
+        seen.append((message, (params.meta or {}).get(RELATED_TASK)))
+        return "Ada"
+
+    async with legacy_wire(mcp, transport, elicitation_handler=handler) as (wire, _):
+        params = {"name": "greet", "arguments": {}}
+        sync = await wire.request("tools/call", params, opt_in=False)
+        task_id = (await call(wire, "greet"))["task"]["taskId"]
+        result = await v1(wire, "tasks/result", taskId=task_id)
+    assert sync["content"] == result["content"] == [{"type": "text", "text": "hello Ada"}]
+    assert seen == [("Your name?", None), ("Your name?", {"taskId": task_id})]
+
+
+async def test_status_notifications_and_input_without_tasks_result(transport: str) -> None:
+    """A client that only polls `tasks/get` (as FastMCP 3's does) hears each status change
+    and gets the input request on its session's own stream."""
+    gate = anyio.Event()
+    mcp = FastMCP("pushes")
+    mcp.add_extension(TasksExtension())
+
+    @mcp.tool(task=True)
+    async def confirm(ctx: Context) -> str:
+        await ctx.report_progress(1, 2, "preparing")
+        await gate.wait()
+        answer = await ctx.elicit("Proceed?", bool)
+        return f"answered {answer.data}" if answer.action == "accept" else answer.action
+
+    statuses: list[tuple[str, str | None, Any]] = []
+    heard = {"preparing": anyio.Event(), "completed": anyio.Event()}
+
+    async def on_status(params: mcp_types.TaskStatusNotificationParams) -> None:
+        meta = params.meta or {}
+        statuses.append((params.status, params.status_message, meta.get(RELATED_TASK)))
+        for key in (params.status, params.status_message):
+            if key in heard:
+                heard[key].set()
+
+    class StatusObserver(ClientExtension):
+        """Hears `notifications/tasks/status` (FastMCP 4's client has no V1 handler)."""
+
+        identifier = "test/v1-status"
+
+        def notifications(self) -> list[NotificationBinding[Any]]:
+            return [
+                NotificationBinding(
+                    method="notifications/tasks/status",
+                    params_type=mcp_types.TaskStatusNotificationParams,
+                    handler=on_status,
+                )
+            ]
+
+    async def handler(message: str, response_type: Any, params: Any, context: Any) -> Any:
+        return True
+
+    options = {"elicitation_handler": handler, "extensions": [StatusObserver()]}
+    async with legacy_wire(mcp, transport, **options) as (wire, _):
+        task_id = (await call(wire, "confirm"))["task"]["taskId"]
+        with anyio.fail_after(10):
+            await heard["preparing"].wait()
+            gate.set()
+            await heard["completed"].wait()  # answered on the session's stream: no tasks/result
+        assert (await v1(wire, "tasks/get", taskId=task_id))["status"] == "completed"
+        result = await v1(wire, "tasks/result", taskId=task_id)
+    assert result["content"][0]["text"] == "answered True"
+    shown = [(status, message) for status, message, _ in statuses]
+    assert shown[0] == ("working", "preparing") and shown[-1][0] == "completed"
+    assert ("input_required", "Proceed?") in shown
+    assert all(related == {"taskId": task_id} for _, _, related in statuses)

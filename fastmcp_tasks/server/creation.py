@@ -109,6 +109,11 @@ def declared_input_kinds(context: Context) -> frozenset[str]:
     request = context.request_context
     meta = request.meta if request is not None else None
     capabilities = meta.get(CLIENT_CAPABILITIES_META_KEY) if isinstance(meta, dict) else None
+    if not isinstance(capabilities, dict) and request is not None:
+        # 2025-11-25: what the session declared at `initialize`
+        declared = getattr(request.session, "client_capabilities", None)
+        if declared is not None:
+            capabilities = declared.model_dump(exclude_none=True)
     if not isinstance(capabilities, dict):
         return frozenset()
     return frozenset(k for k in ("elicitation", "sampling", "roots") if k in capabilities)

@@ -50,6 +50,7 @@ from fastmcp_tasks.server.engine.runner import Job, TaskRunner
 from fastmcp_tasks.server.handlers import TaskMethods
 from fastmcp_tasks.server.health import EngineHealth, HealthMonitor
 from fastmcp_tasks.server.legacy import LegacyTasks, no_task_support, task_required
+from fastmcp_tasks.server.legacy_push import follow
 from fastmcp_tasks.server.limits import Limits
 from fastmcp_tasks.server.listen import ListenService
 from fastmcp_tasks.server.monitored_store import monitored
@@ -59,7 +60,7 @@ from fastmcp_tasks.server.validation import arguments_valid
 from fastmcp_tasks.stores import store_from_url
 from fastmcp_tasks.stores.base import TaskRecord, TaskStore
 from fastmcp_tasks.wire.legacy import CAPABILITY as LEGACY_CAPABILITY
-from fastmcp_tasks.wire.legacy import legacy_create_result
+from fastmcp_tasks.wire.legacy import legacy_create_result, legacy_status
 from fastmcp_tasks.wire.names import TASKS_EXTENSION_ID
 from fastmcp_tasks.wire.render import render_create_result
 
@@ -314,6 +315,12 @@ class TasksExtension(ServerExtension):
         record = await self._create_task(tool, params.name, arguments, context, options, version)
         if legacy and self.legacy is not None:
             self.legacy.remember(_session_id(context), record.task_id)
+            if self.runner is not None:  # status notifications to the creating session
+                shown = (legacy_status(record), record.status_message)
+                name = f"fastmcp-task-v1-push {record.task_id}"
+                self.runner.spawn(
+                    follow, self.legacy, record.task_id, request.session, shown, name=name
+                )
             return legacy_create_result(record)
         return render_create_result(record)
 

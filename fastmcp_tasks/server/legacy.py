@@ -26,22 +26,28 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import logging
 from collections import OrderedDict
 from typing import Any
 
+import mcp_types
 from fastmcp.server.dependencies import get_context
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
+from mcp.shared.message import ServerMessageMetadata
 from mcp_types import INVALID_PARAMS, METHOD_NOT_FOUND, RequestParams
 from pydantic import Field
 
 from fastmcp_tasks.errors import task_not_found
+from fastmcp_tasks.server.engine.inputs import answer_problem
 from fastmcp_tasks.server.ownership import current_principal, may_access
 from fastmcp_tasks.stores.base import TaskRecord, TaskStore
 from fastmcp_tasks.stores.listing import PageKey, page_key
-from fastmcp_tasks.wire.legacy import legacy_call_result, legacy_task
+from fastmcp_tasks.wire.legacy import legacy_call_result, legacy_task, related
 from fastmcp_tasks.wire.models import TaskIdParams
 from fastmcp_tasks.wire.render import could_be_task_id
+
+logger = logging.getLogger("fastmcp_tasks.legacy")
 
 PAGE = 50
 SESSIONS_KEPT = 10_000
@@ -98,6 +104,10 @@ class LegacyTasks:
         #: without authentication, `tasks/list` shows the tasks a session created here
         #: (session id -> task ids, the most recent `SESSIONS_KEPT` sessions)
         self._created: OrderedDict[str, list[str]] = OrderedDict()
+        #: input request keys already put to a client, per task (on any stream, once)
+        self.asked: dict[str, set[str]] = {}
+        #: tasks a `tasks/result` is waiting on in this process (it carries their input)
+        self.waiting: dict[str, int] = {}
 
     def remember(self, session_id: str | None, task_id: str) -> None:
         """Note that session `session_id` created `task_id` (an unauthenticated `tasks/list`)."""
@@ -138,18 +148,52 @@ class LegacyTasks:
     async def result(
         self, ctx: ServerRequestContext[Any, Any], params: TaskIdParams
     ) -> dict[str, Any]:
-        """`tasks/result`: wait until the task is terminal, then its exact outcome."""
+        """`tasks/result`: wait until the task is terminal, then its exact outcome.
+
+        While it waits in `input_required`, each outstanding request goes to the
+        client on this request's stream, tagged with the related-task `_meta`, and
+        the answer resumes the task (as a `tasks/update` would on 2026).
+        """
         task_id = params.task_id
         record = await self._visible(task_id)
-        if not record.is_terminal:
+        if record.is_terminal:
+            return outcome(record)
+        self.waiting[task_id] = self.waiting.get(task_id, 0) + 1
+        try:
             async with self.store.changes(frozenset({task_id})) as feed:
-                record = await self._visible(task_id)  # what changed before the subscription
-                if not record.is_terminal:
-                    async for change in feed:
-                        if change.status is not None and change.status in TERMINAL:
-                            break
-                    record = await self._visible(task_id)
-        return outcome(record)
+                changes = aiter(feed)
+                while True:
+                    record = await self._visible(task_id)  # what changed before the feed saw it
+                    if record.is_terminal:
+                        self.forget(task_id)
+                        return outcome(record)
+                    if record.status == "input_required":
+                        await self.put_input(ctx.session, ctx.request_id, record)
+                    await anext(changes)
+        finally:
+            self.waiting[task_id] -= 1
+            if not self.waiting[task_id]:
+                del self.waiting[task_id]
+
+    async def put_input(self, session: Any, related_request_id: Any, record: TaskRecord) -> None:
+        """Put the task's outstanding requests to the client, each key once per task: on the
+        stream of request `related_request_id`, or the session's own when it is None."""
+        asked = self.asked.setdefault(record.task_id, set())
+        for key, request in (record.input_requests or {}).items():
+            if key in asked:
+                continue
+            asked.add(key)
+            try:
+                answer = await ask_client(session, related_request_id, record.task_id, request)
+            except MCPError as exc:
+                logger.info("Client refused input request %s: %s", key, exc.error.message)
+                continue
+            if answer is not None and answer_problem(request, answer) is None:
+                await self.store.answer_input(record.task_id, {key: answer})
+
+    def forget(self, task_id: str) -> None:
+        """The task ended: drop what was kept for its input."""
+        self.asked.pop(task_id, None)
 
     async def list_tasks(
         self, ctx: ServerRequestContext[Any, Any], params: ListParams
@@ -182,7 +226,31 @@ class LegacyTasks:
         return record
 
 
-TERMINAL = frozenset({"completed", "failed", "cancelled"})
+#: the 2025-11-25 server-to-client requests a task may put, and their result types
+_REQUESTS: dict[str, tuple[type[Any], type[Any]]] = {
+    "elicitation/create": (mcp_types.ElicitRequest, mcp_types.ElicitResult),
+    "sampling/createMessage": (mcp_types.CreateMessageRequest, mcp_types.CreateMessageResult),
+    "roots/list": (mcp_types.ListRootsRequest, mcp_types.ListRootsResult),
+}
+
+
+async def ask_client(
+    session: Any, related_request_id: Any, task_id: str, request: dict[str, Any]
+) -> dict[str, Any] | None:
+    """Send one input request to the client (on request `related_request_id`'s stream, or
+    the session's own); its answer, as a wire dict."""
+    kinds = _REQUESTS.get(str(request.get("method")))
+    if kinds is None:
+        return None
+    request_type, result_type = kinds
+    params = {**(request.get("params") or {}), "_meta": related(task_id)}
+    typed = request_type.model_validate({"method": request["method"], "params": params})
+    metadata = None
+    if related_request_id is not None:
+        metadata = ServerMessageMetadata(related_request_id=related_request_id)
+    result = await session.send_request(typed, result_type, metadata=metadata)
+    answer: dict[str, Any] = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+    return answer
 
 
 def outcome(record: TaskRecord) -> dict[str, Any]:

@@ -111,6 +111,11 @@ class TaskRunner:
     def started(self) -> bool:
         return self._group is not None and not self._stopping
 
+    def spawn(self, function: Any, *args: Any, name: str) -> None:
+        """Run `function(*args)` in the engine's task group (it ends with the engine)."""
+        if self._group is not None:
+            self._group.start_soon(function, *args, name=name)
+
     def saturated(self) -> bool:
         """True when a job submitted now would have to wait for a slot."""
         return self._running + self._waiting >= self.concurrency

@@ -1,0 +1,62 @@
+"""2025-11-25 pushes to the session that created a task: status notifications and input.
+
+For each V1 task this process created, `follow()` (run in the engine's task
+group) watches the task on the store's change feed until it is terminal and:
+
+- sends `notifications/tasks/status` (the V1 `Task`, with the related-task
+  `_meta`) on the creating session's own stream whenever its status or
+  `statusMessage` changes, unsolicited, as 2025-11-25 allows;
+- while the task waits in `input_required` and no `tasks/result` of this process
+  is waiting on it (that one carries the input on its own stream, as the spec
+  and the 1.x SDKs expect), puts the input requests on the session's own stream:
+  FastMCP 3's client keeps polling `tasks/get` and answers only there. Each
+  request key goes to the client once, on whichever stream comes first.
+
+A session that went away ends the follower quietly; the task goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import mcp_types
+
+from fastmcp_tasks.errors import StoreError
+from fastmcp_tasks.server.legacy import LegacyTasks
+from fastmcp_tasks.wire.legacy import legacy_task, related
+
+logger = logging.getLogger("fastmcp_tasks.legacy")
+
+
+async def follow(tasks: LegacyTasks, task_id: str, session: Any, created: tuple[Any, ...]) -> None:
+    """Push the task's V1 status changes (and, when nobody waits on it, its input) to `session`.
+
+    `created` is the `(status, statusMessage)` the `CreateTaskResult` showed: not a change.
+    """
+    last: tuple[Any, ...] | None = created
+    try:
+        async with tasks.store.changes(frozenset({task_id})) as feed:
+            changes = aiter(feed)
+            while True:
+                record = await tasks.store.get(task_id)
+                if record is None:
+                    return
+                task = legacy_task(record)
+                shown = (task["status"], task.get("statusMessage"))
+                if shown != last:
+                    last = shown
+                    params = mcp_types.TaskStatusNotificationParams.model_validate(
+                        {**task, "_meta": related(task_id)}
+                    )
+                    await session.send_notification(mcp_types.TaskStatusNotification(params=params))
+                if record.is_terminal:
+                    tasks.forget(task_id)
+                    return
+                if record.status == "input_required" and task_id not in tasks.waiting:
+                    await tasks.put_input(session, None, record)
+                await anext(changes)
+    except StoreError as exc:
+        logger.debug("V1 status push for a task stopped: the store failed (%s)", exc)
+    except Exception as exc:  # the session is gone, or refused: the task goes on
+        logger.debug("V1 status push for a task stopped: %s", exc)
