@@ -376,11 +376,16 @@ class TasksExtension(ServerExtension):
                 input_timeout=options.timeout_seconds(self.input_timeout),
                 input_responses=responses,
                 request_state=context.request_state,
-                caller=Caller.of(context),
+                caller=Caller.of(context, legacy=_is_legacy(context)),
                 authenticated=record.owner is not None,
             )
         )
         return record
+
+
+def _is_legacy(context: Context) -> bool:
+    request = context.request_context
+    return request is not None and request.protocol_version not in _MODERN
 
 
 def _session_id(context: Context) -> str | None:

@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import mcp_types
 from fastmcp.server.context import Context
 from fastmcp.server.dependencies import get_access_token, get_http_request
 from mcp.server.auth.middleware.auth_context import auth_context_var
@@ -39,6 +40,7 @@ from mcp_types import INTERNAL_ERROR
 
 from fastmcp_tasks import _compat
 from fastmcp_tasks.server.options import options_of
+from fastmcp_tasks.wire.legacy import RELATED_TASK
 
 TOKEN_UNAVAILABLE = (
     "Tool {tool!r} needs the caller's access token, which fastmcp-tasks never stores: "
@@ -57,9 +59,13 @@ class Caller:
     headers: dict[str, str] | None = None
     session_id: str | None = None
     request_state: dict[str, Any] | None = None
+    #: 2025-11-25 only: the session and the `progressToken` progress goes to for the
+    #: task's life (2026 has no progress for tasks)
+    session: Any = None
+    progress_token: Any = None
 
     @classmethod
-    def of(cls, context: Context) -> Caller:
+    def of(cls, context: Context, *, legacy: bool = False) -> Caller:
         """Capture what the request being served has; missing parts are None."""
         try:
             headers: dict[str, str] | None = {
@@ -71,12 +77,35 @@ class Caller:
             session_id: str | None = context.session_id
         except RuntimeError:
             session_id = None
+        request = context.request_context
+        token = (request.meta or {}).get("progressToken") if legacy and request else None
         return cls(
             access_token=get_access_token(),
             headers=headers,
             session_id=session_id,
             request_state=_compat.request_scoped_state(context),
+            session=request.session if token is not None and request is not None else None,
+            progress_token=token,
         )
+
+    async def report_progress(
+        self, task_id: str, progress: float, total: float | None, message: str | None
+    ) -> None:
+        """Send `notifications/progress` to the original `progressToken`, when there is one
+        (best effort: a session that went away loses it, the task goes on)."""
+        if self.session is None or self.progress_token is None:
+            return
+        params = mcp_types.ProgressNotificationParams(
+            progress_token=self.progress_token,
+            progress=progress,
+            total=total,
+            message=message,
+            _meta={RELATED_TASK: {"taskId": task_id}},
+        )
+        try:
+            await self.session.send_notification(mcp_types.ProgressNotification(params=params))
+        except Exception:
+            return
 
 
 @contextmanager

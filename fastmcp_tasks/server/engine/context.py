@@ -46,6 +46,7 @@ from fastmcp.server.elicitation import (
 from fastmcp_tasks import _compat
 from fastmcp_tasks.errors import StoreError
 from fastmcp_tasks.server import observability
+from fastmcp_tasks.server.engine.caller import Caller
 from fastmcp_tasks.server.engine.inputs import InputBroker, elicitation_request, new_key
 from fastmcp_tasks.stores.base import TaskStore
 
@@ -80,6 +81,8 @@ class RunningTask:
     broker: InputBroker | None = None
     input_timeout: float | None = None
     input_kinds: frozenset[str] = field(default_factory=frozenset)
+    #: where progress also goes (a 2025-11-25 caller's `progressToken`), in this process
+    caller: Caller | None = None
 
     async def status(self, message: str | None) -> None:
         """Set the task's `statusMessage`; best effort: a store failure never fails the tool.
@@ -185,6 +188,9 @@ class TaskContext(Context):
         self, progress: float, total: float | None = None, message: str | None = None
     ) -> None:
         await self._running.status(progress_message(progress, total, message))
+        caller = self._running.caller
+        if caller is not None:
+            await caller.report_progress(self._running.task_id, progress, total, message)
 
     async def log(
         self,

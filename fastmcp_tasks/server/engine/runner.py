@@ -326,6 +326,7 @@ class TaskRunner:
             broker=self.inputs,
             input_timeout=job.input_timeout,
             input_kinds=job.input_kinds,
+            caller=job.caller,
         )
         outcome: Outcome | None = None
         failure: dict[str, Any] | None = None
