@@ -50,7 +50,7 @@ from fastmcp_tasks.server.engine.runner import Job, TaskRunner
 from fastmcp_tasks.server.handlers import TaskMethods
 from fastmcp_tasks.server.health import EngineHealth, HealthMonitor
 from fastmcp_tasks.server.legacy import LegacyTasks, no_task_support, task_required
-from fastmcp_tasks.server.legacy_push import follow
+from fastmcp_tasks.server.legacy_push import announce
 from fastmcp_tasks.server.limits import Limits
 from fastmcp_tasks.server.listen import ListenService
 from fastmcp_tasks.server.monitored_store import monitored
@@ -60,7 +60,6 @@ from fastmcp_tasks.server.validation import arguments_valid
 from fastmcp_tasks.stores import store_from_url
 from fastmcp_tasks.stores.base import TaskRecord, TaskStore
 from fastmcp_tasks.wire.legacy import CAPABILITY as LEGACY_CAPABILITY
-from fastmcp_tasks.wire.legacy import legacy_create_result, legacy_status
 from fastmcp_tasks.wire.names import TASKS_EXTENSION_ID
 from fastmcp_tasks.wire.render import render_create_result
 
@@ -116,6 +115,9 @@ class TasksExtension(ServerExtension):
         app: the application this server's tasks belong to on a shared store
             (default: the FastMCP server's name): a process claims, recovers
             and fails only its own application's tasks.
+        legacy_tasks: serve the 2025-11-25 tasks (`server.legacy`) to connections
+            of that generation, from the same store; `False` runs their calls
+            synchronously, as FastMCP 4 alone does.
     """
 
     identifier = TASKS_EXTENSION_ID
@@ -314,14 +316,7 @@ class TasksExtension(ServerExtension):
                 return InputRequiredToolResult(ask)
         record = await self._create_task(tool, params.name, arguments, context, options, version)
         if legacy and self.legacy is not None:
-            self.legacy.remember(_session_id(context), record.task_id)
-            if self.runner is not None:  # status notifications to the creating session
-                shown = (legacy_status(record), record.status_message)
-                name = f"fastmcp-task-v1-push {record.task_id}"
-                self.runner.spawn(
-                    follow, self.legacy, record.task_id, request.session, shown, name=name
-                )
-            return legacy_create_result(record)
+            return announce(self.legacy, record, context, self.runner)
         return render_create_result(record)
 
     # --- task creation ---------------------------------------------------------------
@@ -386,13 +381,6 @@ class TasksExtension(ServerExtension):
 def _is_legacy(context: Context) -> bool:
     request = context.request_context
     return request is not None and request.protocol_version not in _MODERN
-
-
-def _session_id(context: Context) -> str | None:
-    try:
-        return context.session_id
-    except RuntimeError:
-        return None
 
 
 __all__ = ["TASK_ID_BYTES", "TasksExtension", "new_task_id"]

@@ -24,9 +24,26 @@ import mcp_types
 
 from fastmcp_tasks.errors import StoreError
 from fastmcp_tasks.server.legacy import LegacyTasks
-from fastmcp_tasks.wire.legacy import legacy_task, related
+from fastmcp_tasks.stores.base import TaskRecord
+from fastmcp_tasks.wire.legacy import legacy_create_result, legacy_status, legacy_task, related
 
 logger = logging.getLogger("fastmcp_tasks.legacy")
+
+
+def announce(tasks: LegacyTasks, record: TaskRecord, context: Any, runner: Any) -> dict[str, Any]:
+    """A V1 task was created for `context`'s request: remember it for the session's
+    `tasks/list`, start following it for the session, and answer its `CreateTaskResult`."""
+    try:
+        session_id: str | None = context.session_id
+    except RuntimeError:
+        session_id = None
+    tasks.remember(session_id, record.task_id)
+    request = context.request_context
+    if runner is not None and request is not None:
+        shown = (legacy_status(record), record.status_message)
+        name = f"fastmcp-task-v1-push {record.task_id}"
+        runner.spawn(follow, tasks, record.task_id, request.session, shown, name=name)
+    return legacy_create_result(record)
 
 
 async def follow(tasks: LegacyTasks, task_id: str, session: Any, created: tuple[Any, ...]) -> None:
