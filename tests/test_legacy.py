@@ -329,3 +329,13 @@ async def test_status_notifications_and_input_without_tasks_result(transport: st
     assert shown[0] == ("working", "preparing") and shown[-1][0] == "completed"
     assert ("input_required", "Proceed?") in shown
     assert all(related == {"taskId": task_id} for _, _, related in statuses)
+
+
+async def test_tasks_result_of_a_cancelled_task_has_no_payload(transport: str) -> None:
+    server, events = v1_server()
+    async with legacy_wire(server, transport) as (wire, _):
+        task_id = (await call(wire, "gated", {"x": 1}))["task"]["taskId"]
+        await events["started"].wait()
+        await v1(wire, "tasks/cancel", taskId=task_id)
+        result = await v1(wire, "tasks/result", taskId=task_id)
+    assert result == {"_meta": {RELATED_TASK: {"taskId": task_id}}}

@@ -223,6 +223,7 @@ def test_the_console_script_entry_point_resolves() -> None:
 LOGGER_NAMES = {
     "fastmcp_tasks.execution",
     "fastmcp_tasks.health",
+    "fastmcp_tasks.legacy",
     "fastmcp_tasks.listen",
     "fastmcp_tasks.ownership",
     "fastmcp_tasks.progress",

@@ -15,7 +15,8 @@ the V1 surface; a 2026-07-28 request never does (`tasks/result` and
   the caller's own tasks: its principal's with authentication, else those its
   session created in this process), `tasks/result` (waits on the change feed
   until the task is terminal, then answers exactly the tool's `CallToolResult`
-  or raises its JSON-RPC error, with the related-task `_meta`).
+  or raises its JSON-RPC error, with the related-task `_meta`; a cancelled task
+  has no payload: only that `_meta`, as the 1.x SDK's server answers).
 
 The raw outcome is stored once and projected per era by `wire.legacy`. Unknown
 ids and other principals' tasks get the same -32602 as on the 2026 side.
@@ -264,4 +265,4 @@ def outcome(record: TaskRecord) -> dict[str, Any]:
             message=str(error.get("message", "Task failed")),
             data=error.get("data"),
         )
-    raise MCPError(code=INVALID_PARAMS, message=f"Task {record.task_id} was cancelled")
+    return {"_meta": related(record.task_id)}  # cancelled: no payload (as the 1.x SDK answers)
