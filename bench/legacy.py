@@ -56,7 +56,7 @@ async def legacy_send(mcp: FastMCP, transport: str) -> AsyncIterator[Send]:
     config = uvicorn.Config(mcp.http_app(), host="127.0.0.1", port=port, log_level="warning")
     web = uvicorn.Server(config)
     serving = asyncio.create_task(web.serve())
-    while not web.started:
+    while not web.started:  # noqa: ASYNC110 - uvicorn exposes a flag, not an event
         await asyncio.sleep(0.01)
     try:
         async with Client(f"http://127.0.0.1:{port}/mcp", mode="legacy") as client:

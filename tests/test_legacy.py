@@ -276,7 +276,7 @@ async def test_input_travels_on_the_tasks_result_stream(transport: str) -> None:
 
 async def test_status_notifications_and_input_without_tasks_result(transport: str) -> None:
     """A client that only polls `tasks/get` (as FastMCP 3's does) hears each status change
-    and gets the input request on its session's own stream."""
+    from its first poll on, and gets the input request on its session's own stream."""
     gate = anyio.Event()
     mcp = FastMCP("pushes")
     mcp.add_extension(TasksExtension())
@@ -318,6 +318,7 @@ async def test_status_notifications_and_input_without_tasks_result(transport: st
     options = {"elicitation_handler": handler, "extensions": [StatusObserver()]}
     async with legacy_wire(mcp, transport, **options) as (wire, _):
         task_id = (await call(wire, "confirm"))["task"]["taskId"]
+        await v1(wire, "tasks/get", taskId=task_id)  # pushes start once the client knows it
         with anyio.fail_after(10):
             await heard["preparing"].wait()
             gate.set()

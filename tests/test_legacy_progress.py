@@ -74,6 +74,8 @@ async def test_progress_goes_to_the_original_token_after_the_call_answered() -> 
             }
             created = parse_http_response(await http.post(url, json=call, headers=session))
             task_id = created["result"]["task"]["taskId"]
+            get = {"jsonrpc": "2.0", "id": 3, "method": "tasks/get", "params": {"taskId": task_id}}
+            await http.post(url, json=get, headers=session)  # status pushes start from here
             go.set()
             seen: dict[str, dict[str, Any]] = {}
             with anyio.fail_after(10):

@@ -29,6 +29,7 @@ import binascii
 import json
 import logging
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import mcp_types
@@ -105,10 +106,34 @@ class LegacyTasks:
         #: without authentication, `tasks/list` shows the tasks a session created here
         #: (session id -> task ids, the most recent `SESSIONS_KEPT` sessions)
         self._created: OrderedDict[str, list[str]] = OrderedDict()
-        #: input request keys already put to a client, per task (on any stream, once)
-        self.asked: dict[str, set[str]] = {}
+        #: input request keys already put to a client, per task: key -> the id of the
+        #: session it went to, on any of its streams. Each key goes once per session: a
+        #: `tasks/result` from another one (a client that reconnected, or another client)
+        #: is asked again, since the first may be gone without ever answering.
+        self.asked: dict[str, dict[str, str | None]] = {}
         #: tasks a `tasks/result` is waiting on in this process (it carries their input)
         self.waiting: dict[str, int] = {}
+        #: followers (`legacy_push.follow`) to start once the creating session shows it
+        #: knows the task: its first `tasks/get` or `tasks/result` (task id -> (session, start))
+        self.starting: OrderedDict[str, tuple[str | None, Callable[[], None]]] = OrderedDict()
+
+    def follow_when_known(
+        self, task_id: str, session_id: str | None, start: Callable[[], None]
+    ) -> None:
+        """Run `start` at the creating session's first `tasks/get` / `tasks/result` of the task.
+
+        Pushing earlier races the `CreateTaskResult`: a client may hear of a task (or be
+        asked a question about it) before it knows the task.
+        """
+        self.starting[task_id] = (session_id, start)
+        while len(self.starting) > SESSIONS_KEPT:
+            self.starting.popitem(last=False)
+
+    def _known(self, task_id: str, session_id: str | None) -> None:
+        pending = self.starting.get(task_id)
+        if pending is not None and pending[0] == session_id:
+            del self.starting[task_id]
+            pending[1]()
 
     def remember(self, session_id: str | None, task_id: str) -> None:
         """Note that session `session_id` created `task_id` (an unauthenticated `tasks/list`)."""
@@ -124,7 +149,9 @@ class LegacyTasks:
         self, ctx: ServerRequestContext[Any, Any], params: TaskIdParams
     ) -> dict[str, Any]:
         """`tasks/get`: the V1 `Task`, without the result."""
-        return legacy_task(await self._visible(params.task_id))
+        record = await self._visible(params.task_id)
+        self._known(params.task_id, _session_id(ctx))
+        return legacy_task(record)
 
     async def cancel(
         self, ctx: ServerRequestContext[Any, Any], params: TaskIdParams
@@ -160,6 +187,7 @@ class LegacyTasks:
         if record.is_terminal:
             return outcome(record)
         self.waiting[task_id] = self.waiting.get(task_id, 0) + 1
+        self._known(task_id, _session_id(ctx))
         try:
             async with self.store.changes(frozenset({task_id})) as feed:
                 changes = aiter(feed)
@@ -169,21 +197,24 @@ class LegacyTasks:
                         self.forget(task_id)
                         return outcome(record)
                     if record.status == "input_required":
-                        await self.put_input(ctx.session, ctx.request_id, record)
+                        await self.put_input(ctx.session, ctx.request_id, record, _session_id(ctx))
                     await anext(changes)
         finally:
             self.waiting[task_id] -= 1
             if not self.waiting[task_id]:
                 del self.waiting[task_id]
 
-    async def put_input(self, session: Any, related_request_id: Any, record: TaskRecord) -> None:
-        """Put the task's outstanding requests to the client, each key once per task: on the
-        stream of request `related_request_id`, or the session's own when it is None."""
-        asked = self.asked.setdefault(record.task_id, set())
+    async def put_input(
+        self, session: Any, related_request_id: Any, record: TaskRecord, session_id: str | None
+    ) -> None:
+        """Put the task's outstanding requests to the client of session `session_id`, each
+        key once per session: on the stream of request `related_request_id`, or the
+        session's own when it is None."""
+        asked = self.asked.setdefault(record.task_id, {})
         for key, request in (record.input_requests or {}).items():
-            if key in asked:
+            if key in asked and asked[key] == session_id:
                 continue
-            asked.add(key)
+            asked[key] = session_id
             try:
                 answer = await ask_client(session, related_request_id, record.task_id, request)
             except MCPError as exc:
@@ -193,8 +224,9 @@ class LegacyTasks:
                 await self.store.answer_input(record.task_id, {key: answer})
 
     def forget(self, task_id: str) -> None:
-        """The task ended: drop what was kept for its input."""
+        """The task ended: drop what was kept for its input and its pushes."""
         self.asked.pop(task_id, None)
+        self.starting.pop(task_id, None)
 
     async def list_tasks(
         self, ctx: ServerRequestContext[Any, Any], params: ListParams
