@@ -340,3 +340,23 @@ async def test_tasks_result_of_a_cancelled_task_has_no_payload(transport: str) -
         await v1(wire, "tasks/cancel", taskId=task_id)
         result = await v1(wire, "tasks/result", taskId=task_id)
     assert result == {"_meta": {RELATED_TASK: {"taskId": task_id}}}
+
+
+async def test_a_client_that_refuses_an_elicitation_does_not_leave_the_task_parked(
+    transport: str,
+) -> None:
+    mcp = FastMCP("refused")
+    mcp.add_extension(TasksExtension())
+
+    @mcp.tool(task=True)
+    async def ask(ctx: Context) -> str:
+        answer = await ctx.elicit("Name?", str)
+        return answer.action
+
+    async def handler(message: str, response_type: Any, params: Any, context: Any) -> Any:
+        raise RuntimeError("this client cannot ask its user")
+
+    async with legacy_wire(mcp, transport, elicitation_handler=handler) as (wire, _):
+        task_id = (await call(wire, "ask"))["task"]["taskId"]
+        result = await v1(wire, "tasks/result", taskId=task_id)
+    assert result["content"][0]["text"] == "cancel"

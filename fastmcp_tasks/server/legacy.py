@@ -218,8 +218,12 @@ class LegacyTasks:
             try:
                 answer = await ask_client(session, related_request_id, record.task_id, request)
             except MCPError as exc:
+                # a client that cannot answer (no handler) must not leave the task parked:
+                # the tool's `ctx.elicit` sees the user's cancel, as for an unanswered request
                 logger.info("Client refused input request %s: %s", key, exc.error.message)
-                continue
+                if request.get("method") != "elicitation/create":
+                    continue
+                answer = {"action": "cancel"}
             if answer is not None and answer_problem(request, answer) is None:
                 await self.store.answer_input(record.task_id, {key: answer})
 
