@@ -126,6 +126,16 @@ class TaskRecord:
     #: The application the task belongs to (by default the FastMCP server's name): on a
     #: store shared by several applications a process claims and recovers only its own.
     app: str | None = None
+    #: Flow control (`stores.flow`): the concurrency group a task of a tool with
+    #: `task_options(concurrency=N)` waits in (`gate_limit` = N leased at once, across
+    #: every process), the earliest time a queued task may be claimed (a retry's
+    #: backoff), how many times it was re-run after a failed attempt, and the key two
+    #: identical calls share under `task_options(dedupe=...)`.
+    gate: str | None = None
+    gate_limit: int | None = None
+    not_before: float | None = None
+    retries: int = 0
+    dedupe_key: str | None = None
 
     @property
     def result(self) -> dict[str, Any] | None:
@@ -236,11 +246,21 @@ class TaskStore(Protocol):
         """Release everything `open` acquired. Idempotent."""
         ...
 
-    async def create(self, record: TaskRecord, *, caps: ActiveCaps | None = None) -> None:
-        """Persist a new task so `get` finds it on return.
+    async def create(
+        self,
+        record: TaskRecord,
+        *,
+        caps: ActiveCaps | None = None,
+        dedupe_window: float | None = None,
+    ) -> TaskRecord | None:
+        """Persist a new task so `get` finds it on return; `None` once it is stored.
 
         `caps` are checked atomically with the insert (no two concurrent creates,
-        in any process, both take the last place).
+        in any process, both take the last place). With `dedupe_window` (seconds)
+        and `record.dedupe_key` set, the task already holding that key is returned
+        instead, and nothing is created, when `stores.flow.dedupe_match` says it
+        answers the call; otherwise the key moves to the new task. Atomic: of two
+        concurrent creates with one key, in any processes, exactly one creates.
 
         Raises:
             TaskLimitExceeded: `max_tasks` or one of `caps` refuses the task;
@@ -362,7 +382,11 @@ class TaskStore(Protocol):
 
         Front ends that run nothing themselves (`concurrency=0`) create tasks
         unleased; worker processes take them here. Each task is handed to exactly
-        one caller; its `attempts` goes up by one. With `app`, only tasks whose
-        `record.app` equals it are taken (`None`: any application's).
+        one caller; its `attempts` goes up by one and its `not_before` is cleared.
+        With `app`, only tasks whose `record.app` equals it are taken (`None`: any
+        application's). A task whose `not_before` is still ahead is skipped; a gated
+        task is taken only while its gate has a free slot, in the gate's fair order,
+        and the turn it used is recorded (`stores.flow.plan_claims`), all in the same
+        atomic step as the lease.
         """
         ...

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from fastmcp_tasks.stores.base import TaskRecord, storable_text
+from fastmcp_tasks.stores.base import ChangeKind, TaskRecord, storable_text
 from fastmcp_tasks.wire.names import ACTIVE_STATUSES
 
 
@@ -81,6 +81,33 @@ def lease(record: TaskRecord, owner: str, until: float, expect_owner: str | None
     record.lease_expires = until
     record.attempts += 1
     return True
+
+
+def retry(
+    record: TaskRecord, owner: str, not_before: float, message: str | None
+) -> list[ChangeKind] | None:
+    """`retry_later` on a loaded record: the feed entries it makes (before `queued`), or
+    `None` when refused (inactive, someone else's lease, a cancel requested)."""
+    if record.status not in ACTIVE_STATUSES or record.lease_owner != owner:
+        return None
+    if record.cancel_requested:
+        return None
+    message, before = storable_text(message), record.status
+    kinds: list[ChangeKind] = []
+    if before != "working":
+        kinds.append("status")
+    elif message != record.status_message:
+        kinds.append("message")
+    record.lease_owner = None
+    record.lease_expires = None
+    record.not_before = not_before
+    record.retries += 1
+    record.status = "working"
+    record.input_requests = None
+    record.status_message = message
+    if kinds:
+        record.updated_at = time.time()
+    return kinds
 
 
 def lease_view(record: TaskRecord) -> TaskRecord:
