@@ -30,6 +30,7 @@ from fastmcp_tasks.errors import (
 from fastmcp_tasks.server.engine.context import install_core_hooks
 from fastmcp_tasks.server.engine.progress import Progress, install_core_progress_adapter
 from fastmcp_tasks.server.extension import TasksExtension
+from fastmcp_tasks.server.flow import Retry
 from fastmcp_tasks.server.health import EngineHealth
 from fastmcp_tasks.server.limits import Limits
 from fastmcp_tasks.server.options import task_options
@@ -58,6 +59,7 @@ __all__ = [
     "MemoryTaskStore",
     "NotATask",
     "Progress",
+    "Retry",
     "SQLiteTaskStore",
     "StoreError",
     "TaskCancelled",

@@ -31,6 +31,8 @@ so every code and message the server sends lives in this one module:
 - `too_large()`            -32602, arguments or answers over a configured size limit
 - `store_unavailable()`    -32603, the task store failed (e.g. Redis unreachable)
 - `interrupted()`          -32603, the task's run was lost (shutdown, crash)
+- `flow_control_unsupported()` -32603, a tool's flow-control options on a store without it
+- `concurrency_key_failed()`   -32603, a tool's `concurrency_key` raised
 """
 
 from __future__ import annotations
@@ -239,6 +241,24 @@ def result_too_large(size: int, cap: int) -> dict[str, Any]:
         "message": f"Result too large: {size} bytes, over the limit max_result_bytes={cap}",
         "data": {"limit": "max_result_bytes", "value": cap, "size": size},
     }
+
+
+def flow_control_unsupported(tool: str, scheme: str) -> MCPError:
+    """-32603: the tool's `concurrency`/`dedupe`/`retry` need a store that keeps them."""
+    return MCPError(
+        code=INTERNAL_ERROR,
+        message=f"Tool {tool!r} uses flow control (concurrency, dedupe or retry), which the "
+        f"{scheme!r} task store does not keep; no task was created",
+    )
+
+
+def concurrency_key_failed(tool: str, error: BaseException) -> MCPError:
+    """-32603: the tool's `concurrency_key` raised for these arguments."""
+    return MCPError(
+        code=INTERNAL_ERROR,
+        message=f"The concurrency_key of tool {tool!r} failed for these arguments "
+        f"({type(error).__name__}); no task was created",
+    )
 
 
 def interrupted(reason: str) -> dict[str, Any]:

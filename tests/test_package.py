@@ -20,6 +20,7 @@ def test_public_names_are_pinned() -> None:
         "MemoryTaskStore",
         "NotATask",
         "Progress",
+        "Retry",
         "SQLiteTaskStore",
         "StoreError",
         "TASKS_EXTENSION_ID",
@@ -135,6 +136,7 @@ PUBLIC_PATHS: dict[str, dict[str, str]] = {
         "call_tool_task": "fastmcp_tasks.client.handles",
         "store_from_url": "fastmcp_tasks.stores",
         "task_options": "fastmcp_tasks.server.options",
+        "Retry": "fastmcp_tasks.server.flow",
     },
     "fastmcp_tasks.client": {
         "DEFAULT_POLL_SECONDS": "fastmcp_tasks.client.watch",

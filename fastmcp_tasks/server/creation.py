@@ -2,30 +2,53 @@
 
 The record of a new task is built here and only here: the id (192 bits from
 `secrets`), the poll interval, the lease of the runner that will run it (none
-for a `concurrency=0` front end, whose tasks wait for a worker), the owning
-principal and the application. Its `record.context` is a
-`server.engine.durable.DurableContext`, the one module that writes and reads it.
+for a `concurrency=0` front end, whose tasks wait for a worker, nor for a task of
+a tool with `concurrency=N`, which waits in its gate for whichever process may
+take it), the owning principal, the application and the flow-control fields
+(`server.flow`). Its `record.context` is a `server.engine.durable.DurableContext`,
+the one module that writes and reads it.
+
+`create_task` is the whole of it for one `tools/call`: the record, the store's
+atomic `create` (caps, and dedupe: an identical call gets the existing task), and
+the hand-over to the runner.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import secrets
 import sys
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from fastmcp.server.context import Context
 from fastmcp.tools.base import Tool
-from mcp_types import CLIENT_CAPABILITIES_META_KEY
+from mcp.shared.exceptions import MCPError
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, INTERNAL_ERROR
 
-from fastmcp_tasks.errors import StoreError
+from fastmcp_tasks.errors import (
+    StoreError,
+    TaskLimitExceeded,
+    concurrency_key_failed,
+    flow_control_unsupported,
+    limit_exceeded,
+    store_unavailable,
+)
+from fastmcp_tasks.server import observability
+from fastmcp_tasks.server.engine.caller import Caller
 from fastmcp_tasks.server.engine.durable import DurableContext
-from fastmcp_tasks.server.engine.jobs import CreatingRunner
+from fastmcp_tasks.server.engine.jobs import CreatingRunner, Job
 from fastmcp_tasks.server.engine.leases import QUEUED_MESSAGE
+from fastmcp_tasks.server.flow import Gate, dedupe_key, gate_for
+from fastmcp_tasks.server.options import TaskOptions
 from fastmcp_tasks.server.ownership import current_principal
-from fastmcp_tasks.stores.base import TaskRecord, TaskStore
+from fastmcp_tasks.stores.base import ActiveCaps, TaskRecord, TaskStore
+from fastmcp_tasks.stores.flow import keeps_flow_control
+
+logger = logging.getLogger("fastmcp_tasks.validation")
 
 TASK_ID_BYTES = 24  # 192 bits from `secrets`, 32 URL-safe characters
 UNCONFIRMED_KEPT = 10_000
@@ -51,13 +74,17 @@ def new_record(
     queued: bool,
     *,
     version: str | None = None,
+    gate: Gate | None = None,
+    dedupe: str | None = None,
 ) -> tuple[TaskRecord, frozenset[str]]:
     """The record of a new task, and the input kinds its request declared."""
     now = time.time()
     input_kinds = declared_input_kinds(context)
     responses = context.input_responses
     durable = DurableContext(input_kinds, responses or None, context.request_state, version)
-    leased = bool(runner.concurrency)  # a front end's task waits for a worker, unleased
+    # a front end's task waits for a worker, a gated one for a free slot: both unleased
+    leased = bool(runner.concurrency) and gate is None
+    message = gate.message if gate is not None else QUEUED_MESSAGE if queued else None
     record = TaskRecord(
         task_id=new_task_id(),
         tool=sys.intern(name),  # shared by every retained task of this tool
@@ -65,7 +92,7 @@ def new_record(
         created_at=now,
         updated_at=now,
         arguments=arguments,
-        status_message=QUEUED_MESSAGE if queued else None,
+        status_message=message,
         poll_interval_ms=milliseconds(tool.task_config.poll_interval),
         retention_ms=retention_ms,
         context=durable.dump(),
@@ -74,8 +101,108 @@ def new_record(
         lease_owner=runner.owner if leased else None,
         lease_expires=now + lease_seconds if leased else None,
         app=runner.app,
+        gate=None if gate is None else gate.name,
+        gate_limit=None if gate is None else gate.limit,
+        dedupe_key=dedupe,
     )
     return record, input_kinds
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What the extension configured for creating tasks."""
+
+    store: TaskStore
+    retention_ms: int | None
+    lease_seconds: float
+    caps: ActiveCaps
+    input_timeout: timedelta | None
+
+
+async def create_task(
+    admission: Admission,
+    runner: CreatingRunner | None,
+    tool: Tool,
+    name: str,
+    arguments: dict[str, Any],
+    context: Context,
+    options: TaskOptions,
+    version: str | None,
+    *,
+    legacy: bool = False,
+) -> TaskRecord:
+    """Make the task of one `tools/call` and hand it to the runner; its record.
+
+    With `task_options(dedupe=...)` the record may be an existing task's: an
+    identical call within the window gets that task instead, and nothing new runs.
+    """
+    if runner is None or not runner.started:
+        raise MCPError(
+            code=INTERNAL_ERROR,
+            message="The tasks extension is not running: the server lifespan has not started",
+        )
+    store = admission.store
+    if options.flow_controlled and not keeps_flow_control(store):
+        raise flow_control_unsupported(name, getattr(store, "scheme", "custom"))
+    gate = None
+    if options.concurrency is not None:
+        try:
+            gate = gate_for(name, options.concurrency, options.concurrency_key, arguments)
+        except Exception as error:
+            logger.exception("concurrency_key of tool %r raised", name)
+            raise concurrency_key_failed(name, error) from None
+    window = None if options.dedupe is None else options.dedupe.total_seconds()
+    key = None if window is None else dedupe_key(runner.app, current_principal(), name, arguments)
+    queued = gate is None and runner.saturated()
+    record, input_kinds = new_record(
+        tool,
+        name,
+        arguments,
+        context,
+        runner,
+        admission.retention_ms,
+        admission.lease_seconds,
+        queued,
+        version=version,
+        gate=gate,
+        dedupe=key,
+    )
+    try:
+        if window is None:  # (a third-party store may not know `dedupe_window`)
+            found = await store.create(record, caps=admission.caps)
+        else:
+            found = await store.create(record, caps=admission.caps, dedupe_window=window)
+    except TaskLimitExceeded as exc:
+        raise limit_exceeded(exc.limit, exc.value) from None
+    except StoreError:
+        if not await created_after_all(store, record, runner):
+            raise store_unavailable() from None
+        found = None
+    if found is not None:  # an identical call's task answers this one
+        return found
+    observability.created.add(1, {"tool": record.tool})
+    observability.transition(record.task_id, record.tool, "working", 1)
+    if not runner.concurrency:
+        return record
+    job = Job(
+        record.task_id,
+        name,
+        arguments,
+        tool=tool,
+        queued=queued,
+        input_kinds=input_kinds,
+        input_timeout=options.timeout_seconds(admission.input_timeout),
+        input_responses=context.input_responses,
+        request_state=context.request_state,
+        caller=Caller.of(context, legacy=legacy),
+        authenticated=record.owner is not None,
+        owner=record.owner,
+    )
+    if record.lease_owner is None:  # gated: whichever process has the slot runs it
+        runner.accept(job)
+    else:
+        runner.submit(job)
+    return record
 
 
 async def created_after_all(store: TaskStore, record: TaskRecord, runner: CreatingRunner) -> bool:

@@ -27,26 +27,21 @@ import anyio
 from fastmcp.server.context import Context
 from fastmcp.server.dependencies import extract_version_spec
 from fastmcp.server.extensions import MethodBinding, ServerExtension, ToolCallContinuation
-from fastmcp.tools.base import InputRequiredToolResult, Tool
-from mcp.shared.exceptions import MCPError
-from mcp_types import INTERNAL_ERROR, CallToolRequestParams
+from fastmcp.tools.base import InputRequiredToolResult
+from mcp_types import CallToolRequestParams
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from fastmcp_tasks import _compat
 from fastmcp_tasks.errors import (
     ConfigurationError,
     StoreError,
-    TaskLimitExceeded,
-    limit_exceeded,
     missing_capability,
-    store_unavailable,
     too_large,
 )
 from fastmcp_tasks.server import observability
-from fastmcp_tasks.server.creation import TASK_ID_BYTES, created_after_all, new_record, new_task_id
+from fastmcp_tasks.server.creation import TASK_ID_BYTES, Admission, create_task, new_task_id
 from fastmcp_tasks.server.engine.call import leaf_of, resolve_tool
-from fastmcp_tasks.server.engine.caller import Caller
-from fastmcp_tasks.server.engine.runner import Job, TaskRunner
+from fastmcp_tasks.server.engine.runner import TaskRunner
 from fastmcp_tasks.server.handlers import TaskMethods
 from fastmcp_tasks.server.health import EngineHealth, HealthMonitor
 from fastmcp_tasks.server.legacy import LegacyTasks, no_task_support, task_required
@@ -54,11 +49,11 @@ from fastmcp_tasks.server.legacy_push import announce
 from fastmcp_tasks.server.limits import Limits
 from fastmcp_tasks.server.listen import ListenService
 from fastmcp_tasks.server.monitored_store import monitored
-from fastmcp_tasks.server.options import TaskOptions, options_of
+from fastmcp_tasks.server.options import options_of
 from fastmcp_tasks.server.termination import SigtermGuard
 from fastmcp_tasks.server.validation import arguments_valid
 from fastmcp_tasks.stores import store_from_url
-from fastmcp_tasks.stores.base import TaskRecord, TaskStore
+from fastmcp_tasks.stores.base import TaskStore
 from fastmcp_tasks.wire.legacy import CAPABILITY as LEGACY_CAPABILITY
 from fastmcp_tasks.wire.names import TASKS_EXTENSION_ID
 from fastmcp_tasks.wire.render import render_create_result
@@ -197,6 +192,9 @@ class TasksExtension(ServerExtension):
         self.retention_ms = None if retention is None else int(retention.total_seconds() * 1000)
         self.sweep_interval = sweep_interval.total_seconds()
         self.runner: TaskRunner | None = None
+        self._admission = Admission(
+            self._store, self.retention_ms, self.lease_seconds, self._caps, input_timeout
+        )
         self.legacy = LegacyTasks(self._store) if legacy_tasks else None
         self._methods = TaskMethods(self._store, self.limits, self.legacy)
         self.listen = ListenService(self._store)
@@ -314,73 +312,20 @@ class TasksExtension(ServerExtension):
             ask = await options.foreground_input(context, arguments)
             if ask is not None:
                 return InputRequiredToolResult(ask)
-        record = await self._create_task(tool, params.name, arguments, context, options, version)
+        record = await create_task(
+            self._admission,
+            self.runner,
+            tool,
+            params.name,
+            arguments,
+            context,
+            options,
+            version,
+            legacy=legacy,
+        )
         if legacy and self.legacy is not None:
             return announce(self.legacy, record, context, self.runner)
         return render_create_result(record)
-
-    # --- task creation ---------------------------------------------------------------
-
-    async def _create_task(
-        self,
-        tool: Tool,
-        name: str,
-        arguments: dict[str, Any],
-        context: Context,
-        options: TaskOptions,
-        version: str | None,
-    ) -> TaskRecord:
-        runner = self.runner
-        if runner is None or not runner.started:
-            raise MCPError(
-                code=INTERNAL_ERROR,
-                message="The tasks extension is not running: the server lifespan has not started",
-            )
-        queued = runner.saturated()
-        record, input_kinds = new_record(
-            tool,
-            name,
-            arguments,
-            context,
-            runner,
-            self.retention_ms,
-            self.lease_seconds,
-            queued,
-            version=version,
-        )
-        responses = context.input_responses
-        try:
-            await self._store.create(record, caps=self._caps)
-        except TaskLimitExceeded as exc:
-            raise limit_exceeded(exc.limit, exc.value) from None
-        except StoreError:
-            if not await created_after_all(self._store, record, runner):
-                raise store_unavailable() from None
-        observability.created.add(1, {"tool": record.tool})
-        observability.transition(record.task_id, record.tool, "working", 1)
-        if not runner.concurrency:
-            return record
-        runner.submit(
-            Job(
-                record.task_id,
-                name,
-                arguments,
-                tool=tool,
-                queued=queued,
-                input_kinds=input_kinds,
-                input_timeout=options.timeout_seconds(self.input_timeout),
-                input_responses=responses,
-                request_state=context.request_state,
-                caller=Caller.of(context, legacy=_is_legacy(context)),
-                authenticated=record.owner is not None,
-            )
-        )
-        return record
-
-
-def _is_legacy(context: Context) -> bool:
-    request = context.request_context
-    return request is not None and request.protocol_version not in _MODERN
 
 
 __all__ = ["TASK_ID_BYTES", "TasksExtension", "new_task_id"]

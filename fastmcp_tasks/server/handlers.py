@@ -39,6 +39,7 @@ from fastmcp_tasks.errors import (
     too_large,
 )
 from fastmcp_tasks.server.engine.inputs import answer_problem
+from fastmcp_tasks.server.engine.leases import CANCELLED_BEFORE_START
 from fastmcp_tasks.server.legacy import LegacyTasks, ListParams
 from fastmcp_tasks.server.limits import Limits
 from fastmcp_tasks.server.ownership import current_principal, may_access
@@ -172,8 +173,16 @@ class TaskMethods:
         """`tasks/cancel`: record the request and ack; terminal tasks are left as they are."""
         check_request(ctx, params.task_id)
         await self._visible(params.task_id)
-        if await self.store.request_cancel(params.task_id) is None:
+        record = await self.store.request_cancel(params.task_id)
+        if record is None:
             raise task_not_found(params.task_id)
+        if record.is_active and record.lease_owner is None:
+            # waiting in the store (a front end's queue, a gate, a retry's backoff): no
+            # process runs it to hear the request, so it ends now (a claim racing this
+            # sees `cancel_requested` and records the same)
+            await self.store.transition(
+                params.task_id, "cancelled", status_message=CANCELLED_BEFORE_START
+            )
         return dict(ACK)
 
     async def _visible(self, task_id: str) -> TaskRecord:

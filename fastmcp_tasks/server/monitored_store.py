@@ -52,6 +52,8 @@ BOUNDED = frozenset(
         "renew",
         "requeue",
         "claim_queued",
+        "retry_later",
+        "tombstone",
     }
 )
 

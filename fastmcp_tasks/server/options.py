@@ -22,6 +22,10 @@
   with a `CurrentAccessToken()` / `TokenClaim(...)` parameter or `auth=` are
   detected without it (`server.engine.caller`).
 
+- `concurrency`, `concurrency_key`, `dedupe`, `retry`: flow control (`server.flow`):
+  at most N tasks of the tool (per key) at once across processes, identical calls
+  answered by the task already doing the work, retries with backoff.
+
 The decorator stores the options on the function and returns it unchanged,
 so it goes below `@mcp.tool`.
 """
@@ -35,6 +39,9 @@ from typing import Any, TypeVar
 
 import mcp_types
 from fastmcp.server.context import Context
+
+from fastmcp_tasks.errors import ConfigurationError
+from fastmcp_tasks.server.flow import Retry, check_concurrency
 
 Guard = Callable[[Context, dict[str, Any]], Awaitable[mcp_types.InputRequiredResult | None]]
 F = TypeVar("F", bound=Callable[..., Any])
@@ -50,6 +57,15 @@ class TaskOptions:
     input_timeout: timedelta | Any | None = _UNSET
     foreground_input: Guard | None = None
     needs_access_token: bool = False
+    concurrency: int | None = None
+    concurrency_key: Callable[[dict[str, Any]], Any] | None = None
+    dedupe: timedelta | None = None
+    retry: Retry | None = None
+
+    @property
+    def flow_controlled(self) -> bool:
+        """Whether the tool's tasks need a store that keeps flow control."""
+        return self.concurrency is not None or self.dedupe is not None or self.retry is not None
 
     def timeout_seconds(self, default: timedelta | None) -> float | None:
         """The input timeout in seconds for this tool, falling back to `default`."""
@@ -65,12 +81,25 @@ def task_options(
     input_timeout: timedelta | Any | None = _UNSET,
     foreground_input: Guard | None = None,
     needs_access_token: bool = False,
+    concurrency: int | None = None,
+    concurrency_key: Callable[[dict[str, Any]], Any] | None = None,
+    dedupe: timedelta | None = None,
+    retry: Retry | None = None,
 ) -> Callable[[F], F]:
     """Attach task options to a tool function (apply below `@mcp.tool`)."""
+    check_concurrency(concurrency, concurrency_key)
+    if dedupe is not None and dedupe <= timedelta(0):
+        raise ConfigurationError(f"dedupe must be a positive timedelta, got {dedupe}")
+    if retry is not None and not isinstance(retry, Retry):
+        raise ConfigurationError("retry must be a fastmcp_tasks.Retry")
     options = TaskOptions(
         input_timeout=input_timeout,
         foreground_input=foreground_input,
         needs_access_token=needs_access_token,
+        concurrency=concurrency,
+        concurrency_key=concurrency_key,
+        dedupe=dedupe,
+        retry=retry,
     )
 
     def attach(fn: F) -> F:

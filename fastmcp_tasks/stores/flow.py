@@ -11,6 +11,8 @@ follows) means the same thing:
   the next one goes to the principal served least recently in that gate (never
   served first, ties to the oldest waiting task), so one tenant's thousand queued
   tasks do not starve another's one (`plan_claims`). Turns are a per-store counter.
+  A gated task that ends puts a `queued` entry `{"app": ..., "gate": ...}` on the
+  change feed (its slot is free), so every process waiting on the gate claims at once.
 - **Retry waits.** A queued task with `not_before` in the future is not claimable
   yet (`retry_later` sets it; the claim clears it).
 - **Deduplication.** `create(record, dedupe_window=w)` with `record.dedupe_key` set

@@ -196,6 +196,10 @@ class MemoryTaskStore(MemoryListing):
         elif status == "working":
             record.input_requests = None
         self._emit(TaskChange(task_id, "status", status))
+        if status in TERMINAL_STATUSES and record.gate is not None:
+            self._emit(
+                TaskChange(task_id, "queued", status, {"app": record.app, "gate": record.gate})
+            )
         return _snapshot(record)
 
     async def request_input(

@@ -9,6 +9,8 @@ flow decision is atomic with the write it belongs to.
 
 from __future__ import annotations
 
+import math
+
 from fastmcp_tasks.stores.base import TaskRecord
 from fastmcp_tasks.stores.flow import (
     ANONYMOUS,
@@ -110,9 +112,9 @@ class MemoryFlow:
             return None
         held = self.dedupe.get(key)
         existing = tasks.get(held) if held is not None else None
-        if existing is not None and dedupe_match(existing, now, window):
-            return existing
-        return None
+        if existing is None or (existing.expires_at or math.inf) <= now:
+            return None  # gone, or expired and not swept yet
+        return existing if dedupe_match(existing, now, window) else None
 
     def keyed(self, record: TaskRecord) -> None:
         if record.dedupe_key is not None:

@@ -8,15 +8,15 @@ import time
 
 import anyio
 
-from fastmcp_tasks.stores.base import TaskChange, TaskStore
+from fastmcp_tasks.stores.base import TaskChange, TaskRecord, TaskStore
 from fastmcp_tasks.stores.flow import FlowControlStore
 from fastmcp_tasks.testing.base import ContractBase, make_record
 
 LATER = 3600.0
 
 
-def _gated(gate: str = "deploy", limit: int = 1, **fields: object):  # type: ignore[no-untyped-def]
-    return make_record(gate=gate, gate_limit=limit, **fields)
+def _gated(gate: str = "deploy", limit: int = 1, owner: str | None = None) -> TaskRecord:
+    return make_record(gate=gate, gate_limit=limit, owner=owner)
 
 
 async def _ids(store: TaskStore, owner: str, limit: int = 10) -> list[str]:
@@ -156,7 +156,8 @@ class FlowContract(ContractBase):
         await store.create(done, dedupe_window=60)
         ended = await store.transition(done.task_id, "failed", error={"code": 1, "message": "x"})
         assert ended is not None and ended.terminal_at is not None
-        while time.time() <= ended.terminal_at + 0.002:  # bounded by the test's fail_after
+        # the wall clock, not an event, is what is awaited (bounded by the test's fail_after)
+        while time.time() <= ended.terminal_at + 0.002:  # noqa: ASYNC110
             await anyio.sleep(0.001)
         fresh = make_record(dedupe_key="w")
         assert await store.create(fresh, dedupe_window=0.001) is None

@@ -33,7 +33,7 @@ exception is masked by the server the tool lives on, as the child would.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import mcp_types
@@ -67,6 +67,23 @@ class Outcome:
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     input_required: mcp_types.InputRequiredResult | None = None
+    #: the exception the tool raised, when the outcome reports one (`engine.retries`)
+    raised: BaseException | None = field(default=None, compare=False)
+
+
+class MaskedToolError(ToolError):
+    """The `ToolError` standing for an unexpected exception, as core's `call_tool` masks it."""
+
+    def __init__(self, message: str, origin: BaseException) -> None:
+        super().__init__(message)
+        self.origin = origin
+
+
+def _origin(error: BaseException) -> BaseException:
+    """The exception the tool itself raised, under the masks of every mount level."""
+    while isinstance(error, MaskedToolError):
+        error = error.origin
+    return error
 
 
 async def resolve_tool(server: Any, name: str, version: str | None) -> Tool | None:
@@ -174,15 +191,15 @@ async def run_tool(
             raise
         except MCPError as error:
             logger.info("Tool %r raised a JSON-RPC error %s", name, error.error.code)
-            return Outcome("failed", error=error_object(error))
+            return Outcome("failed", error=error_object(error), raised=error)
         except Exception as error:
             raise _masked(server, name, error) from error
     except (DisabledError, NotFoundError):
         return _completed(_error_result(f"Unknown tool: {name!r}"), server)
     except FastMCPError as error:
-        return _completed(_error_result(str(error)), server)
+        return _completed(_error_result(str(error)), server, _origin(error))
     except PydanticValidationError as error:
-        return _completed(_error_result(str(error)), server)
+        return _completed(_error_result(str(error)), server, error)
 
     input_required = getattr(result, "input_required", None)
     if isinstance(input_required, mcp_types.InputRequiredResult):
@@ -198,12 +215,12 @@ def _masked(server: Any, name: str, error: Exception) -> ToolError:
     status_code = get_http_status_code(error)
     logger.error("Error calling tool %r", name, exc_info=status_code is None)
     if status_code == 429:
-        return ToolError("Rate limited by upstream API, please retry later")
+        return MaskedToolError("Rate limited by upstream API, please retry later", error)
     if is_timeout_error(error):
-        return ToolError("Upstream request timed out, please retry")
+        return MaskedToolError("Upstream request timed out, please retry", error)
     if _compat.mask_error_details(server):
-        return ToolError(f"Error calling tool {name!r}")
-    return ToolError(f"Error calling tool {name!r}: {error}")
+        return MaskedToolError(f"Error calling tool {name!r}", error)
+    return MaskedToolError(f"Error calling tool {name!r}: {error}", error)
 
 
 def _error_result(message: str) -> mcp_types.CallToolResult:
@@ -212,8 +229,10 @@ def _error_result(message: str) -> mcp_types.CallToolResult:
     )
 
 
-def _completed(result: mcp_types.CallToolResult, server: Any) -> Outcome:
-    return Outcome("completed", result=to_wire(result, server))
+def _completed(
+    result: mcp_types.CallToolResult, server: Any, raised: BaseException | None = None
+) -> Outcome:
+    return Outcome("completed", result=to_wire(result, server), raised=raised)
 
 
 def to_wire(result: mcp_types.CallToolResult, server: Any) -> dict[str, Any]:

@@ -16,9 +16,10 @@ import anyio
 from fastmcp.tools.base import Tool
 
 from fastmcp_tasks.server.engine.caller import Caller
+from fastmcp_tasks.server.engine.durable import DurableContext
 from fastmcp_tasks.server.engine.inputs import InputBroker
 from fastmcp_tasks.server.health import HealthMonitor
-from fastmcp_tasks.stores.base import TaskStore
+from fastmcp_tasks.stores.base import TaskRecord, TaskStore
 
 
 @dataclass(eq=False)
@@ -42,7 +43,36 @@ class Job:
     caller: Caller | None = None
     #: whether an authenticated principal created the task (the record has an owner)
     authenticated: bool = False
+    #: the principal key (`None`: unauthenticated); local slots are shared out by it
+    owner: str | None = None
+    #: failed attempts already retried (`task_options(retry=...)`)
+    retries: int = 0
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+
+    @classmethod
+    def resumed(
+        cls, record: TaskRecord, tool: Tool, message: str | None, queued: bool, accepted: Job | None
+    ) -> Job:
+        """The job of a task leased from the store (queued, gated, retried or recovered);
+        `accepted` is this process's own job for it, when it took the call."""
+        context = DurableContext.of(record)
+        return cls(
+            record.task_id,
+            record.tool,
+            dict(record.arguments or {}),
+            tool=tool,
+            message=message,
+            queued=queued,
+            attempt=max(1, record.attempts),
+            input_kinds=context.input_kinds,
+            input_timeout=None if accepted is None else accepted.input_timeout,
+            input_responses=context.input_responses,
+            request_state=context.request_state,
+            caller=None if accepted is None else accepted.caller,
+            authenticated=record.owner is not None,
+            owner=record.owner,
+            retries=record.retries,
+        )
 
 
 class WatchedRunner(Protocol):
@@ -69,3 +99,12 @@ class CreatingRunner(Protocol):
     owner: str
     app: str | None
     unconfirmed: set[str]
+
+    @property
+    def started(self) -> bool: ...
+
+    def saturated(self) -> bool: ...
+
+    def submit(self, job: Job) -> None: ...
+
+    def accept(self, job: Job) -> None: ...

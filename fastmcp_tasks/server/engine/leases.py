@@ -38,11 +38,13 @@ from typing import Any
 
 import anyio
 
-from fastmcp_tasks.errors import interrupted
+from fastmcp_tasks.errors import StoreError, interrupted
+from fastmcp_tasks.server.flow import QUEUED_PREFIX, is_waiting_message
 from fastmcp_tasks.server.observability import shown_id
 from fastmcp_tasks.stores.base import TaskRecord, active_leases
 
-QUEUED_MESSAGE = "Queued: waiting for a free worker slot"
+QUEUED_MESSAGE = f"{QUEUED_PREFIX}waiting for a free worker slot"
+CANCELLED_BEFORE_START = "Cancelled before it started"
 
 logger = logging.getLogger("fastmcp_tasks.recovery")
 
@@ -144,6 +146,17 @@ class LeaseKeeper:
         if interrupted:
             await self.store.renew(self.owner, frozenset(interrupted), time.time())
 
+    async def hand_back_at_shutdown(self, queued: set[str], interrupted: set[str]) -> None:
+        """`hand_back`, where a store that fails now leaves the tasks to their leases."""
+        try:
+            await self.hand_back(queued, interrupted)
+        except StoreError as exc:
+            logger.warning(
+                "Handing tasks back at shutdown failed (%s); their leases run out and "
+                "recovery takes them",
+                exc,
+            )
+
     async def take_queued(self) -> None:
         """Lease tasks of this application nobody runs yet (a front end's, or requeued)."""
         runner = self.runner
@@ -160,6 +173,12 @@ class LeaseKeeper:
                 return
 
     async def _start(self, record: TaskRecord) -> None:
+        if record.cancel_requested:  # cancelled while it waited in the store
+            self.runner.forget(record.task_id)
+            await self.store.transition(
+                record.task_id, "cancelled", status_message=CANCELLED_BEFORE_START
+            )
+            return
         tool = await self.runner.find_tool(record)
         if tool is None:
             error = interrupted(f"tool {record.tool!r} does not exist on this worker")
@@ -167,7 +186,7 @@ class LeaseKeeper:
                 record.task_id, "failed", error=error, status_message=error["message"]
             )
             return
-        waiting = record.status_message == QUEUED_MESSAGE  # cleared when it starts
+        waiting = is_waiting_message(record.status_message)  # cleared when it starts
         self.runner.resubmit(
             record, tool, None if waiting else record.status_message, queued=waiting
         )

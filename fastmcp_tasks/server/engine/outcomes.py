@@ -29,7 +29,6 @@ from fastmcp_tasks.stores.base import TaskStore
 logger = logging.getLogger("fastmcp_tasks.runner")
 
 CANCELLED_MESSAGE = "Cancelled at the client's request"
-CANCELLED_BEFORE_START = "Cancelled before it started"
 
 
 class OutcomeRecorder:

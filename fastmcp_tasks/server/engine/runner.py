@@ -28,8 +28,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import math
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -38,15 +38,22 @@ import anyio
 from anyio.abc import TaskGroup
 from fastmcp.tools.base import Tool
 
-from fastmcp_tasks.errors import ConfigurationError, StoreError, interrupted
+from fastmcp_tasks.errors import ConfigurationError, interrupted
 from fastmcp_tasks.server import observability
 from fastmcp_tasks.server.engine.call import Outcome, resolve_tool, run_job
 from fastmcp_tasks.server.engine.context import RunningTask, _current_task
 from fastmcp_tasks.server.engine.durable import DurableContext
+from fastmcp_tasks.server.engine.fairqueue import FairQueue
 from fastmcp_tasks.server.engine.inputs import InputBroker
 from fastmcp_tasks.server.engine.jobs import Job
-from fastmcp_tasks.server.engine.leases import QUEUED_MESSAGE, LeaseKeeper, new_owner
-from fastmcp_tasks.server.engine.outcomes import CANCELLED_BEFORE_START, OutcomeRecorder
+from fastmcp_tasks.server.engine.leases import (
+    CANCELLED_BEFORE_START,
+    QUEUED_MESSAGE,
+    LeaseKeeper,
+    new_owner,
+)
+from fastmcp_tasks.server.engine.outcomes import OutcomeRecorder
+from fastmcp_tasks.server.engine.retries import RetryPlanner
 from fastmcp_tasks.server.engine.supervision import keep_running, periodic, retry_store
 from fastmcp_tasks.server.engine.watcher import ChangeWatcher
 from fastmcp_tasks.server.health import HealthMonitor
@@ -55,6 +62,9 @@ from fastmcp_tasks.server.observability import shown_id
 from fastmcp_tasks.stores.base import TaskRecord, TaskStore
 
 logger = logging.getLogger("fastmcp_tasks.runner")
+
+#: Most accepted jobs kept for tasks waiting in the store (gated, or retrying).
+ACCEPTED_KEPT = 10_000
 
 
 class TaskRunner:
@@ -94,6 +104,10 @@ class TaskRunner:
         self._abandon = anyio.Event()  # set when shutdown stops waiting for the store
         self._handed_back: set[str] = set()
         self.outcomes = OutcomeRecorder(store, self.limits, self._abandon, self._handed_back)
+        self.retries = RetryPlanner(self, store, self._abandon)
+        #: jobs this process accepted whose tasks wait in the store (a gate, a retry's
+        #: backoff): when this process claims one, it runs with the caller it came with
+        self._accepted: OrderedDict[str, Job] = OrderedDict()
         #: ids whose creation failed after the store may have committed it (a lost reply):
         #: recovery fails them, since no client learned their id
         self.unconfirmed: set[str] = set()
@@ -103,7 +117,7 @@ class TaskRunner:
         self._running = 0
         self._slots = anyio.Semaphore(concurrency)
         self._idle = anyio.Event()
-        self._send, self._receive = anyio.create_memory_object_stream[Job](math.inf)
+        self._queue = FairQueue()
         self._group: TaskGroup | None = None
         self._stopping = False
 
@@ -129,28 +143,25 @@ class TaskRunner:
         self._jobs[job.task_id] = job
         self._waiting += 1
         observability.queued.add(1)
-        self._send.send_nowait(job)
+        self._queue.put(job)
+
+    def accept(self, job: Job, *, wake: bool = True) -> None:
+        """Keep a job whose task waits in the store until a process claims it."""
+        self._accepted[job.task_id] = job
+        while len(self._accepted) > ACCEPTED_KEPT:  # claimed elsewhere, long ago
+            self._accepted.popitem(last=False)
+        if wake:
+            self.watcher.wake_queue()
+
+    def forget(self, task_id: str) -> None:
+        self._accepted.pop(task_id, None)
 
     def resubmit(
         self, record: TaskRecord, tool: Tool, message: str | None, *, queued: bool = False
     ) -> None:
-        """Run a task leased from the store (queued by a front end, or recovered)."""
-        context = DurableContext.of(record)
-        self.submit(
-            Job(
-                record.task_id,
-                record.tool,
-                dict(record.arguments or {}),
-                tool=tool,
-                message=message,
-                queued=queued,
-                attempt=max(1, record.attempts),
-                input_kinds=context.input_kinds,
-                input_responses=context.input_responses,
-                request_state=context.request_state,
-                authenticated=record.owner is not None,
-            )
-        )
+        """Run a task leased from the store (queued, gated, retried, or recovered)."""
+        accepted = self._accepted.pop(record.task_id, None)
+        self.submit(Job.resumed(record, tool, message, queued, accepted))
 
     @property
     def stopping(self) -> bool:
@@ -241,18 +252,9 @@ class TaskRunner:
                 await self.hand_back_queued()
 
     async def hand_back_queued(self) -> None:
-        """Shutdown on a durable store: queued tasks back to the queue, interrupted ones
-        to recovery (a store that fails now leaves them to their leases running out)."""
-        if not (self.store.durable and self.opened):
-            return
-        try:
-            await self.leases.hand_back(set(self._jobs), self._handed_back)
-        except StoreError as exc:
-            logger.warning(
-                "Handing tasks back at shutdown failed (%s); their leases run out and "
-                "recovery takes them",
-                exc,
-            )
+        """Shutdown on a durable store: queued tasks back to the queue (`leases`)."""
+        if self.store.durable and self.opened:
+            await self.leases.hand_back_at_shutdown(set(self._jobs), self._handed_back)
 
     async def _open_then_start(self, group: TaskGroup) -> None:
         """Degraded start: open the store with backoff, then start the loops."""
@@ -275,10 +277,8 @@ class TaskRunner:
         group.start_soon(periodic, "heartbeat", leases.renew_held, health, leases.heartbeat_wait)
         if self.store.durable:
             group.start_soon(periodic, "recovery", leases.scan, health, leases.scan_wait)
-            if self.concurrency:
-                group.start_soon(
-                    periodic, "queue", leases.take_queued, health, self.watcher.queue_wait
-                )
+        if self.concurrency:  # queued by a front end, or waiting for a gate or a retry
+            group.start_soon(periodic, "queue", leases.take_queued, health, self.watcher.queue_wait)
         with anyio.move_on_after(5):  # a cancel right after creation is heard at once
             await self.watcher.subscribed.wait()
 
@@ -292,13 +292,10 @@ class TaskRunner:
         """
         assert self._group is not None
         while True:
-            job = await self._receive.receive()
-            while True:
+            job: Job | None = await self._queue.get()
+            while job is not None:
                 await self._start(job)
-                try:
-                    job = self._receive.receive_nowait()
-                except anyio.WouldBlock:
-                    break
+                job = self._queue.get_nowait()
 
     async def _start(self, job: Job) -> None:
         assert self._group is not None
@@ -356,7 +353,10 @@ class TaskRunner:
                 self._jobs.pop(job.task_id, None)
                 with anyio.CancelScope(shield=True):
                     try:
-                        status = await self.outcomes.finish(job, outcome, failure)
+                        if await self.retries.try_later(job, outcome):
+                            status = "retrying"
+                        else:
+                            status = await self.outcomes.finish(job, outcome, failure)
                     finally:
                         self._pending.pop(job.task_id, None)
                 span.set_attribute("mcp.task.status", status)

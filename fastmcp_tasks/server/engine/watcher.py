@@ -12,13 +12,16 @@ what it returns), so nothing is lost or applied twice.
 
 The queue loop waits in `queue_wait`: woken by a `queued` change, by a slot
 freeing while more tasks may be waiting, or after `queue_poll` seconds at the
-latest (the safety net for a change the feed trimmed); wake-ups within
-`QUEUE_BATCH_SECONDS` of each other share one claim.
+latest (the safety net for a change the feed trimmed), or when a retry's
+backoff (`not_before` in a `queued` change, or one this process scheduled) is
+due; wake-ups within `QUEUE_BATCH_SECONDS` of each other share one claim.
 """
 
 from __future__ import annotations
 
+import heapq
 import logging
+import time
 
 import anyio
 
@@ -41,6 +44,8 @@ class ChangeWatcher:
         self.subscribed = anyio.Event()
         self._wake = anyio.Event()
         self.more_queued = False  # the last claim filled every free slot
+        self._due: list[float] = []  # when queued retries become claimable (a heap)
+        self._wanted = False  # a wake-up that asks for a claim now
 
     async def follow(self) -> None:
         """One subscription: reconcile, then apply changes until the feed ends or fails."""
@@ -59,7 +64,11 @@ class ChangeWatcher:
         if change.kind == "queued":
             app = change.details.get("app")
             if app is None or app == runner.app:
-                self.wake_queue()
+                due = change.details.get("not_before")
+                if isinstance(due, int | float) and due > time.time():
+                    self.wake_at(float(due))
+                else:
+                    self.wake_queue()
         elif change.task_id not in runner.job_ids():
             return
         elif change.kind == "cancel_requested":
@@ -87,16 +96,34 @@ class ChangeWatcher:
     # --- the queue loop's wake-ups -------------------------------------------
 
     def wake_queue(self) -> None:
+        self._wanted = True
         self._wake.set()
+
+    def wake_at(self, due: float) -> None:
+        """Claim again at `due` (a retry's backoff ends then)."""
+        if len(self._due) < 10_000:
+            heapq.heappush(self._due, due)
+        self._wake.set()  # the loop recomputes how long it sleeps
 
     def slot_freed(self) -> None:
         if self.more_queued:
-            self._wake.set()
+            self.wake_queue()
 
     async def queue_wait(self) -> None:
-        with anyio.move_on_after(self.runner.queue_poll):
-            await self._wake.wait()
-        self._wake = anyio.Event()
+        while True:
+            now, due = time.time(), self._due
+            while due and due[0] <= now:
+                heapq.heappop(due)
+            wait = self.runner.queue_poll if not due else min(self.runner.queue_poll, due[0] - now)
+            woken = False
+            with anyio.move_on_after(wait):
+                await self._wake.wait()
+                woken = True
+            self._wake = anyio.Event()
+            if woken and due and due[0] > time.time() and not self._wanted:
+                continue  # only a new due time came in: sleep until the earliest
+            break
+        self._wanted = False
         # wake-ups that come together (a burst of creates, slots freeing one by one)
         # share one claim: at most one claim per window instead of one per change
         await anyio.sleep(QUEUE_BATCH_SECONDS)

@@ -1,0 +1,144 @@
+"""Flow control of client-started work, per tool: what `task_options` asks and what it means.
+
+A client (an LLM host, often retrying on its own) decides when work starts. A tool
+says how much of it may run and how failures are retried:
+
+- `concurrency=N` (and `concurrency_key`): at most N tasks of the tool (per key) run at
+  once across every process sharing the store; the rest wait `working` with a
+  `statusMessage` naming the limit. Waiting tasks are started round-robin across
+  principals (`stores.flow`). The gate is the tool's public name, plus the key.
+- `dedupe=timedelta(...)`: a call whose principal, tool and canonical JSON arguments
+  equal an active task's (or one that completed or failed within the window) gets that
+  task's `CreateTaskResult` instead of a new task. Atomic in every store.
+- `retry=Retry(...)`: an exception from the tool is retried after a backoff with
+  jitter; the wait is a queued task with `not_before` in the store, so it survives a
+  restart on a durable store and any process of the application may run the retry.
+
+Everything here is pure: `server.creation` and `server.engine.retries` apply it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from fastmcp_tasks.errors import ConfigurationError
+
+#: Separates a tool's name from its concurrency key in a gate name.
+GATE_SEPARATOR = "\x1f"
+#: Every waiting message starts so; `leases` clears it when the task starts.
+QUEUED_PREFIX = "Queued: "
+#: Longest concurrency key shown in a status message.
+SHOWN_KEY = 60
+
+
+@dataclass(frozen=True)
+class Retry:
+    """How a tool's failed attempts are retried (`task_options(retry=Retry(...))`).
+
+    Args:
+        attempts: how many times the tool may run in all (the first run included).
+        backoff: the wait before the first retry; it doubles for each later one.
+        max_backoff: the longest wait.
+        on: the exception types retried (default: any `Exception`). A cancellation
+            is never retried, nor an `isError` result the tool returned on purpose.
+        jitter: wait a random 50-100% of the computed backoff, so retries of many
+            tasks that failed together do not come back together.
+    """
+
+    attempts: int = 3
+    backoff: timedelta = timedelta(seconds=1)
+    max_backoff: timedelta = timedelta(minutes=1)
+    on: tuple[type[BaseException], ...] = field(default=(Exception,))
+    jitter: bool = True
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ConfigurationError(f"Retry(attempts=) must be at least 1, got {self.attempts}")
+        if self.backoff < timedelta(0) or self.max_backoff < timedelta(0):
+            raise ConfigurationError("Retry backoff and max_backoff must not be negative")
+        if not isinstance(self.on, tuple) or not all(
+            isinstance(t, type) and issubclass(t, BaseException) for t in self.on
+        ):
+            raise ConfigurationError("Retry(on=) must be a tuple of exception types")
+
+    def retries(self, error: BaseException | None, retries_so_far: int) -> bool:
+        """Whether a run that raised `error`, after `retries_so_far` retries, runs again."""
+        return (
+            error is not None and retries_so_far + 1 < self.attempts and isinstance(error, self.on)
+        )
+
+    def delay(self, retry_number: int) -> float:
+        """Seconds to wait before retry number `retry_number` (1 for the first)."""
+        base = self.backoff.total_seconds() * (2 ** (retry_number - 1))
+        wait = min(self.max_backoff.total_seconds(), base)
+        return float(wait * random.uniform(0.5, 1.0)) if self.jitter else float(wait)
+
+
+def retry_message(attempt: int, attempts: int, reason: str) -> str:
+    """The `statusMessage` of a task waiting for, then running, attempt `attempt`."""
+    return f"Retrying (attempt {attempt} of {attempts}) after: {reason}"
+
+
+@dataclass(frozen=True)
+class Gate:
+    """The concurrency group a new task waits in."""
+
+    name: str
+    limit: int
+    message: str
+
+
+def gate_for(
+    tool_name: str,
+    limit: int,
+    key_function: Callable[[dict[str, Any]], Any] | None,
+    arguments: dict[str, Any],
+) -> Gate:
+    """The gate of a call; `key_function` raising is a server bug (the caller reports it)."""
+    if key_function is None:
+        return Gate(tool_name, limit, f"{QUEUED_PREFIX}tool {tool_name!r} runs {_at_once(limit)}")
+    key = str(key_function(arguments))
+    shown = key if len(key) <= SHOWN_KEY else key[: SHOWN_KEY - 1] + "…"
+    return Gate(
+        f"{tool_name}{GATE_SEPARATOR}{key}",
+        limit,
+        f"{QUEUED_PREFIX}tool {tool_name!r} runs {_at_once(limit)} for {shown!r}",
+    )
+
+
+def _at_once(limit: int) -> str:
+    return "one task at a time" if limit == 1 else f"at most {limit} tasks at once"
+
+
+def is_waiting_message(message: str | None) -> bool:
+    """Whether `message` is one the engine shows while a task waits to start."""
+    return message is not None and message.startswith(QUEUED_PREFIX)
+
+
+def dedupe_key(app: str | None, owner: str | None, tool_name: str, arguments: Any) -> str:
+    """The key two identical calls share: SHA-256 of app, principal, tool and the arguments
+    as canonical JSON (sorted keys, no whitespace)."""
+    canonical = json.dumps(
+        [app, owner, tool_name, arguments],
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=True,
+        default=str,
+    )
+    return hashlib.sha256(canonical.encode("ascii")).hexdigest()
+
+
+def check_concurrency(concurrency: int | None, key: Callable[..., Any] | None) -> None:
+    """Refuse meaningless `task_options` at decoration time."""
+    if concurrency is not None and concurrency < 1:
+        raise ConfigurationError(f"concurrency must be at least 1, got {concurrency}")
+    if key is not None and concurrency is None:
+        raise ConfigurationError("concurrency_key needs concurrency=N")
+    if key is not None and not callable(key):
+        raise ConfigurationError("concurrency_key must be a function of the arguments")
