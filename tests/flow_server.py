@@ -64,7 +64,7 @@ def build(db: str, logs: Path) -> FastMCP:
     @task_options(concurrency=1)
     async def serial(who: str, n: int) -> str:
         log("start", f"{who}{n}")
-        while not os.path.exists(logs / "open.go"):  # noqa: ASYNC110 - a file signal
+        while not (logs / "open.go").exists():  # noqa: ASYNC110 - a file signal
             await anyio.sleep(0.02)
         log("end", f"{who}{n}")
         return who
