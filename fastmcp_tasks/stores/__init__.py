@@ -39,7 +39,15 @@ def _redis(url: str, options: dict[str, Any]) -> TaskStore:
         raise ConfigurationError(
             f"Task store URL {url!r} needs the redis package: pip install 'fastmcp-tasks[redis]'"
         ) from exc
-    known = ("prefix", "max_tasks", "timeout", "max_connections", "max_changes", "block_ms")
+    known = (
+        "prefix",
+        "max_tasks",
+        "timeout",
+        "max_connections",
+        "max_changes",
+        "block_ms",
+        "tombstone_retention",
+    )
     return RedisTaskStore(url, **{k: options[k] for k in known if k in options})
 
 

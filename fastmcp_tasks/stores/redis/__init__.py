@@ -1,8 +1,10 @@
 """The Redis task store (the optional `redis` extra): shared by any number of hosts.
 
 `store` owns `RedisTaskStore`; `keys` the key layout, `scripts` the Lua
-scripts, `feed` the change stream, `leases` and `listing` those parts of the
-store API. Imported lazily by `fastmcp_tasks.stores` for `redis://` URLs.
+scripts (`flow_scripts` those that queue, lease, end and remove tasks, with the
+helpers of `flow_lua`), `feed` the change stream, `leases`, `listing` and `flow`
+(creation, retry waits, tombstones) those parts of the store API. Imported lazily
+by `fastmcp_tasks.stores` for `redis://` URLs.
 Absolute imports only: `import redis` in these modules is redis-py, never this
 package.
 """

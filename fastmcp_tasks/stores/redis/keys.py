@@ -32,6 +32,29 @@ The keys of the prefix `P`:
   task count (`max_tasks`) is `ZCARD active + ZCARD terminal`.
 - `{P}:changes`          the change feed: one Redis Stream, fields `t` (task id),
   `k` (kind), `s` (status, empty for none), `d` (details JSON).
+
+Flow control (`stores.flow`; kept by the scripts of `redis.flow_scripts`, whose
+helpers in `redis.flow_lua` build these names in Lua) adds:
+
+- `{P}:delayed`          sorted set of queued task ids whose `not_before` is ahead,
+  scored by it; `claim_queued` moves the due ones to their queue or gate.
+- `{P}:dedupe:<key>`     string: the id of the task holding a dedupe key. It expires
+  with its task (a TTL of the task's retention when it ends) and is deleted when its
+  task is purged.
+- `{P}:tomb:<hash>`      hash (`owner`, `at`, `reason`) under `stores.flow.tombstone_key`:
+  written, pre-dated to its expiry, when a task with a retention ends (Redis evicts
+  the task hash itself), rewritten by `purge_finished`; expires `tombstone_retention`
+  after `at`.
+- Gates (a gated task waits outside the queued sets). With `L` the lane of an
+  application (`-` for none, else `<len>:<app>`), `g` a gate and `o` an owner
+  (`''` for none): `{P}:gate:<g>` hash (`limit`, `turn` counter, `t:<o>` turns),
+  `{P}:gate-run:<g>` set of its leased active tasks, `{P}:gate-lanes:<g>` set of
+  the lanes it has waiting tasks in, `{P}:gate-wait:<L><len(g)>:<g><o>` sorted set
+  of waiting ids by creation time, `{P}:gate-fresh:<L><g>` never-served owners by
+  their oldest waiting task, `{P}:gate-served:<L><g>` served owners by turn,
+  `{P}:gate-ready:<L>` sorted set of the lane's gates with a free slot by their next
+  task's creation time, `{P}:gate-ready` set of lanes with a ready gate. Redis drops
+  an emptied set; `{P}:gate:<g>` is deleted when nothing waits in or holds the gate.
 """
 
 from __future__ import annotations
@@ -124,6 +147,19 @@ class RedisKeys:
         return f"{self.base}changes"
 
     @property
+    def delayed(self) -> str:
+        """Sorted set: queued task ids waiting out their `not_before`, by it."""
+        return f"{self.base}delayed"
+
+    def dedupe(self, key: str) -> str:
+        """String: the id of the task holding a dedupe key."""
+        return f"{self.base}dedupe:{key}"
+
+    def tomb(self, hashed: str) -> str:
+        """Hash: the tombstone kept under `stores.flow.tombstone_key(task_id)`."""
+        return f"{self.base}tomb:{hashed}"
+
+    @property
     def pattern(self) -> str:
         """A `SCAN MATCH` pattern for every key of this store (and no other's)."""
         return f"{self.base}*"
@@ -166,9 +202,19 @@ def parse_store_url(url: str, prefix: str | None) -> tuple[str, str, RedisKeys]:
 
 
 _JSON_FIELDS = ("arguments", "error", "context")
-_FLOAT_FIELDS = ("created_at", "updated_at", "terminal_at", "lease_expires")
-_INT_FIELDS = ("poll_interval_ms", "retention_ms", "attempts")
-_TEXT_FIELDS = ("tool", "status", "status_message", "result_json", "owner", "lease_owner", "app")
+_FLOAT_FIELDS = ("created_at", "updated_at", "terminal_at", "lease_expires", "not_before")
+_INT_FIELDS = ("poll_interval_ms", "retention_ms", "attempts", "gate_limit", "retries")
+_TEXT_FIELDS = (
+    "tool",
+    "status",
+    "status_message",
+    "result_json",
+    "owner",
+    "lease_owner",
+    "app",
+    "gate",
+    "dedupe_key",
+)
 
 
 def dumps(value: Any) -> str:
@@ -189,6 +235,7 @@ def encode_task(record: TaskRecord) -> list[str]:
         value = getattr(r, name)
         values[name] = None if value is None else dumps(value)
     values["cancel_requested"] = "1" if r.cancel_requested else None
+    values["retries"] = r.retries or None  # absent when 0, like every flow field unset
     for key, value in (r.input_requests or {}).items():
         values[REQUEST_FIELD + key] = dumps(value)
     for key, value in (r.answers or {}).items():
@@ -215,11 +262,13 @@ def decode_task(task_id: str, fields: dict[str, str]) -> TaskRecord:
         owner=get("owner"),
         lease_owner=get("lease_owner"),
         app=get("app"),
+        gate=get("gate"),
+        dedupe_key=get("dedupe_key"),
     )
     for name in _INT_FIELDS:
         if name in fields:
             setattr(record, name, int(fields[name]))
-    for name in ("terminal_at", "lease_expires"):
+    for name in ("terminal_at", "lease_expires", "not_before"):
         if name in fields:
             setattr(record, name, float(fields[name]))
     for name in _JSON_FIELDS:

@@ -1,9 +1,10 @@
 """Run leases and the queue of the Redis store, mixed into `RedisTaskStore`.
 
 A lease is two fields of the task hash (`lease_owner`, `lease_expires`), taken and
-given back by the `claim`, `renew`, `requeue` and `claim_queued` scripts of
-`redis.scripts`, which keep the queued sets of `redis.keys` in step: an active task
-nobody holds is in `{P}:queued` and, when it has an `app`, in `{P}:queued:<app>`.
+given back by the `claim`, `requeue` and `claim_queued` scripts of `redis.flow_scripts`
+(`renew`: `redis.scripts`), which keep the queued sets of `redis.keys` in step: an
+active task nobody holds is in `{P}:queued` and, when it has an `app`, in
+`{P}:queued:<app>`, unless it is gated or waits out a retry (`redis.flow_lua`).
 
 Reads for recovery are narrow: `active_leases` walks `{P}:active` and reads only
 the lease fields of each task (pipelined `HMGET`s, `BATCH` per round trip), never
@@ -12,6 +13,7 @@ the arguments, context or input payloads that `active_tasks` returns.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -137,11 +139,14 @@ class RedisLeases:
         With `app`, only that application's tasks, from `{P}:queued:<app>`; with `None`,
         any application's (tasks without an app included), from `{P}:queued`, the key
         that predates applications, so a store written before them is claimed as it was.
+        Gated tasks and retry waits are kept apart (`redis.flow_lua`), so the ungated
+        tasks cost what they cost without them.
         """
         if limit < 1:
             return []
         one_app = ("0", "") if app is None else ("1", app)
-        args = [self.keys.task_base, owner, repr(float(until)), limit, *one_app]
+        now = repr(time.time())
+        args = [self.keys.task_base, owner, repr(float(until)), limit, *one_app, now]
         keys = [self.keys.queued_for(app), self.keys.queued]
         taken = await self._script("claim_queued", keys, args)
         return [decode_task(task_id, pairs(flat)) for task_id, flat in taken]

@@ -8,7 +8,8 @@ What it costs follows from the indexes of `redis.keys`:
   creation time of every finished task (`ZSCAN` plus pipelined `HMGET`s of a few
   fields, `BATCH` at a time), keeping only the best `limit` in memory; purging
   walks the same index and hands each batch of ids to the `purge_finished`
-  script, which re-checks every task and deletes the hash with its index entry.
+  script, which re-checks every task and deletes the hash with its index entry
+  and dedupe key, leaving a `purged` tombstone (`redis.flow`).
 
 Neither runs a long script: Redis keeps serving the tasks while an operator lists.
 """
@@ -49,6 +50,10 @@ class RedisListing:
 
         def _live(self, task_id: str, fields: dict[str, str]) -> TaskRecord | None: ...
 
+        def _tomb_ms(self) -> str: ...
+
+        def _tomb(self, task_id: str) -> str: ...
+
     async def list_tasks(
         self,
         *,
@@ -76,7 +81,9 @@ class RedisListing:
             if dry_run:
                 seen.update(ids)
             if ids:
-                args = [self.keys.task_base, repr(float(before)), "1" if dry_run else "0", *ids]
+                dry, now = "1" if dry_run else "0", repr(time.time())
+                args = [self.keys.task_base, repr(float(before)), dry, now, self._tomb_ms()]
+                args += [x for task_id in ids for x in (task_id, self._tomb(task_id))]
                 removed += await self._script("purge_finished", [self.keys.terminal], args)
         return removed
 

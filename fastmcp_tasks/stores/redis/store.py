@@ -5,8 +5,9 @@ This module owns `RedisTaskStore`: its connections, the calls of the Lua scripts
 layout of a task hash are `redis.keys`; several stores share one Redis by giving
 each its own `prefix`, and applications sharing one store are told apart by
 `TaskRecord.app` (each has its own queue). Leases and the queue are
-`redis.leases`, listing `redis.listing`; the change feed (one Redis Stream per
-store) is read by `redis.feed`.
+`redis.leases`, listing `redis.listing`, creation and flow control (gates, retry
+waits, dedupe, tombstones: `stores.flow`) `redis.flow`; the change feed (one Redis
+Stream per store) is read by `redis.feed`.
 
 Connections. `open()` creates a blocking connection pool for commands and checks
 that Redis answers. Every call is bounded as a whole by `timeout` (pool wait,
@@ -32,14 +33,14 @@ which also keeps the indexes consistent and appends to the change feed.
 Expiry. A finished task gets a Redis TTL of its `retention_ms`; `get` also checks
 `terminal_at + retention_ms` on the client, so a task is never returned once
 expired even before Redis evicts it. `purge_expired` (and `create` at the cap)
-removes the index entries of expired tasks.
+removes the index entries of expired tasks. Its tombstone is written, pre-dated,
+when it ends, and its dedupe key expires with it (`redis.flow`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import math
 import time
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import AbstractAsyncContextManager
@@ -55,23 +56,23 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from fastmcp_tasks.errors import ConfigurationError, DuplicateTask, StoreError, TaskLimitExceeded
+from fastmcp_tasks.errors import ConfigurationError, StoreError
 from fastmcp_tasks.stores.base import (
     ALLOWED_TRANSITIONS,
     UNCHANGED,
-    ActiveCaps,
     TaskChange,
     TaskRecord,
     _Unchanged,
     encode_result,
     storable_text,
 )
+from fastmcp_tasks.stores.flow import DEFAULT_TOMBSTONE_RETENTION
 from fastmcp_tasks.stores.redis.feed import BATCH, RedisChangeFeed
+from fastmcp_tasks.stores.redis.flow import RedisFlow
 from fastmcp_tasks.stores.redis.keys import (
     REQUEST_FIELD,
     decode_task,
     dumps,
-    encode_task,
     pairs,
     parse_store_url,
 )
@@ -86,7 +87,7 @@ T = TypeVar("T")
 DEFAULT_MAX_TASKS = 100_000
 
 
-class RedisTaskStore(RedisLeases, RedisListing):
+class RedisTaskStore(RedisFlow, RedisLeases, RedisListing):
     """A `TaskStore` in Redis, shared by every process that uses the same URL and prefix.
 
     Args:
@@ -100,6 +101,8 @@ class RedisTaskStore(RedisLeases, RedisListing):
         max_connections: size of the command connection pool.
         max_changes: about how many change-feed entries the stream keeps.
         block_ms: longest single `XREAD BLOCK` of the change-feed reader.
+        tombstone_retention: seconds a removed task's tombstone is kept (`stores.flow`;
+            `redis.flow`); `None` keeps none.
 
     Raises:
         ConfigurationError: a malformed URL, prefix or option.
@@ -118,6 +121,7 @@ class RedisTaskStore(RedisLeases, RedisListing):
         max_connections: int = 64,
         max_changes: int = 100_000,
         block_ms: int = 10_000,
+        tombstone_retention: float | None = DEFAULT_TOMBSTONE_RETENTION,
     ) -> None:
         if max_tasks is not None and max_tasks < 1:
             raise ConfigurationError(f"max_tasks must be at least 1, got {max_tasks}")
@@ -125,6 +129,10 @@ class RedisTaskStore(RedisLeases, RedisListing):
             raise ConfigurationError(
                 "Redis task store needs timeout > 0, max_connections >= 1, max_changes >= 1 "
                 "and block_ms >= 1"
+            )
+        if tombstone_retention is not None and tombstone_retention < 0:
+            raise ConfigurationError(
+                f"tombstone_retention must not be negative, got {tombstone_retention}"
             )
         self.url, feed_url, self.keys = parse_store_url(url, prefix)
         try:
@@ -139,6 +147,7 @@ class RedisTaskStore(RedisLeases, RedisListing):
         self.max_connections = max_connections
         self.max_changes = max_changes
         self.block_ms = block_ms
+        self.tombstone_retention = tombstone_retention
         self._client: aioredis.Redis | None = None
         self._scripts: dict[str, AsyncScript] = {}
         #: Counters for benchmarks: `round_trips` sent to Redis (module doc).
@@ -246,44 +255,6 @@ class RedisTaskStore(RedisLeases, RedisListing):
 
     # --- reads and creation -------------------------------------------------------
 
-    async def create(self, record: TaskRecord, *, caps: ActiveCaps | None = None) -> None:
-        now = time.time()
-        expires_at = record.expires_at
-        pexpire = None if expires_at is None else max(0, math.ceil((expires_at - now) * 1000))
-        outcome = await self._script(
-            "create",
-            [
-                self.keys.task(record.task_id),
-                *self.keys.indexes(),
-                self.keys.queued_for(record.app),
-            ],
-            [
-                record.task_id,
-                repr(now),
-                self.max_changes,
-                "" if self.max_tasks is None else self.max_tasks,
-                self.keys.task_base,
-                "terminal" if record.is_terminal else "active",
-                repr(float(record.created_at)),
-                "1" if record.lease_owner is None else "0",
-                "+inf" if expires_at is None else repr(expires_at),
-                "" if pexpire is None else pexpire,
-                "" if caps is None or caps.total is None else caps.total,
-                "" if caps is None or caps.per_owner is None else caps.per_owner,
-                "" if record.owner is None else self.keys.owner_active_base + record.owner,
-                dumps({"app": record.app}),
-                *encode_task(record),
-            ],
-        )
-        if outcome == "exists":
-            raise DuplicateTask(f"task {record.task_id!r} already exists")
-        if outcome == "limit" and self.max_tasks is not None:
-            raise TaskLimitExceeded("max_tasks", self.max_tasks)
-        if caps is not None and outcome == "limit_total" and caps.total is not None:
-            raise TaskLimitExceeded(caps.TOTAL, caps.total)
-        if caps is not None and outcome == "limit_owner" and caps.per_owner is not None:
-            raise TaskLimitExceeded(caps.PER_OWNER, caps.per_owner)
-
     async def get(self, task_id: str) -> TaskRecord | None:
         fields = await self._guard(self._require().hgetall(self.keys.task(task_id)))
         return self._live(task_id, cast("dict[str, str]", fields))
@@ -326,6 +297,7 @@ class RedisTaskStore(RedisLeases, RedisListing):
             mode, message = ("clear", "") if text is None else ("set", text)
         kept = result if status == "completed" else None
         failure = error if status == "failed" else None
+        terminal = status in TERMINAL_STATUSES
         return await self._record(
             "transition",
             task_id,
@@ -333,12 +305,14 @@ class RedisTaskStore(RedisLeases, RedisListing):
             " ".join(sources),
             mode,
             message,
-            "1" if status in TERMINAL_STATUSES else "0",
+            "1" if terminal else "0",
             "0" if kept is None else "1",
             "" if kept is None else encode_result(kept),
             "0" if failure is None else "1",
             "" if failure is None else dumps(failure),
             self.keys.owner_active_base,
+            self._tomb(task_id) if terminal else "",
+            self._tomb_ms(),
         )
 
     async def request_input(
