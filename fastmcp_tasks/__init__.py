@@ -33,6 +33,7 @@ from fastmcp_tasks.server.extension import TasksExtension
 from fastmcp_tasks.server.health import EngineHealth
 from fastmcp_tasks.server.limits import Limits
 from fastmcp_tasks.server.options import task_options
+from fastmcp_tasks.server.related import RelatedTask, RelatedTasks, related_tasks
 from fastmcp_tasks.stores import (
     MemoryTaskStore,
     SQLiteTaskStore,
@@ -58,6 +59,8 @@ __all__ = [
     "MemoryTaskStore",
     "NotATask",
     "Progress",
+    "RelatedTask",
+    "RelatedTasks",
     "SQLiteTaskStore",
     "StoreError",
     "TaskCancelled",
@@ -72,6 +75,7 @@ __all__ = [
     "ToolTask",
     "__version__",
     "call_tool_task",
+    "related_tasks",
     "store_from_url",
     "task_options",
 ]

@@ -51,12 +51,14 @@ def new_record(
     queued: bool,
     *,
     version: str | None = None,
+    related: tuple[str, ...] = (),
 ) -> tuple[TaskRecord, frozenset[str]]:
     """The record of a new task, and the input kinds its request declared."""
     now = time.time()
     input_kinds = declared_input_kinds(context)
     responses = context.input_responses
-    durable = DurableContext(input_kinds, responses or None, context.request_state, version)
+    state = context.request_state
+    durable = DurableContext(input_kinds, responses or None, state, version, related)
     leased = bool(runner.concurrency)  # a front end's task waits for a worker, unleased
     record = TaskRecord(
         task_id=new_task_id(),

@@ -55,6 +55,7 @@ from fastmcp_tasks.server.limits import Limits
 from fastmcp_tasks.server.listen import ListenService
 from fastmcp_tasks.server.monitored_store import monitored
 from fastmcp_tasks.server.options import TaskOptions, options_of
+from fastmcp_tasks.server.related import related_of_call, serving_related
 from fastmcp_tasks.server.termination import SigtermGuard
 from fastmcp_tasks.server.validation import arguments_valid
 from fastmcp_tasks.stores import store_from_url
@@ -274,6 +275,7 @@ class TasksExtension(ServerExtension):
     def lifespan(self) -> Any:
         return self._run()
 
+    @serving_related  # a synchronous call's `related_tasks()` reads this extension's store
     async def intercept_tool_call(
         self,
         params: CallToolRequestParams,
@@ -336,6 +338,7 @@ class TasksExtension(ServerExtension):
                 code=INTERNAL_ERROR,
                 message="The tasks extension is not running: the server lifespan has not started",
             )
+        related = await related_of_call(self._store, context)  # before the record: kept in it
         queued = runner.saturated()
         record, input_kinds = new_record(
             tool,
@@ -347,6 +350,7 @@ class TasksExtension(ServerExtension):
             self.lease_seconds,
             queued,
             version=version,
+            related=related,
         )
         responses = context.input_responses
         try:
@@ -373,6 +377,7 @@ class TasksExtension(ServerExtension):
                 request_state=context.request_state,
                 caller=Caller.of(context, legacy=_is_legacy(context)),
                 authenticated=record.owner is not None,
+                related=related,
             )
         )
         return record

@@ -41,6 +41,7 @@ BOUNDED = frozenset(
         "create",
         "get",
         "get_many",
+        "tombstone",
         "set_status_message",
         "transition",
         "request_input",

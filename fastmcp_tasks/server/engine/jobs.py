@@ -42,6 +42,8 @@ class Job:
     caller: Caller | None = None
     #: whether an authenticated principal created the task (the record has an owner)
     authenticated: bool = False
+    #: the related task ids its call named, checked at creation (`server.related`)
+    related: tuple[str, ...] = ()
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
 
 

@@ -149,6 +149,7 @@ class TaskRunner:
                 input_responses=context.input_responses,
                 request_state=context.request_state,
                 authenticated=record.owner is not None,
+                related=context.related,
             )
         )
 
@@ -327,6 +328,7 @@ class TaskRunner:
             input_timeout=job.input_timeout,
             input_kinds=job.input_kinds,
             caller=job.caller,
+            related=job.related,
         )
         outcome: Outcome | None = None
         failure: dict[str, Any] | None = None
