@@ -34,6 +34,7 @@ from fastmcp_tasks.server.flow import Retry
 from fastmcp_tasks.server.health import EngineHealth
 from fastmcp_tasks.server.limits import Limits
 from fastmcp_tasks.server.options import task_options
+from fastmcp_tasks.server.related import RelatedTask, RelatedTasks, related_tasks
 from fastmcp_tasks.stores import (
     MemoryTaskStore,
     SQLiteTaskStore,
@@ -59,6 +60,8 @@ __all__ = [
     "MemoryTaskStore",
     "NotATask",
     "Progress",
+    "RelatedTask",
+    "RelatedTasks",
     "Retry",
     "SQLiteTaskStore",
     "StoreError",
@@ -74,6 +77,7 @@ __all__ = [
     "ToolTask",
     "__version__",
     "call_tool_task",
+    "related_tasks",
     "store_from_url",
     "task_options",
 ]

@@ -23,7 +23,8 @@ Wire errors are `mcp.shared.exceptions.MCPError` built by the functions below,
 so every code and message the server sends lives in this one module:
 
 - `missing_capability()`   -32021, the per-request tasks opt-in is absent (HTTP 400)
-- `task_not_found()`       -32602, unknown, expired or purged task id
+- `task_not_found()`       -32602, unknown task id (or expired, purged, foreign: see below)
+- `task_expired()`         -32602, the caller's task expired or was purged, and when
 - `header_mismatch()`      -32020, `Mcp-Name` disagrees with `params.taskId` (HTTP 400)
 - `invalid_answer()`       -32602, a `tasks/update` answer that cannot answer its request
 - `limit_exceeded()`       -32000, a configured cap refuses a new task
@@ -37,7 +38,8 @@ so every code and message the server sends lives in this one module:
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, Protocol
 
 from fastmcp.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
@@ -167,13 +169,52 @@ def missing_capability() -> MCPError:
     )
 
 
+def _shown_id(task_id: str) -> str:
+    return task_id if len(task_id) <= 80 and task_id.isprintable() else "(invalid id)"
+
+
 def task_not_found(task_id: str) -> MCPError:
-    """-32602: the same answer for unknown, expired, purged and foreign tasks."""
-    shown = task_id if len(task_id) <= 80 and task_id.isprintable() else "(invalid id)"
+    """-32602: unknown tasks, and removed or foreign ones the caller may not hear about.
+
+    A task that expired or was purged gets `task_expired()` only when its tombstone
+    says the caller may see it; everyone else gets exactly this answer.
+    """
     return MCPError(
         code=INVALID_PARAMS,
-        message=f"Failed to retrieve task: Task not found ({shown}); it never existed, "
-        "has expired, or was purged",
+        message=f"Failed to retrieve task: Task not found ({_shown_id(task_id)}); it never "
+        "existed, has expired, or was purged",
+    )
+
+
+class Removal(Protocol):
+    """What `task_expired` needs of a removed task (`stores.flow.Tombstone` has it)."""
+
+    @property
+    def at(self) -> float: ...
+
+    @property
+    def reason(self) -> str: ...
+
+
+def iso_utc(when: float) -> str:
+    """Epoch seconds as ISO 8601 UTC to the second: `2026-12-01T16:00:00Z`."""
+    return datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def task_expired(task_id: str, removal: Removal) -> MCPError:
+    """-32602 for the caller's own task that expired (retention ran out) or was purged.
+
+    `data` is `{"taskId", "reason": "expired" | "purged", "removedAt": ISO 8601 UTC}`.
+    """
+    shown, when = _shown_id(task_id), iso_utc(removal.at)
+    if removal.reason == "purged":
+        what = f"Task purged ({shown}): an operator removed it at {when}"
+    else:
+        what = f"Task expired ({shown}): it finished and its retention ran out at {when}"
+    return MCPError(
+        code=INVALID_PARAMS,
+        message=f"Failed to retrieve task: {what}",
+        data={"taskId": task_id, "reason": removal.reason, "removedAt": when},
     )
 
 

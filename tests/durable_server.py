@@ -3,7 +3,8 @@
     python tests/durable_server.py --db PATH|URL --port N --dir MARKERS
 
 Tools wait for marker files (`MARKERS/<key>.go`) so a test in another process can
-release them, and write `MARKERS/<key>.started.<pid>` when they start.
+release them, and write `MARKERS/<key>.started.<pid>` when they start. `related_report`
+answers `[task id, status, pid]` for each task its call relates to (`related_tasks()`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from fastmcp import Context, FastMCP
 from fastmcp.utilities.tasks import TaskConfig
 from mcp_types import ToolAnnotations
 
-from fastmcp_tasks import TasksExtension
+from fastmcp_tasks import TasksExtension, related_tasks
 
 FAST = TaskConfig(poll_interval=timedelta(milliseconds=50))
 
@@ -61,6 +62,10 @@ def build(db: str, markers: Path, concurrency: int = 100) -> FastMCP:
     async def ask_again(question: str, ctx: Context) -> str:
         answer = await ctx.elicit(question, bool)
         return f"{question} -> {answer.action}:{getattr(answer, 'data', None)} in {os.getpid()}"
+
+    @mcp.tool(task=FAST)
+    async def related_report() -> list[list[str]]:
+        return [[t.task_id, t.status, str(os.getpid())] for t in await related_tasks()]
 
     return mcp
 

@@ -12,7 +12,9 @@ terminal asks whether to cancel the task (exit 130) or detach from it, leaving i
 running (exit 0, with the `wait` command that resumes it); a second Ctrl-C, or Ctrl-C
 without a terminal on stdin, cancels. `wait` follows an existing task the same way
 but only detaches when not asked (exit 130); its `--timeout` gives up without
-cancelling. `get` prints the task as JSON, `cancel` cancels it.
+cancelling. `get` prints the task as JSON, `cancel` cancels it. `call --related ID`
+(repeatable) names tasks the call relates to, a hint the tool reads (`related_tasks()`).
+A server's refusal is printed as it sent it (e.g. "Task expired (...)", with its data).
 
 Exit status: 0 on success; 1 when the task failed or was cancelled, the tool reported
 an error, or the server could not be reached (the reason on stderr); 2 for usage errors.
@@ -244,8 +246,14 @@ class Session:
             except MCPError as exc:
                 self.report(f"could not cancel task {task.task_id}: {exc.error.message}")
 
-    async def call(self, tool: str, arguments: dict[str, Any], limit: float | None) -> int:
-        """`call`: run the tool as a task and follow it."""
+    async def call(
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        limit: float | None,
+        related: list[str] | None = None,
+    ) -> int:
+        """`call`: run the tool as a task (relating it to `related`) and follow it."""
         from fastmcp_tasks.client.handles import call_tool_task
 
         # Ctrl-C is taken from the start: one pressed while the call is sent still counts
@@ -259,6 +267,7 @@ class Session:
                     on_input_rejected=self.input_rejected,
                     allow_synchronous=True,  # a tool that is not a task still runs
                     raise_on_error=False,  # an error result is shown (exit 1), not raised
+                    related=related,
                 )
                 if task.task_id is None:  # the server answered without a task
                     return self.show(await task)
@@ -312,6 +321,12 @@ def add_client_commands(commands: Any) -> None:
     call.add_argument("tool", help="the tool to call")
     call.add_argument("arguments", nargs="*", help="key=value (values parsed as JSON if valid)")
     call.add_argument("--timeout", type=float, default=None, help="cancel after SECONDS")
+    call.add_argument(
+        "--related",
+        action="append",
+        metavar="TASK_ID",
+        help="a task this call relates to (repeatable): a hint the tool can read",
+    )
     add_connection_options(call)
     for name, text in (
         ("get", "print a task as JSON"),
@@ -337,7 +352,7 @@ def run_client_command(args: argparse.Namespace) -> int:
     try:
         if args.command == "call":
             arguments = parse_arguments(args.arguments)
-            return anyio.run(session.call, args.tool, arguments, args.timeout)
+            return anyio.run(session.call, args.tool, arguments, args.timeout, args.related)
         if args.command == "get":
             return anyio.run(session.get, args.task_id)
         if args.command == "wait":

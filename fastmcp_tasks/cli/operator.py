@@ -18,8 +18,8 @@ active tasks are never purged. It asks first on a terminal, and needs `--yes`
 anywhere else.
 
 On a terminal the output is `rich` tables; elsewhere plain aligned text, and
-`--json` prints JSON. Exit status: 0 done, 1 no such task or the store failed,
-2 a usage error (bad URL, status or age).
+`--json` prints JSON; `show` of a removed task says when it expired or was purged (its
+tombstone). Exit status: 0 done, 1 no such task or the store failed, 2 a usage error.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from fastmcp_tasks.cli.terminal import STYLES
 from fastmcp_tasks.errors import ConfigurationError, StoreError
 from fastmcp_tasks.stores import store_from_url
 from fastmcp_tasks.stores.base import TaskRecord
+from fastmcp_tasks.stores.flow import tombstone_of
 from fastmcp_tasks.stores.listing import MAX_PAGE, ListableTaskStore, check_listing
 from fastmcp_tasks.stores.sqlite.schema import path_from_url
 from fastmcp_tasks.wire.names import ACTIVE_STATUSES, TERMINAL_STATUSES
@@ -219,7 +220,13 @@ async def _ls(store: ListableTaskStore, args: argparse.Namespace) -> int:
 async def _show(store: ListableTaskStore, task_id: str, as_json: bool, where: str) -> int:
     task = await store.get(task_id)
     if task is None:
-        raise OperatorError(f"no task {task_id!r} in {where} (never created, expired or purged)")
+        if (stone := await tombstone_of(store, task_id)) is None:
+            raise OperatorError(
+                f"no task {task_id!r} in {where} (never created, expired or purged)"
+            )
+        why = "expired (its retention ran out)" if stone.reason == "expired" else "was purged"
+        when = f"{stamp(stone.at)} ({age(stone.at, time.time())})"
+        raise OperatorError(f"task {task_id!r} in {where} {why} at {when}")
     if as_json:
         print(json.dumps(record_json(task), indent=2, ensure_ascii=False))
         return 0

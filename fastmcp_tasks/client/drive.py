@@ -4,7 +4,8 @@
 behaves like `fastmcp.Client.call_tool()`:
 
 - `request_meta()` merges `version=` into the request `_meta` exactly as
-  `Client.call_tool(version=...)` does (`{"fastmcp": {"version": ...}}`);
+  `Client.call_tool(version=...)` does (`{"fastmcp": {"version": ...}}`), and
+  `related=` task ids under `io.modelcontextprotocol/relatedTaskIds` (draft);
 - `finished_result()` turns a terminal task state into FastMCP's client
   `CallToolResult` (`.data` from structured output) with the client's own
   parser, as `call_tool()` produces it; a failed or cancelled task raises
@@ -15,6 +16,7 @@ behaves like `fastmcp.Client.call_tool()`:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import mcp_types
@@ -24,18 +26,24 @@ from fastmcp_tasks import _compat
 from fastmcp_tasks.client.extension import task_error
 from fastmcp_tasks.errors import NotATask
 from fastmcp_tasks.wire.models import TaskStateDict
-from fastmcp_tasks.wire.names import TASKS_EXTENSION_ID
+from fastmcp_tasks.wire.names import RELATED_TASKS_META_KEY, TASKS_EXTENSION_ID
 
 if TYPE_CHECKING:
     from fastmcp import Client
     from fastmcp.client.client import CallToolResult
 
 
-def request_meta(meta: dict[str, Any] | None, version: str | None) -> dict[str, Any] | None:
-    """The `tools/call` `_meta`: `meta`, with `version` under `fastmcp`, as `call_tool()` sends."""
+def request_meta(
+    meta: dict[str, Any] | None, version: str | None, related: Sequence[str] | None = None
+) -> dict[str, Any] | None:
+    """The `tools/call` `_meta`: `meta`, with `version` under `fastmcp`, as `call_tool()` sends,
+    and `related` task ids under `RELATED_TASKS_META_KEY` (after any `meta` already has)."""
     merged = dict(meta) if meta else {}
     if version is not None:
         merged["fastmcp"] = {**merged.get("fastmcp", {}), "version": version}
+    if related:
+        named = merged.get(RELATED_TASKS_META_KEY)
+        merged[RELATED_TASKS_META_KEY] = [*(named if isinstance(named, list) else ()), *related]
     return merged or None
 
 

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import datetime
 import math
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any, cast
 
@@ -226,6 +226,7 @@ async def call_tool_task(
     raise_on_error: bool = True,
     version: str | None = None,
     meta: dict[str, Any] | None = None,
+    related: Sequence[str] | None = None,
     log: TaskLog | None = None,
     on_status_change: StatusChange | None = None,
     on_input: InputHandler | None = None,
@@ -249,6 +250,10 @@ async def call_tool_task(
             `CallToolResult` with `False`.
         version: the tool version to run, sent as `Client.call_tool(version=)` sends it.
         meta: request `_meta`, merged as `Client.call_tool(meta=)` merges it.
+        related: ids of tasks this call relates to, sent in the request `_meta` under
+            `io.modelcontextprotocol/relatedTaskIds` (after any in `meta`): a hint the
+            tool reads with `related_tasks()`; ids the server finds unknown or not
+            yours are dropped silently.
         log: a `TaskLog`: the task is recorded as soon as it is created, and dropped
             once the handle sees it terminal.
         on_status_change: called with a `TaskSnapshot` of each new state. May be async.
@@ -282,7 +287,10 @@ async def call_tool_task(
     try:
         with handing_back_tasks(client.session):
             answer = await client.call_tool_mcp(
-                name, arguments or {}, timeout=timeout, meta=request_meta(meta, version)
+                name,
+                arguments or {},
+                timeout=timeout,
+                meta=request_meta(meta, version, related),
             )
     except TaskCreated as handed_back:
         created = handed_back.created

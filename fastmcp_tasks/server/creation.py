@@ -45,6 +45,7 @@ from fastmcp_tasks.server.engine.leases import QUEUED_MESSAGE
 from fastmcp_tasks.server.flow import Gate, dedupe_key, gate_for
 from fastmcp_tasks.server.options import TaskOptions
 from fastmcp_tasks.server.ownership import current_principal
+from fastmcp_tasks.server.related import related_of_call
 from fastmcp_tasks.stores.base import ActiveCaps, TaskRecord, TaskStore
 from fastmcp_tasks.stores.flow import keeps_flow_control
 
@@ -76,12 +77,14 @@ def new_record(
     version: str | None = None,
     gate: Gate | None = None,
     dedupe: str | None = None,
+    related: tuple[str, ...] = (),
 ) -> tuple[TaskRecord, frozenset[str]]:
     """The record of a new task, and the input kinds its request declared."""
     now = time.time()
     input_kinds = declared_input_kinds(context)
     responses = context.input_responses
-    durable = DurableContext(input_kinds, responses or None, context.request_state, version)
+    state = context.request_state
+    durable = DurableContext(input_kinds, responses or None, state, version, related)
     # a front end's task waits for a worker, a gated one for a free slot: both unleased
     leased = bool(runner.concurrency) and gate is None
     message = gate.message if gate is not None else QUEUED_MESSAGE if queued else None
@@ -153,6 +156,7 @@ async def create_task(
             raise concurrency_key_failed(name, error) from None
     window = None if options.dedupe is None else options.dedupe.total_seconds()
     key = None if window is None else dedupe_key(runner.app, current_principal(), name, arguments)
+    related = await related_of_call(store, context)  # before the record: kept in it
     queued = gate is None and runner.saturated()
     record, input_kinds = new_record(
         tool,
@@ -166,6 +170,7 @@ async def create_task(
         version=version,
         gate=gate,
         dedupe=key,
+        related=related,
     )
     try:
         if window is None:  # (a third-party store may not know `dedupe_window`)
@@ -197,6 +202,7 @@ async def create_task(
         caller=Caller.of(context, legacy=legacy),
         authenticated=record.owner is not None,
         owner=record.owner,
+        related=related,
     )
     if record.lease_owner is None:  # gated: whichever process has the slot runs it
         runner.accept(job)

@@ -50,6 +50,7 @@ from fastmcp_tasks.server.limits import Limits
 from fastmcp_tasks.server.listen import ListenService
 from fastmcp_tasks.server.monitored_store import monitored
 from fastmcp_tasks.server.options import options_of
+from fastmcp_tasks.server.related import serving_related
 from fastmcp_tasks.server.termination import SigtermGuard
 from fastmcp_tasks.server.validation import arguments_valid
 from fastmcp_tasks.stores import store_from_url
@@ -272,6 +273,7 @@ class TasksExtension(ServerExtension):
     def lifespan(self) -> Any:
         return self._run()
 
+    @serving_related  # a synchronous call's `related_tasks()` reads this extension's store
     async def intercept_tool_call(
         self,
         params: CallToolRequestParams,

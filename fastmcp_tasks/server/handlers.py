@@ -12,9 +12,11 @@ Each handler first applies the two gates every task method shares:
    `params.taskId` gets -32020 (C50). A missing header is accepted.
 
 With `Limits.min_poll_fraction` set, `tasks/get` of one task is paced
-(`pacing.PollPacer`, C19). Unknown, expired and purged ids, and tasks of
-another principal, all get the same -32602 (C14, C24). Handlers never talk to
-the runner: a cancel is a store write that the runner hears about.
+(`pacing.PollPacer`, C19). Unknown ids, and tasks of another principal, get
+the same -32602 (C14, C24); so do expired and purged tasks, except for the
+principal that owned them, who hears when and why (`ownership.missing`, read
+from the store's tombstone on the miss path only). Handlers never talk to the
+runner: a cancel is a store write that the runner hears about.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from fastmcp_tasks.server.engine.inputs import answer_problem
 from fastmcp_tasks.server.engine.leases import CANCELLED_BEFORE_START
 from fastmcp_tasks.server.legacy import LegacyTasks, ListParams
 from fastmcp_tasks.server.limits import Limits
-from fastmcp_tasks.server.ownership import current_principal, may_access
+from fastmcp_tasks.server.ownership import current_principal, may_access, missing
 from fastmcp_tasks.server.pacing import PollPacer
 from fastmcp_tasks.stores.base import TaskRecord, TaskStore
 from fastmcp_tasks.wire.legacy import LEGACY_VERSION, METHOD_LIST, METHOD_RESULT
@@ -164,7 +166,7 @@ class TaskMethods:
         # only answers to outstanding keys reach the store (the rest are acked, C35)
         answers = {k: v for k, v in params.input_responses.items() if k in outstanding}
         if answers and await self.store.answer_input(params.task_id, answers) is None:
-            raise task_not_found(params.task_id)
+            raise await missing(self.store, params.task_id)
         return dict(ACK)
 
     async def cancel(
@@ -175,7 +177,7 @@ class TaskMethods:
         await self._visible(params.task_id)
         record = await self.store.request_cancel(params.task_id)
         if record is None:
-            raise task_not_found(params.task_id)
+            raise await missing(self.store, params.task_id)
         if record.is_active and record.lease_owner is None:
             # waiting in the store (a front end's queue, a gate, a retry's backoff): no
             # process runs it to hear the request, so it ends now (a claim racing this
@@ -186,8 +188,10 @@ class TaskMethods:
         return dict(ACK)
 
     async def _visible(self, task_id: str) -> TaskRecord:
-        """The task, if it exists and the caller may see it; else the same -32602 (C14, C24)."""
+        """The task, if it exists and the caller may see it; else -32602 (C14, C24)."""
         record = await self.store.get(task_id) if could_be_task_id(task_id) else None
-        if record is None or not may_access(record, current_principal()):
+        if record is None:
+            raise await missing(self.store, task_id)
+        if not may_access(record, current_principal()):
             raise task_not_found(task_id)
         return record

@@ -19,7 +19,8 @@ the V1 surface; a 2026-07-28 request never does (`tasks/result` and
   has no payload: only that `_meta`, as the 1.x SDK's server answers).
 
 The raw outcome is stored once and projected per era by `wire.legacy`. Unknown
-ids and other principals' tasks get the same -32602 as on the 2026 side.
+ids and other principals' tasks get the same -32602 as on the 2026 side, and an
+expired or purged task tells its owner so (`ownership.missing`), as there.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from pydantic import Field
 
 from fastmcp_tasks.errors import task_not_found
 from fastmcp_tasks.server.engine.inputs import answer_problem
-from fastmcp_tasks.server.ownership import current_principal, may_access
+from fastmcp_tasks.server.ownership import current_principal, may_access, missing
 from fastmcp_tasks.stores.base import TaskRecord, TaskStore
 from fastmcp_tasks.stores.listing import PageKey, page_key
 from fastmcp_tasks.wire.legacy import legacy_call_result, legacy_task, related
@@ -258,7 +259,9 @@ class LegacyTasks:
 
     async def _visible(self, task_id: str) -> TaskRecord:
         record = await self.store.get(task_id) if could_be_task_id(task_id) else None
-        if record is None or not may_access(record, current_principal()):
+        if record is None:
+            raise await missing(self.store, task_id)
+        if not may_access(record, current_principal()):
             raise task_not_found(task_id)
         return record
 

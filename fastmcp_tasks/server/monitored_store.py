@@ -41,6 +41,7 @@ BOUNDED = frozenset(
         "create",
         "get",
         "get_many",
+        "tombstone",
         "set_status_message",
         "transition",
         "request_input",
@@ -53,7 +54,6 @@ BOUNDED = frozenset(
         "requeue",
         "claim_queued",
         "retry_later",
-        "tombstone",
     }
 )
 

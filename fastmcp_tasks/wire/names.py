@@ -21,5 +21,8 @@ METHOD_CANCEL = "tasks/cancel"
 METHOD_LISTEN = "subscriptions/listen"
 NOTIFICATION_TASKS: Final = "notifications/tasks"
 
+#: `tools/call` `_meta` key: task ids the call relates to (draft; an advisory hint only).
+RELATED_TASKS_META_KEY: Final = "io.modelcontextprotocol/relatedTaskIds"
+
 ACK: dict[str, Any] = {"resultType": "complete"}
 """The empty acknowledgement of `tasks/update` and `tasks/cancel`."""

@@ -83,6 +83,8 @@ class RunningTask:
     input_kinds: frozenset[str] = field(default_factory=frozenset)
     #: where progress also goes (a 2025-11-25 caller's `progressToken`), in this process
     caller: Caller | None = None
+    #: the related task ids its call named, checked at creation (`server.related`)
+    related: tuple[str, ...] = ()
 
     async def status(self, message: str | None) -> None:
         """Set the task's `statusMessage`; best effort: a store failure never fails the tool.

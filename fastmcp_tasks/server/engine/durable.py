@@ -9,7 +9,11 @@ when a process other than the one that took the call runs it (`TaskRunner.resubm
 - `inputResponses`, `requestState`: MRTR answers and state the call arrived with
   (guard rounds resume from them);
 - `version`: the tool version the call asked for, as core resolved it, so a worker
-  or a recovery runs the same version.
+  or a recovery runs the same version;
+- `relatedTaskIds`: the related task ids the call named that its caller may see
+  (`server.related.allowed_related`), for `related_tasks()` in whichever process runs it.
+
+An older record without a key reads as its default.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ class DurableContext:
     input_responses: mcp_types.InputResponses | None = None
     request_state: str | None = None
     version: str | None = None
+    related: tuple[str, ...] = ()
 
     def dump(self) -> dict[str, Any]:
         """The JSON object stored as `record.context`."""
@@ -46,6 +51,8 @@ class DurableContext:
             stored["requestState"] = self.request_state
         if self.version is not None:
             stored["version"] = self.version
+        if self.related:
+            stored["relatedTaskIds"] = list(self.related)
         return stored
 
     @classmethod
@@ -59,4 +66,5 @@ class DurableContext:
             input_responses=None if responses is None else _RESPONSES.validate_python(responses),
             request_state=stored.get("requestState"),
             version=stored.get("version"),
+            related=tuple(stored.get("relatedTaskIds", ())),
         )

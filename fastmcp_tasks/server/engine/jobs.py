@@ -47,6 +47,8 @@ class Job:
     owner: str | None = None
     #: failed attempts already retried (`task_options(retry=...)`)
     retries: int = 0
+    #: the related task ids its call named, checked at creation (`server.related`)
+    related: tuple[str, ...] = ()
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
 
     @classmethod
@@ -72,6 +74,7 @@ class Job:
             authenticated=record.owner is not None,
             owner=record.owner,
             retries=record.retries,
+            related=context.related,
         )
 
 

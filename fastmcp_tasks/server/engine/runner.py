@@ -324,6 +324,7 @@ class TaskRunner:
             input_timeout=job.input_timeout,
             input_kinds=job.input_kinds,
             caller=job.caller,
+            related=job.related,
         )
         outcome: Outcome | None = None
         failure: dict[str, Any] | None = None
