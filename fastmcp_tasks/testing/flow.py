@@ -15,8 +15,10 @@ from fastmcp_tasks.testing.base import ContractBase, make_record
 LATER = 3600.0
 
 
-def _gated(gate: str = "deploy", limit: int = 1, owner: str | None = None) -> TaskRecord:
-    return make_record(gate=gate, gate_limit=limit, owner=owner)
+def _gated(
+    gate: str = "deploy", limit: int = 1, owner: str | None = None, app: str | None = None
+) -> TaskRecord:
+    return make_record(gate=gate, gate_limit=limit, owner=owner, app=app)
 
 
 async def _ids(store: TaskStore, owner: str, limit: int = 10) -> list[str]:
@@ -47,6 +49,19 @@ class FlowContract(ContractBase):
         for task in (a1, a2, b1, free):
             await store.create(task)
         assert await _ids(store, "w") == [a1.task_id, b1.task_id, free.task_id]
+
+    async def test_a_gated_task_that_ends_frees_its_slot_on_the_feed(
+        self, store: FlowControlStore
+    ) -> None:
+        task = _gated(app="app")
+        await store.create(task)
+        await _ids(store, "w")
+        async with store.changes(frozenset({task.task_id}), frozenset({"queued"})) as feed:
+            await store.transition(task.task_id, "completed", result={})
+            with anyio.fail_after(5):
+                change = await feed.__anext__()
+        assert change.kind == "queued"
+        assert change.details.get("gate") == "deploy" and change.details.get("app") == "app"
 
     async def test_a_gate_serves_owners_in_turn(self, store: FlowControlStore) -> None:
         many = [_gated(owner="alice") for _ in range(5)]

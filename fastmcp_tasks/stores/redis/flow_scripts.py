@@ -152,6 +152,13 @@ if ARGV[8] == '1' then
   end
   redis.call('ZADD', KEYS[4], score, id)
   emit(KEYS[5], ARGV[3], id, 'status', target)
+  local gate = redis.call('HGET', key, 'gate')
+  if gate then  -- its slot is free: processes waiting on the gate claim at once
+    local app = redis.call('HGET', key, 'app')
+    local freed = {gate = gate}
+    if app then freed.app = app end
+    emit(KEYS[5], ARGV[3], id, 'queued', target, cjson.encode(freed))
+  end
   local snapshot = redis.call('HGETALL', key)
   if retention then redis.call('PEXPIRE', key, retention) end
   return snapshot
