@@ -335,3 +335,17 @@ def test_options_are_checked_when_the_tool_is_defined() -> None:
         Retry(attempts=0)
     with pytest.raises(ConfigurationError):
         Retry(on=ValueError)  # type: ignore[arg-type]
+
+
+def test_show_says_what_flow_control_holds_a_task_for() -> None:
+    import time
+
+    from fastmcp_tasks.cli.views import describe
+    from fastmcp_tasks.testing import make_record
+
+    now = time.time()
+    record = make_record(gate="deploy\x1fapi", gate_limit=1, retries=2, not_before=now + 30)
+    fields = dict(describe(record, now))
+    assert fields["Concurrency"] == "deploy / key api (at most 1 at once)"
+    assert fields["Retries"] == "2"
+    assert "30s" in fields["Retry due"] or "29s" in fields["Retry due"]

@@ -25,13 +25,11 @@ tombstone). Exit status: 0 done, 1 no such task or the store failed, 2 a usage e
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import re
 import sys
 import time
-from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -39,9 +37,18 @@ import anyio
 import anyio.to_thread
 
 from fastmcp_tasks.cli.terminal import STYLES
+from fastmcp_tasks.cli.views import (
+    _UNITS,
+    age,
+    describe,
+    duration,
+    record_json,
+    short,
+    stamp,
+    summary_json,
+)
 from fastmcp_tasks.errors import ConfigurationError, StoreError
 from fastmcp_tasks.stores import store_from_url
-from fastmcp_tasks.stores.base import TaskRecord
 from fastmcp_tasks.stores.flow import tombstone_of
 from fastmcp_tasks.stores.listing import MAX_PAGE, ListableTaskStore, check_listing
 from fastmcp_tasks.stores.sqlite.schema import path_from_url
@@ -50,9 +57,7 @@ from fastmcp_tasks.wire.names import ACTIVE_STATUSES, TERMINAL_STATUSES
 COMMANDS = ("ls", "show", "purge")
 URL_ENV = "FASTMCP_TASKS_URL"
 _GROUPS = {"active": ACTIVE_STATUSES, "finished": TERMINAL_STATUSES}
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
 _AGE = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
-_SHORT = 300  # characters of arguments, errors and results shown
 
 
 class OperatorError(Exception):
@@ -283,117 +288,6 @@ def _console() -> Any:
 
     console = Console()
     return console if console.is_terminal else None
-
-
-def stamp(when: float) -> str:
-    """A local time with its offset, to the second."""
-    return datetime.fromtimestamp(when).astimezone().isoformat(sep=" ", timespec="seconds")
-
-
-def duration(seconds: float) -> str:
-    """An age in its largest whole unit: `36h`, `2w`, `90s`."""
-    for unit, size in sorted(_UNITS.items(), key=lambda item: -item[1]):
-        if seconds >= size and seconds % size == 0:
-            return f"{int(seconds // size)}{unit}"
-    return f"{seconds:g}s"
-
-
-def age(when: float, now: float) -> str:
-    """`12s ago`, `5m ago`, `3h ago`, `2d ago` (`in 5m` for a time ahead)."""
-    seconds = abs(now - when)
-    for unit, size in (("d", 86_400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            text = f"{int(seconds // size)}{unit}"
-            break
-    else:
-        text = f"{int(seconds)}s"
-    return f"in {text}" if when > now + 1 else f"{text} ago"
-
-
-def short(text: str, limit: int = _SHORT) -> str:
-    """`text` on one line, cut to `limit` characters (saying how long it was)."""
-    text = " ".join(text.split())
-    return text if len(text) <= limit else f"{text[: limit - 1]}… ({len(text)} chars)"
-
-
-def _json_text(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
-
-
-def result_summary(result: dict[str, Any]) -> str:
-    """What a `CallToolResult` holds, in a line: blocks by type, first text, structure."""
-    content = result.get("content") or []
-    kinds: dict[str, int] = {}
-    for block in content:
-        kind = str(block.get("type", "?")) if isinstance(block, dict) else "?"
-        kinds[kind] = kinds.get(kind, 0) + 1
-    parts = [", ".join(f"{n} {kind}" for kind, n in kinds.items()) or "no content"]
-    text = next((b.get("text") for b in content if isinstance(b, dict) and "text" in b), None)
-    if isinstance(text, str):
-        parts.append(repr(short(text, 120)))
-    structured = result.get("structuredContent")
-    if isinstance(structured, dict):
-        parts.append(f"structuredContent {{{', '.join(list(structured)[:8])}}}")
-    if result.get("isError"):
-        parts.append("isError")
-    return "; ".join(parts)
-
-
-def describe(task: TaskRecord, now: float) -> list[tuple[str, str]]:
-    """The `show` view of a task: (field, text) pairs, none holding more than a line."""
-    fields = [("Task", task.task_id), ("Status", task.status), ("Tool", task.tool)]
-    fields.append(("Message", task.status_message or "-"))
-    fields.append(("Created", f"{stamp(task.created_at)} ({age(task.created_at, now)})"))
-    fields.append(("Updated", f"{stamp(task.updated_at)} ({age(task.updated_at, now)})"))
-    if task.terminal_at is not None:
-        fields.append(("Ended", f"{stamp(task.terminal_at)} ({age(task.terminal_at, now)})"))
-        expires = task.expires_at
-        kept = "kept until purged" if expires is None else f"{stamp(expires)} ({age(expires, now)})"
-        fields.append(("Expires", kept))
-    fields.append(("Owner", task.owner or "- (no authentication)"))
-    fields.append(("Attempts", str(task.attempts)))
-    if task.is_active:
-        lease = "- (queued)"
-        if task.lease_owner is not None:
-            until = task.lease_expires or 0
-            state = "expired" if until <= now else "held"
-            lease = f"{task.lease_owner}, {state} {age(until, now)}"
-        fields.append(("Lease", lease))
-        fields.append(("Cancel", "requested" if task.cancel_requested else "-"))
-    if task.poll_interval_ms is not None:
-        fields.append(("Poll interval", f"{task.poll_interval_ms} ms"))
-    if task.arguments is not None:
-        fields.append(("Arguments", short(_json_text(task.arguments))))
-    for key, request in (task.input_requests or {}).items():
-        method = request.get("method", "?") if isinstance(request, dict) else "?"
-        params = request.get("params", {}) if isinstance(request, dict) else {}
-        message = params.get("message") if isinstance(params, dict) else None
-        text = f"{method} {key}" + (f": {short(str(message), 120)}" if message else "")
-        fields.append(("Input request", text))
-    if task.answers:
-        fields.append(("Answers waiting", ", ".join(sorted(task.answers))))
-    if task.error is not None:
-        fields.append(("Error", short(_json_text(task.error))))
-    if task.result_json is not None:
-        fields.append(("Result", short(result_summary(task.result or {}))))
-    return fields
-
-
-def summary_json(task: TaskRecord) -> dict[str, Any]:
-    """An `ls --json` entry: what identifies a task and where it stands."""
-    keys = ("task_id", "status", "tool", "created_at", "updated_at", "terminal_at")
-    entry = {key: getattr(task, key) for key in keys}
-    entry.update(status_message=task.status_message, owner=task.owner, attempts=task.attempts)
-    return entry
-
-
-def record_json(task: TaskRecord) -> dict[str, Any]:
-    """A `show --json` document: every field of the record, the result decoded."""
-    names = [field.name for field in dataclasses.fields(TaskRecord)]
-    document = {name: getattr(task, name) for name in names if name != "result_json"}
-    document["result"] = task.result
-    document["expires_at"] = task.expires_at
-    return document
 
 
 __all__ = ["COMMANDS", "add_operator_commands", "run_operator_command"]
