@@ -349,3 +349,31 @@ def test_show_says_what_flow_control_holds_a_task_for() -> None:
     assert fields["Concurrency"] == "deploy / key api (at most 1 at once)"
     assert fields["Retries"] == "2"
     assert "30s" in fields["Retry due"] or "29s" in fields["Retry due"]
+
+
+async def test_this_process_shares_its_own_slots_between_principals() -> None:
+    mcp = FastMCP("slots", auth=StaticTokenVerifier(tokens=TOKENS))
+    mcp.add_extension(TasksExtension(concurrency=1))  # the process-wide limit, no gate
+    overlap = Overlap()
+
+    @mcp.tool(task=True)
+    async def work(who: str, n: int) -> str:
+        overlap.enter(f"{who}{n}")
+        try:
+            await overlap.opened.wait()
+        finally:
+            overlap.leave()
+        return who
+
+    with anyio.fail_after(60):
+        async with http_server(mcp) as url, http_wire_for(url) as wire:
+            alice = await create_all(
+                wire, "work", [{"who": "a", "n": n} for n in range(20)], headers=ALICE
+            )
+            (bob,) = await create_all(wire, "work", [{"who": "b", "n": 0}], headers=BOB)
+            overlap.opened.set()
+            assert (await wire.wait(bob, headers=BOB))["status"] == "completed"
+            for task_id in alice:
+                await wire.wait(task_id, headers=ALICE)
+    assert overlap.most == 1
+    assert overlap.started.index("b0") <= 1, overlap.started[:5]

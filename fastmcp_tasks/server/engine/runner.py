@@ -285,34 +285,39 @@ class TaskRunner:
     # --- dispatch ------------------------------------------------------------------
 
     async def _dispatch(self) -> None:
-        """Start queued jobs in order, as many per wake-up as there are free slots.
+        """Start waiting jobs, each as soon as a slot is free, in fair turns (`fairqueue`).
 
-        Waiting costs a loop turn per `receive()`/`acquire()`; on a busy server a
-        turn is long, so jobs that can start now are started without waiting.
+        A slot is taken before a job is chosen, so the choice is made when the job can
+        start, among every job waiting then (a job chosen early would jump the turns of
+        principals that queue meanwhile). Waiting costs a loop turn per `get()`/`acquire()`;
+        on a busy server a turn is long, so what can go on without waiting does.
         """
-        assert self._group is not None
         while True:
-            job: Job | None = await self._queue.get()
-            while job is not None:
-                await self._start(job)
-                job = self._queue.get_nowait()
+            try:
+                self._slots.acquire_nowait()
+            except anyio.WouldBlock:
+                await self._slots.acquire()
+            job = self._queue.get_nowait()
+            if job is None:
+                try:
+                    job = await self._queue.get()
+                except BaseException:
+                    self._slots.release()
+                    raise
+            if not self._start(job):
+                self._slots.release()
 
-    async def _start(self, job: Job) -> None:
+    def _start(self, job: Job) -> bool:
+        """Start `job` in the slot just taken; False when it must not start."""
         assert self._group is not None
         if job.cancel_requested or self._stopping:
-            return  # cancelled while queued (already recorded), or shutting down
-        try:
-            self._slots.acquire_nowait()
-        except anyio.WouldBlock:
-            await self._slots.acquire()
-            if job.cancel_requested or self._stopping:  # shutdown began while it waited:
-                self._slots.release()  # it stays queued, to be handed back
-                return
+            return False  # cancelled while queued (already recorded), or shutting down
         self._waiting -= 1
         observability.queued.add(-1)
         self._running += 1
         job.started = True
         self._group.start_soon(self._run, job, name=f"fastmcp-task {job.task_id}")
+        return True
 
     async def _run(self, job: Job) -> None:
         running = RunningTask(
