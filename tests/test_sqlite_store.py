@@ -33,6 +33,7 @@ from fastmcp_tasks.stores.sqlite.schema import (
     prepare,
     to_row,
 )
+from fastmcp_tasks.stores.sqlite.tx import ready_where
 
 pytestmark = pytest.mark.anyio
 
@@ -247,10 +248,10 @@ async def test_missing_directory_is_a_configuration_error(tmp_path: Path) -> Non
 
 def write_v2_file(path: Path, task: TaskRecord) -> None:
     """A task store file as schema version 2 left it (no `app` column), holding `task`."""
-    assert COLUMNS[-1] == "app" and SCHEMA_VERSION == 3
-    row = to_row(task)
-    v2_row = (*row[:-2], row[-1])  # every column but `app`, then `expires_at`
-    columns = ", ".join((*COLUMNS[:-1], "expires_at"))
+    later = {"app", "gate", "gate_limit", "not_before", "retries", "dedupe_key"}  # versions 3, 4
+    row = dict(zip((*COLUMNS, "expires_at"), to_row(task), strict=True))
+    v2 = {name: value for name, value in row.items() if name not in later}
+    columns, v2_row = ", ".join(v2), tuple(v2.values())
     with closing(sqlite3.connect(path, isolation_level=None)) as conn:
         MIGRATIONS[0](conn)
         MIGRATIONS[1](conn)
@@ -278,15 +279,13 @@ async def test_a_version_2_file_gains_the_app_column(tmp_path: Path) -> None:
         assert [r.task_id for r in taken] == [new.task_id]
         assert [r.task_id for r in await store.claim_queued("w", later, 5)] == [old.task_id]
     with closing(sqlite3.connect(path)) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         meta = dict(conn.execute("SELECT key, value FROM meta"))
-        queued = (
-            "SELECT task_id FROM tasks WHERE app = 'x' AND status IN ('working', "
-            "'input_required') AND lease_owner IS NULL ORDER BY created_at"
-        )
-        plan = str(conn.execute(f"EXPLAIN QUERY PLAN {queued}").fetchall())
-    assert meta["schema_version"] == 3 and meta["task_count"] == 2
-    assert "tasks_queued" in plan and "TEMP B-TREE" not in plan  # an index range, in order
+        where, params = ready_where("x", 0.0)
+        queued = f"SELECT task_id {where} ORDER BY created_at"
+        plan = str(conn.execute(f"EXPLAIN QUERY PLAN {queued}", params).fetchall())
+    assert meta["schema_version"] == SCHEMA_VERSION and meta["task_count"] == 2
+    assert "tasks_ready" in plan and "TEMP B-TREE" not in plan  # an index range, in order
 
 
 # --- retention ---------------------------------------------------------------------
@@ -295,7 +294,8 @@ async def test_a_version_2_file_gains_the_app_column(tmp_path: Path) -> None:
 async def test_purge_keeps_the_file_bounded_under_steady_load(tmp_path: Path) -> None:
     path = tmp_path / "steady.db"
     pages: list[int] = []
-    async with opened(path, max_tasks=100, max_changes=300) as store:
+    # tombstones (one per removed task, kept for a day) are bounded apart: test_sqlite_flow
+    async with opened(path, max_tasks=100, max_changes=300, tombstone_retention=None) as store:
         for _round in range(30):
             for _ in range(40):
                 task = record(retention_ms=0)

@@ -185,9 +185,10 @@ def write_v1_file(path: Path, task: TaskRecord) -> None:
         conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
         conn.execute("PRAGMA user_version = 1")
         conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', 1)")
-        row = to_row(task)  # version 1 has every column but `app` (added by version 3)
-        columns = ", ".join((*COLUMNS[:-1], "expires_at"))
-        values = (*row[:-2], row[-1])
+        later = {"app", "gate", "gate_limit", "not_before", "retries", "dedupe_key"}  # v3, v4
+        row = dict(zip((*COLUMNS, "expires_at"), to_row(task), strict=True))
+        v1 = {name: value for name, value in row.items() if name not in later}
+        columns, values = ", ".join(v1), tuple(v1.values())
         marks = ", ".join("?" * len(values))
         conn.execute(f"INSERT INTO tasks ({columns}) VALUES ({marks})", values)
         conn.execute("UPDATE meta SET value = 1 WHERE key = 'task_count'")

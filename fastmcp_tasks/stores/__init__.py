@@ -26,7 +26,14 @@ def _memory(url: str, options: dict[str, Any]) -> TaskStore:
 
 
 def _sqlite(url: str, options: dict[str, Any]) -> TaskStore:
-    known = ("max_tasks", "poll_interval", "idle_poll_interval", "busy_timeout", "busy_retries")
+    known = (
+        "max_tasks",
+        "poll_interval",
+        "idle_poll_interval",
+        "busy_timeout",
+        "busy_retries",
+        "tombstone_retention",
+    )
     return SQLiteTaskStore(path_from_url(url), **{k: options[k] for k in known if k in options})
 
 

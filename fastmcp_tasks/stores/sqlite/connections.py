@@ -23,6 +23,7 @@ import anyio.to_thread
 
 from fastmcp_tasks.errors import ConfigurationError, StoreError
 from fastmcp_tasks.stores.base import TaskChange
+from fastmcp_tasks.stores.flow import DEFAULT_TOMBSTONE_RETENTION
 from fastmcp_tasks.stores.sqlite import schema
 from fastmcp_tasks.stores.sqlite.feed import ChangeReader, Feed, Rows
 from fastmcp_tasks.stores.sqlite.tx import Tx
@@ -47,6 +48,7 @@ class SQLiteConnections:
         busy_retries: int = 6,
         change_retention: float = 300.0,
         max_changes: int = 100_000,
+        tombstone_retention: float | None = DEFAULT_TOMBSTONE_RETENTION,
     ) -> None:
         text = os.fspath(path)
         if not text or text == ":memory:" or text.startswith("file:"):
@@ -62,10 +64,12 @@ class SQLiteConnections:
             or busy_timeout < 0
             or busy_retries < 0
             or max_changes < 1
+            or (tombstone_retention is not None and not tombstone_retention >= 0)
         ):
             raise ConfigurationError(
                 "SQLite task store needs poll_interval > 0, idle_poll_interval > 0, "
-                "busy_timeout >= 0, busy_retries >= 0 and max_changes >= 1"
+                "busy_timeout >= 0, busy_retries >= 0, max_changes >= 1 and "
+                "tombstone_retention >= 0 (or None)"
             )
         self.path = Path(text).expanduser().absolute()
         self.max_tasks = max_tasks
@@ -75,6 +79,7 @@ class SQLiteConnections:
         self.busy_retries = busy_retries
         self.change_retention = change_retention
         self.max_changes = max_changes
+        self.tombstone_retention = tombstone_retention
         #: What this store has done (plain counters; see `StoreStats`).
         self.stats = StoreStats()
         self._conn: sqlite3.Connection | None = None

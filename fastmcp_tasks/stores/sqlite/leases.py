@@ -3,20 +3,23 @@
 A lease is two columns of the task row (`lease_owner`, `lease_expires`) changed
 in one write transaction with the checks the contract asks for (`rules.lease`),
 so two processes sharing the file never both hold a task. Queued tasks (no
-lease owner) are taken oldest first through the partial index of queued tasks
-per application (schema version 3). `claim_queued` first probes that index on
-the read-only connection and takes the write lock only when there is something
-to take: workers calling it periodically on an empty queue never lock the file.
+lease owner) are taken oldest first through the partial indexes of queued tasks
+(schema version 4), gated ones through their gates (`sqlite.gates`).
+`claim_queued` first probes those indexes on the read-only connection and takes
+the write lock only when there is something to take: workers calling it
+periodically on an empty queue (or one whose gates are all full) never lock the file.
 The scans (`active_tasks`, `active_leases`) are reads on that connection too.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from fastmcp_tasks.stores import rules
 from fastmcp_tasks.stores.base import TaskRecord
+from fastmcp_tasks.stores.sqlite import gates
 from fastmcp_tasks.stores.sqlite.tx import Tx
 from fastmcp_tasks.wire.names import ACTIVE_STATUSES
 
@@ -85,19 +88,10 @@ class SQLiteLeases:
     async def claim_queued(
         self, owner: str, until: float, limit: int, *, app: str | None = None
     ) -> list[TaskRecord]:
-        if limit < 1 or not await self._read(lambda tx: tx.any_unclaimed(app)):
+        now = time.time()
+        if limit < 1 or not await self._read(lambda tx: gates.probe(tx, app, now)):
             return []
-
-        def take(tx: Tx) -> list[TaskRecord]:
-            taken = []
-            for record in tx.unclaimed(limit, app):
-                record.lease_owner, record.lease_expires = owner, until
-                record.attempts += 1
-                tx.save(record)
-                taken.append(record)
-            return taken
-
-        return await self._run(take)
+        return await self._run(lambda tx: gates.claim(tx, owner, until, limit, app))
 
 
 __all__ = ["SQLiteLeases"]

@@ -3,7 +3,8 @@
 Both are index ranges (schema version 2): a listing walks `tasks_created`
 `(created_at, task_id)` backwards from the page key, so a page costs about its
 size plus the rows the filters skip; a purge deletes a range of `tasks_ended`
-(`terminal_at`) in one write transaction. A listing is a read on the store's
+(`terminal_at`) in one write transaction, each purged task leaving a tombstone
+(`stores.flow`). A listing is a read on the store's
 read-only connection, like `get`: it neither waits for nor blocks another
 process's writes.
 """
@@ -52,12 +53,19 @@ def list_rows(
     return [from_row(row) for row in tx.conn.execute(query, (*params, limit))]
 
 
-def purge_rows(tx: Tx, before: float, dry_run: bool) -> int:
-    """Delete (or, with `dry_run`, count) terminal tasks that ended before `before`."""
+def purge_rows(tx: Tx, before: float, dry_run: bool, *, bury: bool = True) -> int:
+    """Delete (or, with `dry_run`, count) terminal tasks that ended before `before`; with
+    `bury`, each leaves a `purged` tombstone dated now, in the same transaction."""
     params = (before, *sorted(TERMINAL_STATUSES))
     if dry_run:
         row = tx.conn.execute(f"SELECT COUNT(*) FROM tasks WHERE {_ENDED}", params).fetchone()
         return int(row[0])
+    if bury:
+        query = f"SELECT task_id, owner FROM tasks WHERE {_ENDED}"
+        now = time.time()
+        tx.bury(
+            [(task_id, owner, now) for task_id, owner in tx.conn.execute(query, params)], "purged"
+        )
     return tx.conn.execute(f"DELETE FROM tasks WHERE {_ENDED}", params).rowcount
 
 
@@ -80,6 +88,7 @@ class SQLiteListing:
     """The `ListableTaskStore` methods of `SQLiteTaskStore`."""
 
     if TYPE_CHECKING:
+        tombstone_retention: float | None
 
         async def _run(self, fn: Callable[[Tx], T], *, write: bool = True) -> T: ...
 
@@ -105,7 +114,8 @@ class SQLiteListing:
     async def purge_finished(self, before: float, *, dry_run: bool = False) -> int:
         if dry_run:
             return await self._read(lambda tx: purge_rows(tx, before, True))
-        return await self._run(lambda tx: purge_rows(tx, before, False))
+        bury = self.tombstone_retention is not None
+        return await self._run(lambda tx: purge_rows(tx, before, False, bury=bury))
 
 
 __all__ = ["SQLiteListing", "list_rows", "load_many", "purge_rows"]

@@ -10,8 +10,11 @@ and `PRAGMA user_version` the schema version, mirrored by the `meta` table
   `ConfigurationError` naming the file; nothing is written to it.
 
 Versions: 1 the tables; 2 the listing, purging and per-principal indexes; 3 the
-`app` column and the index of queued tasks. The statements a transaction runs
-on these tables are `sqlite.tx.Tx`.
+`app` column and the index of queued tasks; 4 flow control (`stores.flow`): the
+`gate`, `gate_limit`, `not_before`, `retries` and `dedupe_key` columns, the
+`gate_turns` and `tombstones` tables, and the indexes `claim_queued`, dedupe and
+tombstone pruning range over (the queued index becomes the *ungated* queued index).
+The statements a transaction runs on these tables are `sqlite.tx.Tx` and `sqlite.flow`.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from fastmcp_tasks.stores.base import TaskRecord, encode_json, storable_text
 #: `PRAGMA application_id` of a task store file: "FMTT" in ASCII.
 APPLICATION_ID = 0x464D5454
 APPLICATION_NAME = "fastmcp-tasks"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _HEADER_MAGIC = b"SQLite format 3\x00"
 
@@ -56,6 +59,11 @@ COLUMNS = (
     "lease_owner",
     "lease_expires",
     "app",
+    "gate",
+    "gate_limit",
+    "not_before",
+    "retries",
+    "dedupe_key",
 )
 SELECT_TASK = f"SELECT {', '.join(COLUMNS)} FROM tasks"
 INSERT_TASK = (
@@ -124,18 +132,74 @@ def _v1_to_v2(conn: sqlite3.Connection) -> None:
     )
 
 
-#: The active tasks nobody has leased, by application then age: `claim_queued` is a range
-#: of it (`INDEXED BY` when any application's tasks are taken) and costs what it takes.
-QUEUED_INDEX = "tasks_queued"
 ACTIVE = "status IN ('working', 'input_required')"
 UNLEASED = f"{ACTIVE} AND lease_owner IS NULL"
 
 
 def _v2_to_v3(conn: sqlite3.Connection) -> None:
     """The application a task belongs to (`TaskRecord.app`, NULL for older tasks) and the
-    index of queued tasks per application."""
+    index of queued tasks per application (replaced by version 4's `READY_INDEX`)."""
     conn.execute("ALTER TABLE tasks ADD COLUMN app TEXT")
-    conn.execute(f"CREATE INDEX {QUEUED_INDEX} ON tasks (app, created_at) WHERE {UNLEASED}")
+    conn.execute(f"CREATE INDEX tasks_queued ON tasks (app, created_at) WHERE {UNLEASED}")
+
+
+#: The ungated active tasks nobody has leased, by application then age (`not_before` is
+#: in the entries so a waiting retry is skipped without reading its row): the ungated part
+#: of `claim_queued` is a range of it (`INDEXED BY` when any application's are taken).
+READY_INDEX = "tasks_ready"
+READY = f"{UNLEASED} AND gate IS NULL"
+#: Queued gated tasks, per gate then owner then age: the owners waiting in a gate and
+#: each one's oldest tasks (the fair turns of `plan_claims`).
+GATE_OWNERS_INDEX = "tasks_gate_owners"
+#: Queued gated tasks, per gate then age: which gates have queued tasks, and each
+#: gate's oldest (whose `gate_limit` counts).
+GATE_HEADS_INDEX = "tasks_gate_heads"
+GATED = f"{UNLEASED} AND gate IS NOT NULL"
+#: Leased active gated tasks, per gate: the slots a gate has in use.
+GATE_HOLDERS_INDEX = "tasks_gate_holders"
+HOLDING = f"{ACTIVE} AND lease_owner IS NOT NULL AND gate IS NOT NULL"
+#: Tasks with a dedupe key, by key then age: the task holding a key is the newest.
+DEDUPE_INDEX = "tasks_dedupe"
+#: A queued task whose retry wait is over (one parameter: now).
+DUE = "(not_before IS NULL OR not_before <= ?)"
+
+_V4 = f"""
+ALTER TABLE tasks ADD COLUMN gate TEXT;
+ALTER TABLE tasks ADD COLUMN gate_limit INTEGER;
+ALTER TABLE tasks ADD COLUMN not_before REAL;
+ALTER TABLE tasks ADD COLUMN retries INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE tasks ADD COLUMN dedupe_key TEXT;
+DROP INDEX tasks_queued;
+CREATE INDEX {READY_INDEX} ON tasks (app, created_at, not_before) WHERE {READY};
+CREATE INDEX {GATE_OWNERS_INDEX} ON tasks (gate, owner, created_at, app, not_before)
+    WHERE {GATED};
+CREATE INDEX {GATE_HEADS_INDEX} ON tasks (gate, created_at, app, not_before) WHERE {GATED};
+CREATE INDEX {GATE_HOLDERS_INDEX} ON tasks (gate) WHERE {HOLDING};
+CREATE INDEX {DEDUPE_INDEX} ON tasks (dedupe_key, created_at) WHERE dedupe_key IS NOT NULL;
+CREATE TABLE gate_turns (
+    gate TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    turn INTEGER NOT NULL,
+    PRIMARY KEY (gate, owner)
+) WITHOUT ROWID;
+CREATE TABLE tombstones (
+    key TEXT PRIMARY KEY,
+    owner TEXT,
+    at REAL NOT NULL,
+    reason TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX tombstones_at ON tombstones (at);
+INSERT OR IGNORE INTO meta (key, value) VALUES ('next_turn', 0)
+"""
+
+
+def _v3_to_v4(conn: sqlite3.Connection) -> None:
+    """Flow control (`stores.flow`): the record's gate, retry and dedupe columns (NULL, and
+    no retries, for older tasks), the gate indexes, the turns (`gate_turns`, the owner
+    key `stores.flow.ANONYMOUS` for tasks without one; the counter is `meta.next_turn`)
+    and the tombstones of removed tasks (keyed by `stores.flow.tombstone_key`)."""
+    for statement in _V4.split(";\n"):
+        conn.execute(statement)
 
 
 #: from-version -> the step that brings a file to from-version + 1.
@@ -143,6 +207,7 @@ MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     0: _v0_to_v1,
     1: _v1_to_v2,
     2: _v2_to_v3,
+    3: _v3_to_v4,
 }
 
 
@@ -257,6 +322,11 @@ def to_row(record: TaskRecord) -> tuple[Any, ...]:
         r.lease_owner,
         r.lease_expires,
         r.app,
+        r.gate,
+        r.gate_limit,
+        r.not_before,
+        r.retries,
+        r.dedupe_key,
         r.expires_at,
     )
 
@@ -285,6 +355,11 @@ def from_row(row: tuple[Any, ...]) -> TaskRecord:
         lease_owner=row[18],
         lease_expires=row[19],
         app=row[20],
+        gate=row[21],
+        gate_limit=row[22],
+        not_before=row[23],
+        retries=row[24],
+        dedupe_key=row[25],
     )
 
 

@@ -33,13 +33,15 @@ is one `PRAGMA data_version`, every `poll_interval` seconds, backing off to
 through this store instance. `purge_expired` trims rows older than
 `change_retention` seconds, keeping at most `max_changes`; a subscriber that falls
 further behind than that misses the trimmed rows. A task that becomes claimable
-(created unleased, or requeued) emits a `queued` change naming its `app`.
+(created unleased, requeued, or given back by `retry_later`) emits a `queued`
+change naming its `app` (and, from `retry_later`, its `not_before`).
 
 Idle cost. With nothing to do a process costs the file one feed poll a second
 per subscription and one index probe per `claim_queued`; it takes the write lock
 only to write. `stats` counts what the store does (`StoreStats`).
 
-Leases (`sqlite.leases`) and listing (`sqlite.listing`) are mixed in.
+Leases (`sqlite.leases`), listing (`sqlite.listing`) and flow control
+(`sqlite.flow`, `sqlite.gates`: gates, retry waits, dedupe, tombstones) are mixed in.
 """
 
 from __future__ import annotations
@@ -59,8 +61,10 @@ from fastmcp_tasks.stores.base import (
     encode_result,
     storable_text,
 )
-from fastmcp_tasks.stores.sqlite import schema
+from fastmcp_tasks.stores.flow import dedupe_match
+from fastmcp_tasks.stores.sqlite import flow, schema
 from fastmcp_tasks.stores.sqlite.connections import DEFAULT_MAX_TASKS, SQLiteConnections
+from fastmcp_tasks.stores.sqlite.flow import SQLiteFlow
 from fastmcp_tasks.stores.sqlite.leases import SQLiteLeases
 from fastmcp_tasks.stores.sqlite.listing import SQLiteListing
 from fastmcp_tasks.stores.sqlite.schema import path_from_url
@@ -68,7 +72,7 @@ from fastmcp_tasks.stores.sqlite.tx import Tx
 from fastmcp_tasks.wire.names import ACTIVE_STATUSES, TERMINAL_STATUSES, TaskStatus
 
 
-class SQLiteTaskStore(SQLiteListing, SQLiteLeases, SQLiteConnections):
+class SQLiteTaskStore(SQLiteFlow, SQLiteListing, SQLiteLeases, SQLiteConnections):
     """A `TaskStore` in a SQLite file, shareable by processes on one host.
 
     Args:
@@ -82,6 +86,8 @@ class SQLiteTaskStore(SQLiteListing, SQLiteLeases, SQLiteConnections):
         busy_retries: further attempts (exponential backoff) before `StoreError`.
         change_retention: seconds a change-feed row is kept by `purge_expired`.
         max_changes: most change-feed rows kept by `purge_expired`.
+        tombstone_retention: seconds a removed task's tombstone is kept, so its owner
+            hears "expired" rather than "not found" (`stores.flow`); `None` keeps none.
     """
 
     scheme = "sqlite"
@@ -89,13 +95,26 @@ class SQLiteTaskStore(SQLiteListing, SQLiteLeases, SQLiteConnections):
 
     # --- reads and creation -------------------------------------------------------
 
-    async def create(self, record: TaskRecord, *, caps: ActiveCaps | None = None) -> None:
-        def create(tx: Tx) -> TaskLimitExceeded | None:
+    async def create(
+        self,
+        record: TaskRecord,
+        *,
+        caps: ActiveCaps | None = None,
+        dedupe_window: float | None = None,
+    ) -> TaskRecord | None:
+        key, bury = record.dedupe_key, self.tombstone_retention is not None
+
+        def create(tx: Tx) -> TaskRecord | TaskLimitExceeded | None:
+            if key is not None and dedupe_window is not None:  # in the insert's transaction
+                now = time.time()
+                found = flow.duplicate_of(tx, key, now)
+                if found is not None and dedupe_match(found, now, dedupe_window):
+                    return found
             if caps is not None and record.is_active:
                 if (refused := tx.refusal(caps, record.owner)) is not None:
                     return refused
             if self.max_tasks is not None and tx.count() >= self.max_tasks:
-                tx.purge(time.time())
+                tx.purge(time.time(), bury=bury)
                 if tx.count() >= self.max_tasks:
                     return TaskLimitExceeded("max_tasks", self.max_tasks)
             try:
@@ -106,8 +125,10 @@ class SQLiteTaskStore(SQLiteListing, SQLiteLeases, SQLiteConnections):
                 tx.emit(record.task_id, "queued", record.status, {"app": record.app})
             return None
 
-        if (refused := await self._run(create)) is not None:
-            raise refused
+        outcome = await self._run(create)
+        if isinstance(outcome, TaskLimitExceeded):
+            raise outcome
+        return outcome
 
     async def get(self, task_id: str) -> TaskRecord | None:
         return await self._read(lambda tx: tx.load(task_id))
@@ -244,8 +265,11 @@ class SQLiteTaskStore(SQLiteListing, SQLiteLeases, SQLiteConnections):
     # --- retention ----------------------------------------------------------------
 
     async def purge_expired(self, now: float) -> int:
+        retention = self.tombstone_retention
+
         def purge(tx: Tx) -> int:
-            removed = tx.purge(now)
+            removed = tx.purge(now, bury=retention is not None)
+            flow.prune(tx, now, retention)
             tx.trim_changes(time.time() - self.change_retention, self.max_changes)
             return removed
 

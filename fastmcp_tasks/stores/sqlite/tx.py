@@ -17,12 +17,14 @@ from typing import Any
 
 from fastmcp_tasks.errors import TaskLimitExceeded
 from fastmcp_tasks.stores.base import ActiveCaps, TaskRecord, encode_json, storable_text
+from fastmcp_tasks.stores.flow import TombstoneReason, tombstone_key
 from fastmcp_tasks.stores.sqlite.schema import (
     ACTIVE,
     COLUMNS,
-    QUEUED_INDEX,
+    DUE,
+    READY,
+    READY_INDEX,
     SELECT_TASK,
-    UNLEASED,
     dumps,
     from_row,
 )
@@ -34,11 +36,33 @@ LEASE_COLUMNS = (
 )
 
 
-def _queued(app: str | None) -> tuple[str, tuple[Any, ...]]:
-    """`FROM ... WHERE ...` of the queued tasks of `app` (any application's: `None`)."""
+def ready_where(app: str | None, now: float) -> tuple[str, tuple[Any, ...]]:
+    """`FROM ... WHERE ...` of the claimable ungated tasks of `app` (any application's:
+    `None`): a range of the ungated queued-task index, never the leased or gated ones."""
     if app is None:  # the whole partial index: only queued tasks, never the leased ones
-        return f"FROM tasks INDEXED BY {QUEUED_INDEX} WHERE {UNLEASED}", ()
-    return f"FROM tasks WHERE app = ? AND {UNLEASED}", (app,)
+        return f"FROM tasks INDEXED BY {READY_INDEX} WHERE {READY} AND {DUE}", (now,)
+    return f"FROM tasks INDEXED BY {READY_INDEX} WHERE app = ? AND {READY} AND {DUE}", (app, now)
+
+
+#: The oldest claimable ungated tasks of one application (`IS`: NULL for tasks without
+#: one). Parameters: app, now, how many.
+_OLDEST_READY = (
+    f"SELECT {', '.join(COLUMNS)} FROM tasks INDEXED BY {READY_INDEX} "
+    f"WHERE app IS ? AND {READY} AND {DUE} ORDER BY created_at LIMIT ?"
+)
+
+#: The named applications with queued ungated tasks: a skip-scan, one seek per application.
+_READY_APPS = f"""
+WITH RECURSIVE seen(a) AS (
+    SELECT (SELECT app FROM tasks INDEXED BY {READY_INDEX} WHERE {READY}
+        AND app IS NOT NULL ORDER BY app LIMIT 1)
+    UNION ALL
+    SELECT (SELECT app FROM tasks INDEXED BY {READY_INDEX} WHERE {READY}
+        AND app > seen.a ORDER BY app LIMIT 1)
+    FROM seen WHERE seen.a IS NOT NULL
+)
+SELECT a FROM seen WHERE a IS NOT NULL
+"""
 
 
 class Tx:
@@ -63,8 +87,8 @@ class Tx:
         """Write back the fields an active task's methods change (not the terminal ones)."""
         self.conn.execute(
             "UPDATE tasks SET status = ?, status_message = ?, updated_at = ?, input_requests = ?, "
-            "answers = ?, cancel_requested = ?, attempts = ?, lease_owner = ?, lease_expires = ? "
-            "WHERE task_id = ?",
+            "answers = ?, cancel_requested = ?, attempts = ?, lease_owner = ?, lease_expires = ?, "
+            "not_before = ?, retries = ? WHERE task_id = ?",
             (
                 record.status,
                 storable_text(record.status_message),
@@ -75,6 +99,8 @@ class Tx:
                 record.attempts,
                 record.lease_owner,
                 record.lease_expires,
+                record.not_before,
+                record.retries,
                 record.task_id,
             ),
         )
@@ -106,16 +132,20 @@ class Tx:
             for row in self.conn.execute(query, params).fetchall()
         ]
 
-    def unclaimed(self, limit: int, app: str | None = None) -> list[TaskRecord]:
-        """Active tasks of `app` nobody has leased, oldest first (the queued-task index)."""
-        where, params = _queued(app)
-        query = f"SELECT {', '.join(COLUMNS)} {where} ORDER BY created_at LIMIT ?"
-        return [from_row(row) for row in self.conn.execute(query, (*params, limit))]
-
-    def any_unclaimed(self, app: str | None = None) -> bool:
-        """Whether `unclaimed` would find anything (one probe of the queued-task index)."""
-        where, params = _queued(app)
-        return bool(self.conn.execute(f"SELECT 1 {where} LIMIT 1", params).fetchall())
+    def unclaimed(self, limit: int, app: str | None, now: float) -> list[TaskRecord]:
+        """Ungated active tasks of `app` nobody has leased and whose retry wait (if any) is
+        over by `now`, oldest first: one range of the ungated queued-task index; for any
+        application's (`None`), each application's range, merged."""
+        if app is not None:
+            return [from_row(row) for row in self.conn.execute(_OLDEST_READY, (app, now, limit))]
+        apps = [None, *(row[0] for row in self.conn.execute(_READY_APPS).fetchall())]
+        found = [
+            from_row(row)
+            for each in apps
+            for row in self.conn.execute(_OLDEST_READY, (each, now, limit))
+        ]
+        found.sort(key=lambda record: record.created_at)
+        return found[:limit]
 
     def emit(self, task_id: str, kind: str, status: str | None, details: Any = None) -> None:
         """Append a change-feed row (in this transaction)."""
@@ -141,9 +171,23 @@ class Tx:
         row = self.conn.execute("SELECT value FROM meta WHERE key = 'task_count'").fetchone()
         return int(row[0])
 
-    def purge(self, now: float) -> int:
-        """Delete tasks expired by `now` (a range on the expiry index)."""
+    def purge(self, now: float, *, bury: bool) -> int:
+        """Delete tasks expired by `now` (a range on the expiry index); with `bury`, each
+        leaves an `expired` tombstone dated when it expired."""
+        if bury:
+            query = "SELECT task_id, owner, expires_at FROM tasks WHERE expires_at <= ?"
+            gone = self.conn.execute(query, (now,)).fetchall()
+            if not gone:
+                return 0
+            self.bury(gone, "expired")
         return self.conn.execute("DELETE FROM tasks WHERE expires_at <= ?", (now,)).rowcount
+
+    def bury(self, gone: list[tuple[str, str | None, float]], reason: TombstoneReason) -> None:
+        """Tombstones for removed tasks, from `(task_id, owner, at)` rows (`stores.flow`)."""
+        self.conn.executemany(
+            "INSERT OR REPLACE INTO tombstones (key, owner, at, reason) VALUES (?, ?, ?, ?)",
+            [(tombstone_key(task_id), owner, at, reason) for task_id, owner, at in gone],
+        )
 
     def trim_changes(self, before: float, keep: int) -> None:
         """Drop feed rows created before `before`, and all but the last `keep`."""
@@ -164,4 +208,4 @@ class Tx:
         self.conn.execute("PRAGMA synchronous = NORMAL")
 
 
-__all__ = ["LEASE_COLUMNS", "Tx"]
+__all__ = ["LEASE_COLUMNS", "Tx", "ready_where"]
