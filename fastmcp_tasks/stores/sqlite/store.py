@@ -196,7 +196,11 @@ class SQLiteTaskStore(SQLiteFlow, SQLiteListing, SQLiteLeases, SQLiteConnections
             if cursor.rowcount != 1:
                 return None
             tx.emit(task_id, "status", status)
-            return tx.load(task_id, live=False)  # retention 0: expired, yet the winner's
+            record = tx.load(task_id, live=False)  # retention 0: expired, yet the winner's
+            if record is not None and record.gate is not None and record.is_terminal:
+                # its slot is free: processes waiting on the gate claim at once
+                tx.emit(task_id, "queued", status, {"app": record.app, "gate": record.gate})
+            return record
 
         return await self._run(change)
 
