@@ -1,6 +1,6 @@
 """A server with flow-controlled tools, run as a real subprocess by `test_flow_processes`.
 
-    python tests/flow_server.py --db PATH|URL --port N --dir LOGS
+    python tests/flow_server.py --db PATH|URL --port N --dir LOGS [--concurrency N]
 
 Every run appends `start|end <label> <time> <pid>` to `LOGS/runs.log` (one `write`
 of a short line on an `O_APPEND` file: lines of several processes never interleave),
@@ -38,10 +38,11 @@ class Flaky(Exception):
     pass
 
 
-def build(db: str, logs: Path) -> FastMCP:
+def build(db: str, logs: Path, concurrency: int = 100) -> FastMCP:
     url = db if "://" in db else f"sqlite:///{db}"
     mcp = FastMCP("flow", auth=StaticTokenVerifier(tokens=TOKENS))
-    mcp.add_extension(TasksExtension(url=url, lease=timedelta(seconds=2)))
+    extension = TasksExtension(url=url, lease=timedelta(seconds=2), concurrency=concurrency)
+    mcp.add_extension(extension)
     runs = logs / "runs.log"
 
     def log(event: str, label: str) -> None:
@@ -53,7 +54,7 @@ def build(db: str, logs: Path) -> FastMCP:
             os.close(fd)
 
     @mcp.tool(task=FAST)
-    @task_options(concurrency=2)
+    @task_options(concurrency=3)
     async def render(n: int) -> int:
         log("start", f"r{n}")
         await anyio.sleep(0.15)
@@ -94,8 +95,9 @@ def main() -> None:
     parser.add_argument("--db", required=True)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--dir", required=True)
+    parser.add_argument("--concurrency", type=int, default=100)
     args = parser.parse_args()
-    mcp = build(args.db, Path(args.dir))
+    mcp = build(args.db, Path(args.dir), args.concurrency)
     mcp.run(transport="http", host="127.0.0.1", port=args.port, path="/mcp", show_banner=False)
 
 

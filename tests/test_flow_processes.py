@@ -31,20 +31,23 @@ BOB = {"Authorization": "Bearer bob-token"}
 
 
 class FlowServer(Server):
-    def __init__(self, db: str, logs: Path) -> None:
+    def __init__(self, db: str, logs: Path, concurrency: int = 100) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
+        command = [sys.executable, str(SCRIPT), "--db", db, "--port", str(self.port)]
         self.process = subprocess.Popen(
-            [sys.executable, str(SCRIPT), "--db", db, "--port", str(self.port), "--dir", str(logs)],
+            [*command, "--dir", str(logs), "--concurrency", str(concurrency)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
 
 
 @contextmanager
-def flow_servers(db: str, logs: Path, count: int) -> Iterator[list[FlowServer]]:
+def flow_servers(
+    db: str, logs: Path, count: int, concurrency: int = 100
+) -> Iterator[list[FlowServer]]:
     logs.mkdir(exist_ok=True)
-    started = [FlowServer(db, logs) for _ in range(count)]
+    started = [FlowServer(db, logs, concurrency) for _ in range(count)]
     try:
         yield started
     finally:
@@ -76,18 +79,20 @@ async def wait_all(wires: list[Wire], ids: list[str], headers: dict[str, str]) -
     return statuses
 
 
-async def test_a_limit_of_two_holds_across_two_processes(tmp_path: Path, store_at: str) -> None:
+async def test_a_limit_of_three_holds_across_two_processes(tmp_path: Path, store_at: str) -> None:
+    # each process runs at most 2 tasks at once, so reaching the tool's limit of 3 takes
+    # both; without one gate in the store they would run 4 at once
     logs = tmp_path / "logs"
-    with flow_servers(store_at, logs, 2) as (a, b), anyio.fail_after(90):
+    with flow_servers(store_at, logs, 2, concurrency=2) as (a, b), anyio.fail_after(90):
         async with wire_to(a) as wa, wire_to(b) as wb:
             wires = [wa, wb]
             ids = [
                 (await wires[n % 2].call_tool("render", {"n": n}, headers=ALICE))["taskId"]
-                for n in range(8)
+                for n in range(12)
             ]
-            assert await wait_all(wires, ids, ALICE) == ["completed"] * 8
+            assert await wait_all(wires, ids, ALICE) == ["completed"] * 12
     events = runs(logs)
-    assert most_at_once(events, "r") == 2
+    assert most_at_once(events, "r") == 3
     assert len({pid for *_, pid in events}) == 2, "both processes ran some of them"
 
 
