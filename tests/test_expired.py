@@ -1,8 +1,8 @@
 """Expired and purged tasks: their owner hears so (when, why); anyone else hears "not found".
 
-A store that keeps tombstones (`stores.flow`: the memory store now, SQLite and Redis
-when they keep them) lets `tasks/get`, `tasks/update` and `tasks/cancel`, and the
-2025-11-25 `tasks/get`, `tasks/result` and `tasks/cancel`, answer the principal that
+A store that keeps tombstones (`stores.flow`: memory, SQLite and Redis) lets
+`tasks/get`, `tasks/update` and `tasks/cancel`, and the 2025-11-25 `tasks/get`,
+`tasks/result` and `tasks/cancel`, answer the principal that
 owned a removed task with `-32602` "Task expired" / "Task purged" and its data, while
 another principal gets the very answer an unknown id gets. The operator's
 `fastmcp-tasks show` says it too, and `fastmcp-tasks get` prints the server's message.
@@ -35,6 +35,7 @@ from fastmcp_tasks.stores.base import TaskStore
 from fastmcp_tasks.stores.flow import keeps_flow_control
 from fastmcp_tasks.testing.base import make_record
 from tests.test_auth import TOKENS, as_user
+from tests.test_store_contract import REDIS_URL, redis_store
 from tests.wire import MODERN, Wire, WireError, http_server, memory_wire_for, parse_http_response
 
 pytestmark = pytest.mark.anyio
@@ -295,13 +296,42 @@ async def test_the_get_command_prints_the_server_s_expired_message() -> None:
     assert "(error -32602)" in err and '"reason": "expired"' in err
 
 
-# --- a real SQLite file (once the SQLite store keeps tombstones) -----------------------------
+# --- real SQLite and Redis stores, built from their URLs ------------------------------------
+
+
+@pytest.mark.parametrize("kept", [timedelta(hours=24), None])
+async def test_stores_from_a_url_keep_tombstones_as_configured(
+    tmp_path: Path, kept: timedelta | None
+) -> None:
+    urls = [f"sqlite:///{tmp_path / 'tasks.db'}"]
+    redis = redis_store()  # skips without Redis (fails when CI=true)
+    urls.append(f"{REDIS_URL}?prefix={redis.keys.prefix}")  # type: ignore[attr-defined]
+    try:
+        for url in urls:
+            mcp = FastMCP("expiring")
+            extension = TasksExtension(url, retention=timedelta(0), tombstone_retention=kept)
+            mcp.add_extension(extension)
+
+            @mcp.tool(task=True)
+            async def quick() -> str:
+                return "quick"
+
+            assert keeps_flow_control(extension.store)
+            async with Client(mcp) as client:
+                task = await call_tool_task(client, "quick")
+                assert task.task_id is not None
+                error = await gone(memory_wire_for(client), task.task_id)
+            if kept is None:
+                assert error.message == error_object(task_not_found(task.task_id))["message"]
+            else:
+                assert EXPIRED.fullmatch(error.message), (url, error.message)
+    finally:
+        await redis.open()
+        await redis.close()
 
 
 async def test_on_a_sqlite_file(tmp_path: Path) -> None:
     db = tmp_path / "tasks.db"
-    if not keeps_flow_control(SQLiteTaskStore(db)):
-        pytest.skip("the SQLite store keeps no tombstones yet (flow_control is False)")
     mcp = server(SQLiteTaskStore(db))
     async with Client(mcp) as client:
         wire = memory_wire_for(client)

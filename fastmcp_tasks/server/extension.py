@@ -114,6 +114,9 @@ class TasksExtension(ServerExtension):
         legacy_tasks: serve the 2025-11-25 tasks (`server.legacy`) to connections
             of that generation, from the same store; `False` runs their calls
             synchronously, as FastMCP 4 alone does.
+        tombstone_retention: how long a store built from `url` remembers a removed
+            task, so its owner hears "expired" rather than "not found"; `None`
+            remembers none.
     """
 
     identifier = TASKS_EXTENSION_ID
@@ -135,6 +138,7 @@ class TasksExtension(ServerExtension):
         startup: str = "degraded",
         app: str | None = None,
         legacy_tasks: bool = True,
+        tombstone_retention: timedelta | None = timedelta(hours=24),
     ) -> None:
         if store is not None and url is not None:
             raise ConfigurationError("pass either url= or store=, not both")
@@ -163,6 +167,7 @@ class TasksExtension(ServerExtension):
             "startup": startup,
             "app": app,
             "legacy_tasks": legacy_tasks,
+            "tombstone_retention": tombstone_retention,
         }
         self.limits = limits or Limits()
         self._caps = self.limits.active_caps
@@ -172,7 +177,8 @@ class TasksExtension(ServerExtension):
         self.input_timeout = input_timeout
         self.url = url if url is not None else os.environ.get(URL_ENV) or DEFAULT_URL
         if store is None:
-            store = store_from_url(self.url, max_tasks=max_tasks)
+            kept = None if tombstone_retention is None else tombstone_retention.total_seconds()
+            store = store_from_url(self.url, max_tasks=max_tasks, tombstone_retention=kept)
         else:
             self.url = f"{getattr(store, 'scheme', 'custom')}://"
         if concurrency == 0 and not store.durable:

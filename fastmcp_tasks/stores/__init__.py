@@ -22,7 +22,8 @@ def _memory(url: str, options: dict[str, Any]) -> TaskStore:
     parts = urlsplit(url)
     if parts.netloc or parts.path not in ("", "/"):
         raise ConfigurationError(f"memory:// takes no host or path, got {url!r}")
-    return MemoryTaskStore(max_tasks=options.get("max_tasks", 100_000))
+    kept = {k: options[k] for k in ("tombstone_retention",) if k in options}
+    return MemoryTaskStore(max_tasks=options.get("max_tasks", 100_000), **kept)
 
 
 def _sqlite(url: str, options: dict[str, Any]) -> TaskStore:
