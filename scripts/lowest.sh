@@ -43,12 +43,15 @@ if (( $# == 0 )); then
   # result parity, the task modes, input_required, the lifecycle, durability across
   # restarts, the store contract and the engine's store faults, on memory and SQLite;
   # the seams of issue 14: mounts, the caller's identity, the client API, the proxy;
-  # the 2025-11-25 surface (its result sieve, capabilities and raw params seams)
+  # the 2025-11-25 surface (its result sieve, capabilities and raw params seams);
+  # flow control, expired ids and related tasks (issue 16)
   set -- tests/test_parity.py tests/test_modes.py tests/test_input.py \
     tests/test_lifecycle.py tests/test_durability.py tests/test_store_contract.py \
     tests/test_engine_faults.py tests/test_composition.py tests/test_composition_auth.py \
     tests/test_dropin_client.py tests/test_proxy.py tests/test_compat.py \
     tests/test_legacy.py tests/test_legacy_progress.py \
+    tests/test_flow_control.py tests/test_flow_processes.py tests/test_store_flow.py \
+    tests/test_expired.py tests/test_related.py \
     -k "not redis" -q -p no:cacheprovider
 fi
 PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" exec "$VENV/bin/python" -m pytest "$@"
