@@ -27,11 +27,11 @@ META = {"fastmcp-slim": "fastmcp"}
 # (directory, the dependency groups its imports may come from); a subdirectory listed
 # is checked on its own, not with its parent
 SCOPES: list[tuple[str, tuple[str, ...]]] = [
-    ("fastmcp_tasks", ("dependencies", "redis")),
-    ("fastmcp_tasks/testing", ("dependencies", "redis", "testing")),
-    ("tests", ("dependencies", "redis", "dev")),
-    ("examples", ("dependencies", "redis", "dev")),
-    ("bench", ("dependencies", "redis", "dev")),
+    ("fastmcp_tasks", ("dependencies", "redis", "postgres")),
+    ("fastmcp_tasks/testing", ("dependencies", "redis", "postgres", "testing")),
+    ("tests", ("dependencies", "redis", "postgres", "dev")),
+    ("examples", ("dependencies", "redis", "postgres", "dev")),
+    ("bench", ("dependencies", "redis", "postgres", "dev")),
 ]
 
 
