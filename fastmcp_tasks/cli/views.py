@@ -10,6 +10,7 @@ import json
 from datetime import datetime
 from typing import Any
 
+from fastmcp_tasks.server.flow import shown_gate
 from fastmcp_tasks.stores.base import TaskRecord
 
 _SHORT = 300  # characters of arguments, errors and results shown
@@ -84,7 +85,7 @@ def describe(task: TaskRecord, now: float) -> list[tuple[str, str]]:
     fields.append(("Owner", task.owner or "- (no authentication)"))
     fields.append(("Attempts", str(task.attempts)))
     if task.gate is not None:
-        gate = task.gate.replace("\x1f", " / key ")
+        gate = shown_gate(task.gate)
         fields.append(("Concurrency", f"{gate} (at most {task.gate_limit} at once)"))
     if task.retries:
         fields.append(("Retries", str(task.retries)))

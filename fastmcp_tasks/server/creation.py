@@ -150,12 +150,21 @@ async def create_task(
     gate = None
     if options.concurrency is not None:
         try:
-            gate = gate_for(name, options.concurrency, options.concurrency_key, arguments)
+            gate = gate_for(
+                runner.app, name, options.concurrency, options.concurrency_key, arguments
+            )
         except Exception as error:
             logger.exception("concurrency_key of tool %r raised", name)
             raise concurrency_key_failed(name, error) from None
-    window = None if options.dedupe is None else options.dedupe.total_seconds()
-    key = None if window is None else dedupe_key(runner.app, current_principal(), name, arguments)
+    # dedupe tells callers apart by principal: without authentication there is none, and
+    # handing one anonymous caller's task (its id is the credential) to another would give
+    # its result away, so an unauthenticated call always starts new work
+    owner = current_principal() if options.dedupe is not None else None
+    window: float | None = None
+    key: str | None = None
+    if owner is not None and options.dedupe is not None:
+        window = options.dedupe.total_seconds()
+        key = dedupe_key(runner.app, owner, name, version, arguments)
     related = await related_of_call(store, context)  # before the record: kept in it
     queued = gate is None and runner.saturated()
     record, input_kinds = new_record(
@@ -172,23 +181,6 @@ async def create_task(
         dedupe=key,
         related=related,
     )
-    try:
-        if window is None:  # (a third-party store may not know `dedupe_window`)
-            found = await store.create(record, caps=admission.caps)
-        else:
-            found = await store.create(record, caps=admission.caps, dedupe_window=window)
-    except TaskLimitExceeded as exc:
-        raise limit_exceeded(exc.limit, exc.value) from None
-    except StoreError:
-        if not await created_after_all(store, record, runner):
-            raise store_unavailable() from None
-        found = None
-    if found is not None:  # an identical call's task answers this one
-        return found
-    observability.created.add(1, {"tool": record.tool})
-    observability.transition(record.task_id, record.tool, "working", 1)
-    if not runner.concurrency:
-        return record
     job = Job(
         record.task_id,
         name,
@@ -204,9 +196,30 @@ async def create_task(
         owner=record.owner,
         related=related,
     )
-    if record.lease_owner is None:  # gated: whichever process has the slot runs it
+    waits_in_store = bool(runner.concurrency) and record.lease_owner is None  # gated
+    if waits_in_store:  # before `create`: this process may claim it the moment it exists
+        runner.accept(job, wake=False)
+    try:
+        if window is None:  # (a third-party store may not know `dedupe_window`)
+            found = await store.create(record, caps=admission.caps)
+        else:
+            found = await store.create(record, caps=admission.caps, dedupe_window=window)
+    except TaskLimitExceeded as exc:
+        runner.forget(record.task_id)
+        raise limit_exceeded(exc.limit, exc.value) from None
+    except StoreError:
+        if not await created_after_all(store, record, runner):
+            runner.forget(record.task_id)
+            raise store_unavailable() from None
+        found = None
+    if found is not None:  # an identical call's task answers this one
+        runner.forget(record.task_id)
+        return found
+    observability.created.add(1, {"tool": record.tool})
+    observability.transition(record.task_id, record.tool, "working", 1)
+    if waits_in_store:  # whichever process has a slot of the gate runs it
         runner.accept(job)
-    else:
+    elif runner.concurrency:
         runner.submit(job)
     return record
 

@@ -244,6 +244,7 @@ class TasksExtension(ServerExtension):
                 health=monitor,
                 app=self.app if self.app is not None else self.server.name,
                 opened=opened,
+                input_timeout=self.input_timeout,
             )
             monitor.running = True
             guard = SigtermGuard(lambda: self.runner, self.shutdown_grace if opened else 0.0)

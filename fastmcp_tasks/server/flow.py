@@ -31,6 +31,8 @@ from fastmcp_tasks.errors import ConfigurationError
 
 #: Separates a tool's name from its concurrency key in a gate name.
 GATE_SEPARATOR = "\x1f"
+#: Separates the application from the tool in a gate name.
+APP_SEPARATOR = "\x1e"
 #: Every waiting message starts so; `leases` clears it when the task starts.
 QUEUED_PREFIX = "Queued: "
 #: Longest concurrency key shown in a status message.
@@ -75,14 +77,17 @@ class Retry:
 
     def delay(self, retry_number: int) -> float:
         """Seconds to wait before retry number `retry_number` (1 for the first)."""
-        base = self.backoff.total_seconds() * (2 ** (retry_number - 1))
-        wait = min(self.max_backoff.total_seconds(), base)
+        doublings = min(max(0, retry_number - 1), 64)  # 2**64 s is past any max_backoff
+        wait = min(self.max_backoff.total_seconds(), self.backoff.total_seconds() * 2**doublings)
         return float(wait * random.uniform(0.5, 1.0)) if self.jitter else float(wait)
 
 
+RETRY_PREFIX = "Retrying (attempt "
+
+
 def retry_message(attempt: int, attempts: int, reason: str) -> str:
-    """The `statusMessage` of a task waiting for, then running, attempt `attempt`."""
-    return f"Retrying (attempt {attempt} of {attempts}) after: {reason}"
+    """The `statusMessage` of a task waiting for attempt `attempt` (cleared when it starts)."""
+    return f"{RETRY_PREFIX}{attempt} of {attempts}) after: {reason}"
 
 
 @dataclass(frozen=True)
@@ -95,21 +100,33 @@ class Gate:
 
 
 def gate_for(
+    app: str | None,
     tool_name: str,
     limit: int,
     key_function: Callable[[dict[str, Any]], Any] | None,
     arguments: dict[str, Any],
 ) -> Gate:
-    """The gate of a call; `key_function` raising is a server bug (the caller reports it)."""
+    """The gate of a call: the application, the tool and the key (applications sharing a
+    store never share a gate). `key_function` raising is a server bug (the caller reports it).
+    """
+    scope = f"{app or ''}{APP_SEPARATOR}{tool_name}"
     if key_function is None:
-        return Gate(tool_name, limit, f"{QUEUED_PREFIX}tool {tool_name!r} runs {_at_once(limit)}")
+        return Gate(scope, limit, f"{QUEUED_PREFIX}tool {tool_name!r} runs {_at_once(limit)}")
     key = str(key_function(arguments))
     shown = key if len(key) <= SHOWN_KEY else key[: SHOWN_KEY - 1] + "…"
     return Gate(
-        f"{tool_name}{GATE_SEPARATOR}{key}",
+        f"{scope}{GATE_SEPARATOR}{key}",
         limit,
         f"{QUEUED_PREFIX}tool {tool_name!r} runs {_at_once(limit)} for {shown!r}",
     )
+
+
+def shown_gate(gate: str) -> str:
+    """A gate's name as an operator reads it: `tool` or `tool / key K` (`app: ...` first)."""
+    app, _, rest = gate.rpartition(APP_SEPARATOR)
+    tool, separator, key = rest.partition(GATE_SEPARATOR)
+    text = f"{tool} / key {key}" if separator else tool
+    return f"{text} (app {app!r})" if app else text
 
 
 def _at_once(limit: int) -> str:
@@ -117,15 +134,18 @@ def _at_once(limit: int) -> str:
 
 
 def is_waiting_message(message: str | None) -> bool:
-    """Whether `message` is one the engine shows while a task waits to start."""
-    return message is not None and message.startswith(QUEUED_PREFIX)
+    """Whether `message` is one the engine shows while a task waits to start (queued, or
+    waiting for a retry): the task's own messages take over once it runs."""
+    return message is not None and message.startswith((QUEUED_PREFIX, RETRY_PREFIX))
 
 
-def dedupe_key(app: str | None, owner: str | None, tool_name: str, arguments: Any) -> str:
-    """The key two identical calls share: SHA-256 of app, principal, tool and the arguments
-    as canonical JSON (sorted keys, no whitespace)."""
+def dedupe_key(
+    app: str | None, owner: str, tool_name: str, version: str | None, arguments: Any
+) -> str:
+    """The key two identical calls share: SHA-256 of app, principal, tool, the version the
+    call pinned and the arguments as canonical JSON (sorted keys, no whitespace)."""
     canonical = json.dumps(
-        [app, owner, tool_name, arguments],
+        [app, owner, tool_name, version, arguments],
         sort_keys=True,
         separators=(",", ":"),
         ensure_ascii=True,

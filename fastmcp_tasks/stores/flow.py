@@ -16,9 +16,10 @@ follows) means the same thing:
 - **Retry waits.** A queued task with `not_before` in the future is not claimable
   yet (`retry_later` sets it; the claim clears it).
 - **Deduplication.** `create(record, dedupe_window=w)` with `record.dedupe_key` set
-  returns the task holding that key instead of creating one when that task is still
-  active, or ended `completed`/`failed` at most `w` seconds ago (`dedupe_match`).
-  A cancelled task never matches: calling again after a cancel starts again.
+  returns the task holding that key instead of creating one when that task was created
+  at most `w` seconds ago and is still active, or ended `completed`/`failed` within
+  those `w` seconds (`dedupe_match`). A cancelled task never matches: calling again
+  after a cancel starts again.
 - **Tombstones.** A task removed by retention (`expired`) or an operator purge
   (`purged`) leaves a `Tombstone` (a hash of its id, its owner, when, why) for the
   store's `tombstone_retention` (default 24 h), so `tasks/get` can tell its owner
@@ -60,6 +61,8 @@ def tombstone_key(task_id: str) -> str:
 
 def dedupe_match(record: TaskRecord, now: float, window: float) -> bool:
     """Whether an existing task answers a new call with the same dedupe key."""
+    if record.created_at < now - window:
+        return False  # created before the window: a new call starts new work
     if record.is_active:
         return True
     if record.status == "cancelled" or record.terminal_at is None:

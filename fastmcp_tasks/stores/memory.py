@@ -302,6 +302,9 @@ class MemoryTaskStore(MemoryListing):
             self._emit(TaskChange(task_id, kind, "working"))
         details = {"app": record.app, "not_before": not_before}
         self._emit(TaskChange(task_id, "queued", "working", details))
+        if record.gate is not None:  # its slot is free while it waits: waiters claim now
+            freed = {"app": record.app, "gate": record.gate}
+            self._emit(TaskChange(task_id, "queued", "working", freed))
         return _snapshot(record)
 
     async def tombstone(self, task_id: str) -> Tombstone | None:

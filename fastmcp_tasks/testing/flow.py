@@ -63,6 +63,24 @@ class FlowContract(ContractBase):
         assert change.kind == "queued"
         assert change.details.get("gate") == "deploy" and change.details.get("app") == "app"
 
+    async def test_a_gated_retry_frees_its_slot_while_it_waits(
+        self, store: FlowControlStore
+    ) -> None:
+        first, second = _gated(app="app"), _gated(app="app")
+        for task in (first, second):
+            await store.create(task)
+        assert await _ids(store, "w") == [first.task_id]
+        async with store.changes(frozenset({first.task_id}), frozenset({"queued"})) as feed:
+            await store.retry_later(first.task_id, "w", time.time() + LATER, "Retrying")
+            freed = []
+            with anyio.fail_after(5):
+                async for change in feed:
+                    if "not_before" not in change.details:
+                        freed.append(change)
+                        break
+        assert freed[0].details.get("gate") == "deploy"
+        assert await _ids(store, "w") == [second.task_id]  # the slot is free, the retry waits
+
     async def test_a_gate_serves_owners_in_turn(self, store: FlowControlStore) -> None:
         many = [_gated(owner="alice") for _ in range(5)]
         for task in many:
@@ -151,6 +169,16 @@ class FlowContract(ContractBase):
         assert await store.get(second.task_id) is None  # nothing created
         other = make_record(dedupe_key="other")
         assert await store.create(other, dedupe_window=60) is None
+
+    async def test_dedupe_counts_from_creation(self, store: FlowControlStore) -> None:
+        old = make_record(dedupe_key="old")
+        old.created_at -= 120  # active, but created two minutes ago
+        await store.create(old, dedupe_window=60)
+        fresh = make_record(dedupe_key="old")
+        assert await store.create(fresh, dedupe_window=60) is None
+        assert await store.get(fresh.task_id) is not None
+        found = await store.create(make_record(dedupe_key="old"), dedupe_window=60)
+        assert found is not None and found.task_id == fresh.task_id
 
     async def test_dedupe_covers_a_recent_outcome_but_not_a_cancel(
         self, store: FlowControlStore

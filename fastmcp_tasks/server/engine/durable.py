@@ -2,7 +2,7 @@
 
 `TaskRecord.context` is written when the task is created (`server.creation`) and read
 when a process other than the one that took the call runs it (`TaskRunner.resubmit`,
-`TaskRunner.find_tool`). Both go through this module, so its keys are defined once:
+`LeaseKeeper.find_tool`). Both go through this module, so its keys are defined once:
 
 - `inputKinds`: the input capabilities (`elicitation`, `sampling`, `roots`) the
   creating request declared (C31: a task never asks for what its caller cannot answer);

@@ -53,10 +53,17 @@ class Job:
 
     @classmethod
     def resumed(
-        cls, record: TaskRecord, tool: Tool, message: str | None, queued: bool, accepted: Job | None
+        cls,
+        record: TaskRecord,
+        tool: Tool,
+        message: str | None,
+        queued: bool,
+        accepted: Job | None,
+        input_timeout: float | None = None,
     ) -> Job:
         """The job of a task leased from the store (queued, gated, retried or recovered);
-        `accepted` is this process's own job for it, when it took the call."""
+        `accepted` is this process's own job for it, when it took the call, else
+        `input_timeout` is the tool's."""
         context = DurableContext.of(record)
         return cls(
             record.task_id,
@@ -67,7 +74,7 @@ class Job:
             queued=queued,
             attempt=max(1, record.attempts),
             input_kinds=context.input_kinds,
-            input_timeout=None if accepted is None else accepted.input_timeout,
+            input_timeout=input_timeout if accepted is None else accepted.input_timeout,
             input_responses=context.input_responses,
             request_state=context.request_state,
             caller=None if accepted is None else accepted.caller,
@@ -110,4 +117,6 @@ class CreatingRunner(Protocol):
 
     def submit(self, job: Job) -> None: ...
 
-    def accept(self, job: Job) -> None: ...
+    def accept(self, job: Job, *, wake: bool = True) -> None: ...
+
+    def forget(self, task_id: str) -> None: ...

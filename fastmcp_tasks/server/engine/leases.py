@@ -39,8 +39,11 @@ from typing import Any
 import anyio
 
 from fastmcp_tasks.errors import StoreError, interrupted
+from fastmcp_tasks.server.engine.call import leaf_of, resolve_tool
+from fastmcp_tasks.server.engine.durable import DurableContext
 from fastmcp_tasks.server.flow import QUEUED_PREFIX, is_waiting_message
 from fastmcp_tasks.server.observability import shown_id
+from fastmcp_tasks.server.options import options_of
 from fastmcp_tasks.stores.base import TaskRecord, active_leases
 
 QUEUED_MESSAGE = f"{QUEUED_PREFIX}waiting for a free worker slot"
@@ -160,15 +163,23 @@ class LeaseKeeper:
     async def take_queued(self) -> None:
         """Lease tasks of this application nobody runs yet (a front end's, or requeued)."""
         runner = self.runner
-        while True:
+        while not runner.stopping:  # shutting down: leave them for a live process
             free = runner.free_slots()
             if not free:  # full: look again as soon as a slot frees
                 runner.watcher.more_queued = True
                 return
             records = await self.store.claim_queued(self.owner, self.until(), free, app=runner.app)
             runner.watcher.more_queued = len(records) == free
-            for record in records:
-                await self._start(record)
+            claimed = {record.task_id for record in records}
+            runner.claiming |= claimed  # a cancel heard before they are submitted is kept
+            try:
+                for record in records:
+                    await self._start(record)
+            finally:
+                runner.claiming -= claimed
+                for task_id in claimed & runner.missed_cancels:
+                    runner.missed_cancels.discard(task_id)
+                    await runner.cancel(task_id)  # now submitted: cancelled before it starts
             if len(records) < free:
                 return
 
@@ -179,7 +190,7 @@ class LeaseKeeper:
                 record.task_id, "cancelled", status_message=CANCELLED_BEFORE_START
             )
             return
-        tool = await self.runner.find_tool(record)
+        tool = await self.find_tool(record)
         if tool is None:
             error = interrupted(f"tool {record.tool!r} does not exist on this worker")
             await self.store.transition(
@@ -187,9 +198,23 @@ class LeaseKeeper:
             )
             return
         waiting = is_waiting_message(record.status_message)  # cleared when it starts
+        options = options_of(await leaf_of(tool))  # a mounted tool's options live on the child's
         self.runner.resubmit(
-            record, tool, None if waiting else record.status_message, queued=waiting
+            record,
+            tool,
+            None if waiting else record.status_message,
+            queued=waiting,
+            input_timeout=options.timeout_seconds(self.runner.input_timeout),
         )
+
+    async def find_tool(self, record: TaskRecord) -> Any:
+        """The tool a stored task runs, as its creating call resolved it, or `None`."""
+        version = DurableContext.of(record).version
+        try:
+            return await resolve_tool(self.runner.server, record.tool, version)
+        except Exception:
+            logger.exception("Looking up tool %r for a stored task failed", record.tool)
+            return None
 
     async def scan_wait(self) -> None:
         await anyio.sleep(self.lease_seconds / 2)
@@ -227,7 +252,7 @@ class LeaseKeeper:
         if record.lease_owner == self.owner:  # leased here but never started (a lost reply)
             await self.store.requeue(record.task_id, self.owner)
             return True
-        tool = await self.runner.find_tool(record)
+        tool = await self.find_tool(record)
         if tool is None or not is_idempotent(tool):
             error = lost_error(record.tool, tool is not None)
             await self.store.transition(

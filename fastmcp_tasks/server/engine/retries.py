@@ -56,7 +56,23 @@ class RetryPlanner:
         self._abandon = abandon
 
     async def try_later(self, job: Job, outcome: Outcome | None) -> bool:
-        """Whether the run was a failed attempt now queued for a retry (no outcome recorded)."""
+        """Whether the run was a failed attempt now queued for a retry (no outcome recorded).
+
+        Never raises (but for cancellation): a bug here records the attempt's outcome
+        instead, as if no retry were configured.
+        """
+        try:
+            return await self._try_later(job, outcome)
+        except Exception:
+            logger.exception(
+                "Retrying task %s (%s) failed; recording its attempt",
+                shown_id(job.task_id),
+                job.name,
+            )
+            self.runner.forget(job.task_id)
+            return False
+
+    async def _try_later(self, job: Job, outcome: Outcome | None) -> bool:
         if outcome is None or outcome.raised is None or job.cancel_requested or job.tool is None:
             return False
         retry = options_of(await leaf_of(job.tool)).retry

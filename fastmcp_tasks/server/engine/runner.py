@@ -29,7 +29,6 @@ import asyncio
 import functools
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -40,9 +39,9 @@ from fastmcp.tools.base import Tool
 
 from fastmcp_tasks.errors import ConfigurationError, interrupted
 from fastmcp_tasks.server import observability
-from fastmcp_tasks.server.engine.call import Outcome, resolve_tool, run_job
+from fastmcp_tasks.server.engine.accepted import AcceptedCalls
+from fastmcp_tasks.server.engine.call import Outcome, run_job
 from fastmcp_tasks.server.engine.context import RunningTask, _current_task
-from fastmcp_tasks.server.engine.durable import DurableContext
 from fastmcp_tasks.server.engine.fairqueue import FairQueue
 from fastmcp_tasks.server.engine.inputs import InputBroker
 from fastmcp_tasks.server.engine.jobs import Job
@@ -63,9 +62,6 @@ from fastmcp_tasks.stores.base import TaskRecord, TaskStore
 
 logger = logging.getLogger("fastmcp_tasks.runner")
 
-#: Most accepted jobs kept for tasks waiting in the store (gated, or retrying).
-ACCEPTED_KEPT = 10_000
-
 
 class TaskRunner:
     """Executes submitted jobs with at most `concurrency` running at once."""
@@ -84,6 +80,7 @@ class TaskRunner:
         app: str | None = None,
         queue_poll: float = 5.0,
         opened: bool = True,
+        input_timeout: Any = None,
     ) -> None:
         if concurrency < 0:
             raise ConfigurationError(f"concurrency must not be negative, got {concurrency}")
@@ -96,6 +93,7 @@ class TaskRunner:
         self.health = health or HealthMonitor()
         self.app = app
         self.queue_poll = queue_poll
+        self.input_timeout = input_timeout  # the extension's default, for resumed tasks
         self.opened = opened
         self.inputs = InputBroker(store)
         self.owner = new_owner()
@@ -107,7 +105,10 @@ class TaskRunner:
         self.retries = RetryPlanner(self, store, self._abandon)
         #: jobs this process accepted whose tasks wait in the store (a gate, a retry's
         #: backoff): when this process claims one, it runs with the caller it came with
-        self._accepted: OrderedDict[str, Job] = OrderedDict()
+        self._accepted = AcceptedCalls()
+        #: ids `take_queued` has claimed and not yet submitted, and cancels heard for them
+        self.claiming: set[str] = set()
+        self.missed_cancels: set[str] = set()
         #: ids whose creation failed after the store may have committed it (a lost reply):
         #: recovery fails them, since no client learned their id
         self.unconfirmed: set[str] = set()
@@ -147,21 +148,25 @@ class TaskRunner:
 
     def accept(self, job: Job, *, wake: bool = True) -> None:
         """Keep a job whose task waits in the store until a process claims it."""
-        self._accepted[job.task_id] = job
-        while len(self._accepted) > ACCEPTED_KEPT:  # claimed elsewhere, long ago
-            self._accepted.popitem(last=False)
+        self._accepted.keep(job)
         if wake:
             self.watcher.wake_queue()
 
     def forget(self, task_id: str) -> None:
-        self._accepted.pop(task_id, None)
+        self._accepted.forget(task_id)
 
     def resubmit(
-        self, record: TaskRecord, tool: Tool, message: str | None, *, queued: bool = False
+        self,
+        record: TaskRecord,
+        tool: Tool,
+        message: str | None,
+        *,
+        queued: bool = False,
+        input_timeout: float | None = None,
     ) -> None:
         """Run a task leased from the store (queued, gated, retried, or recovered)."""
-        accepted = self._accepted.pop(record.task_id, None)
-        self.submit(Job.resumed(record, tool, message, queued, accepted))
+        accepted = self._accepted.take(record.task_id)
+        self.submit(Job.resumed(record, tool, message, queued, accepted, input_timeout))
 
     @property
     def stopping(self) -> bool:
@@ -169,8 +174,8 @@ class TaskRunner:
         return self._stopping
 
     def job_ids(self) -> set[str]:
-        """The tasks this process is running, has queued, or is still recording."""
-        return set(self._jobs) | set(self._pending)
+        """The tasks this process is running, has queued, is claiming or is still recording."""
+        return set(self._jobs) | set(self._pending) | self.claiming
 
     def job(self, task_id: str) -> Job | None:
         return self._jobs.get(task_id)
@@ -189,25 +194,16 @@ class TaskRunner:
         """Finished tasks whose outcome waits for the store to be written."""
         return len(self._pending)
 
-    async def find_tool(self, record: TaskRecord) -> Tool | None:
-        version = DurableContext.of(record).version  # as the creating call resolved it
-        try:
-            return await resolve_tool(self.server, record.tool, version)
-        except Exception:
-            logger.exception("Looking up tool %r for a recovered task failed", record.tool)
-            return None
-
     @asynccontextmanager
     async def running(self) -> AsyncIterator[TaskRunner]:
         """Run the dispatcher and the supervised loops until exit.
 
-        They live in a task group owned by a host task of their own rather than
-        one held open across this context manager's `yield`: FastMCP closes
-        extension lifespans inside a shielding cancel scope, which a task group
-        entered before it cannot be exited under. The host task starts from the
-        lifespan, so runs inherit the lifespan's context (`Shared()`
-        dependencies), never a request's. When the store did not open at
-        startup (`opened=False`), the loops start once `open()` succeeds.
+        They live in a task group owned by a host task of their own rather than one
+        held open across this context manager's `yield`: FastMCP closes extension
+        lifespans inside a shielding cancel scope, which a task group entered before it
+        cannot be exited under. The host task starts from the lifespan, so runs inherit
+        the lifespan's context (`Shared()` dependencies), never a request's. When the
+        store did not open at startup (`opened=False`), the loops start once it opens.
         """
         loop = asyncio.get_running_loop()
         ready: asyncio.Future[None] = loop.create_future()
@@ -374,6 +370,9 @@ class TaskRunner:
 
     async def cancel(self, task_id: str) -> None:
         job = self._jobs.get(task_id)
+        if job is None and task_id in self.claiming:  # claimed, not submitted yet
+            self.missed_cancels.add(task_id)
+            return
         if job is None or job.cancel_requested:
             return
         job.cancel_requested = True

@@ -39,12 +39,15 @@ if dedupe ~= '' then
   dedupe = B .. 'dedupe:' .. dedupe
   local held = redis.call('GET', dedupe)
   local found = held and ARGV[5] .. held
-  local v = held and redis.call('HMGET', found, 'status', 'terminal_at', 'retention_ms') or {}
+  local v = held and redis.call(
+    'HMGET', found, 'status', 'terminal_at', 'retention_ms', 'created_at') or {}
   local ended, match = tonumber(v[2] or ''), is_active(v[1])
   if v[1] and not match and ended and v[1] ~= 'cancelled' then
     local kept = not v[3] or ended + tonumber(v[3]) / 1000 > tonumber(now)
     match = kept and ended >= tonumber(now) - tonumber(ARGV[16])
   end
+  -- created before the window: a new call starts new work
+  if match and tonumber(v[4] or '0') < tonumber(now) - tonumber(ARGV[16]) then match = false end
   if match then return {held, redis.call('HGETALL', found)} end
 end
 -- index entries of an evicted hash with this id are stale: drop them first
@@ -230,6 +233,9 @@ local app = 'null'
 if v[5] then app = cjson.encode(v[5]) end
 local details = '{"app":' .. app .. ',"not_before":' .. ARGV[5] .. '}'
 emit(KEYS[5], ARGV[3], id, 'queued', 'working', details)
+if v[6] then  -- its gate's slot is free while it waits: waiters claim at once
+  emit(KEYS[5], ARGV[3], id, 'queued', 'working', cjson.encode({app = v[5] or nil, gate = v[6]}))
+end
 return redis.call('HGETALL', key)
 """
 

@@ -111,6 +111,9 @@ class SQLiteFlow:
                 tx.emit(task_id, kind, record.status)
             details = {"app": record.app, "not_before": not_before}
             tx.emit(task_id, "queued", record.status, details)
+            if record.gate is not None:  # its slot is free while it waits: waiters claim now
+                freed = {"app": record.app, "gate": record.gate}
+                tx.emit(task_id, "queued", record.status, freed)
             return record
 
         return await self._run(change)
