@@ -433,3 +433,42 @@ async def test_applications_sharing_a_store_never_share_a_gate(tmp_path: Path) -
             await both.wait()  # each application's one slot, at the same time
             release.set()
             assert (await a.wait(one))["status"] == (await b.wait(two))["status"] == "completed"
+
+
+async def test_a_cancel_heard_while_the_task_is_being_claimed_is_kept(
+    store_url: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fastmcp_tasks.server.engine import leases
+
+    mcp = FastMCP("claiming")
+    extension = TasksExtension(store_url)
+    mcp.add_extension(extension)
+    ran: list[int] = []
+
+    @mcp.tool(task=True)
+    @task_options(concurrency=5)
+    async def job(n: int) -> int:
+        ran.append(n)
+        return n
+
+    entered, go = anyio.Event(), anyio.Event()
+    find_tool = leases.LeaseKeeper.find_tool
+
+    async def held_lookup(self: Any, record: Any) -> Any:  # a lookup that awaits (a mount)
+        entered.set()
+        await go.wait()
+        return await find_tool(self, record)
+
+    monkeypatch.setattr(leases.LeaseKeeper, "find_tool", held_lookup)
+    with anyio.fail_after(20):
+        async with connect(mcp, "memory") as wire:
+            task_id = (await wire.call_tool("job", {"n": 1}))["taskId"]
+            await entered.wait()  # claimed (leased), not yet submitted
+            await wire.cancel(task_id)
+            runner = extension.runner
+            assert runner is not None
+            while task_id not in runner.missed_cancels:  # noqa: ASYNC110 - engine state
+                await anyio.sleep(0.005)
+            go.set()
+            assert (await wire.wait(task_id))["status"] == "cancelled"
+    assert ran == []
