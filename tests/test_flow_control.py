@@ -120,9 +120,11 @@ async def test_a_concurrency_limit_holds_and_waiting_tasks_say_why(
     with anyio.fail_after(30):
         async with connect(mcp, transport) as wire:
             ids = await create_all(wire, "render", [{"n": n} for n in range(8)])
+            while overlap.now < 2:  # noqa: ASYNC110 - the limit's two tasks have started
+                await anyio.sleep(0.005)
             first = [await wire.get(task_id) for task_id in ids]
             queued = [t for t in first if t.get("statusMessage", "").startswith("Queued: ")]
-            assert len(queued) >= 6, "at least 6 of 8 tasks wait behind a limit of 2"
+            assert len(queued) == 6, "6 of 8 tasks wait behind a limit of 2"
             assert "at most 2 tasks at once" in queued[0]["statusMessage"]
             overlap.opened.set()
             done = [await wire.wait(task_id) for task_id in ids]
@@ -137,6 +139,8 @@ async def test_a_concurrency_key_limits_per_key() -> None:
         async with connect(mcp, "memory") as wire:
             calls = [{"service": s, "n": n} for n in range(3) for s in ("api", "web")]
             ids = await create_all(wire, "deploy", calls)
+            while overlap.now < 2:  # noqa: ASYNC110 - one deploy per service has started
+                await anyio.sleep(0.005)
             waiting = [(await wire.get(task_id)).get("statusMessage", "") for task_id in ids]
             assert sum("for 'api'" in m for m in waiting) == 2  # one api deploy runs
             overlap.opened.set()
