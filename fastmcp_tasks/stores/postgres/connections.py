@@ -188,23 +188,20 @@ class PostgresConnections:
         """
         if self._pool is not None:
             return
+        async with self._guard():  # one direct connection: a clear error when unreachable
+            conn = await AsyncConnection.connect(self.url, **self._conninfo_kwargs())
+            async with conn:
+                await tables.prepare(conn, self.schema, self.where)
         pool: AsyncConnectionPool[AsyncConnection[Any]] = AsyncConnectionPool(
             self.url,
-            min_size=max(self.pool_min, 1),
+            min_size=self.pool_min,
             max_size=self.pool_max,
             kwargs=self._conninfo_kwargs(),
             timeout=self.timeout,
             open=False,
             name=f"fastmcp-tasks:{self.schema}",
         )
-        try:
-            async with self._guard():
-                await pool.open(wait=True, timeout=self.timeout)
-                async with pool.connection() as conn:
-                    await tables.prepare(conn, self.schema, self.where)
-        except BaseException:
-            await pool.close()
-            raise
+        await pool.open(wait=False)
         self._pool = pool
 
     async def close(self) -> None:
@@ -233,29 +230,36 @@ class PostgresConnections:
             text = text.replace(secret, "***")
         return text
 
+    def _mapped(self, exc: BaseException) -> StoreError | None:
+        """The `StoreError` a failure of a call is reported as (module doc); `None`: as is."""
+        if isinstance(exc, TimeoutError):
+            return StoreTimeout(
+                f"PostgreSQL task store {self.where}: no answer within {self.timeout:g} s"
+            )
+        if isinstance(exc, PoolTimeout):
+            return StoreError(
+                f"PostgreSQL task store {self.where} is unreachable: no connection within "
+                f"{self.timeout:g} s"
+            )
+        if isinstance(exc, psycopg.OperationalError):
+            return StoreError(
+                f"PostgreSQL task store {self.where} is unreachable: {self._scrub(str(exc))}"
+            )
+        if isinstance(exc, psycopg.Error):
+            return StoreError(f"PostgreSQL task store {self.where}: {self._scrub(str(exc))}")
+        return None
+
     @asynccontextmanager
     async def _guard(self) -> AsyncIterator[None]:
         """Bound the body by `timeout`; psycopg failures as `StoreError` (module doc)."""
         try:
             async with asyncio.timeout(self.timeout):
                 yield
-        except TimeoutError as exc:
-            raise StoreTimeout(
-                f"PostgreSQL task store {self.where}: no answer within {self.timeout:g} s"
-            ) from exc
-        except PoolTimeout as exc:
-            raise StoreError(
-                f"PostgreSQL task store {self.where} is unreachable: no connection within "
-                f"{self.timeout:g} s"
-            ) from exc
-        except psycopg.OperationalError as exc:
-            raise StoreError(
-                f"PostgreSQL task store {self.where} is unreachable: {self._scrub(str(exc))}"
-            ) from exc
-        except psycopg.Error as exc:
-            raise StoreError(
-                f"PostgreSQL task store {self.where}: {self._scrub(str(exc))}"
-            ) from exc
+        except (TimeoutError, psycopg.Error) as exc:
+            mapped = self._mapped(exc)
+            if mapped is None:
+                raise
+            raise mapped from exc
 
     @asynccontextmanager
     async def _connection(self) -> AsyncIterator[AsyncConnection[Any]]:
@@ -266,26 +270,42 @@ class PostgresConnections:
 
     @asynccontextmanager
     async def _tx(self) -> AsyncIterator[AsyncConnection[Any]]:
-        """A pooled connection inside one transaction (committed when the body ends)."""
-        async with self._connection() as conn, conn.transaction():
+        """A pooled connection inside one transaction (committed when the body ends), in
+        pipeline mode: statements whose rows are not fetched (`_on(..., fetch=False)`)
+        travel with the next one that is, and BEGIN with the first, so a transaction of
+        a read and a write costs two round trips, not four."""
+        async with self._connection() as conn, conn.pipeline(), conn.transaction():
             yield conn
 
-    async def _on(self, conn: AsyncConnection[Any], query: str, params: Params = ()) -> list[Row]:
-        """One statement on `conn` (in whatever transaction it is in): its rows."""
+    async def _on(
+        self, conn: AsyncConnection[Any], query: str, params: Params = (), *, fetch: bool = True
+    ) -> list[Row]:
+        """One statement on `conn` (in whatever transaction it is in): its rows (`fetch`:
+        it has rows to fetch; without, in a pipeline, nothing waits for its answer)."""
         self.stats["statements"] += 1
         cur = await conn.execute(query, params, prepare=self._prepare)
-        return await cur.fetchall() if cur.description is not None else []
+        return await cur.fetchall() if fetch else []
 
     async def _query(self, query: str, params: Params = (), *, read: bool = False) -> list[Row]:
         """One statement on a pooled connection: its rows. A `read` that met a connection
-        the server had closed (a restart since it was last used) runs once more."""
-        for attempt in (0, 1):
-            async with self._connection() as conn:
-                try:
-                    return await self._on(conn, query, params)
-                except psycopg.OperationalError:
-                    if not (read and attempt == 0 and conn.closed):
-                        raise
+        the server had closed (a restart since it was last used) runs again on another
+        (each pooled connection may be such a one)."""
+        pool = self._require()
+        for attempt in range(self.pool_max + 1):
+            try:
+                async with asyncio.timeout(self.timeout), pool.connection() as conn:
+                    self.stats["statements"] += 1
+                    try:
+                        cur = await conn.execute(query, params, prepare=self._prepare)
+                        return await cur.fetchall() if cur.description is not None else []
+                    except psycopg.OperationalError:
+                        if not (read and attempt < self.pool_max and conn.closed):
+                            raise
+            except (TimeoutError, psycopg.Error) as exc:
+                mapped = self._mapped(exc)
+                if mapped is None:
+                    raise
+                raise mapped from exc
         raise AssertionError("unreachable")
 
     async def _exec(self, query: str, params: Params = ()) -> None:
@@ -293,7 +313,7 @@ class PostgresConnections:
 
     async def _lock(self, conn: AsyncConnection[Any], key: str) -> None:
         """Take the transaction-level advisory lock named `key` (within this schema)."""
-        await self._on(conn, self.sql.lock, {"key": f"{self.schema}:{key}"})
+        await self._on(conn, self.sql.lock, {"key": f"{self.schema}:{key}"}, fetch=False)
 
     async def _modify(
         self,
@@ -314,7 +334,8 @@ class PostgresConnections:
             record = tables.from_row(rows[0])
             value, save, emits = apply(record)
             if save or emits:
-                await self._on(conn, self.sql.save_emit, _save_params(record, emits, now))
+                params = _save_params(record, emits, now)
+                await self._on(conn, self.sql.save_emit, params, fetch=False)
             return value
 
 

@@ -52,7 +52,9 @@ async def claim_gated(
     rooms = await run(conn, claims.rooms, base)
     gates = sorted({row[0] for row in rooms})
     if gates:
-        await run(conn, sql.lock_gates, {"prefix": f"{store.schema}:gate:", "gates": gates})
+        await run(
+            conn, sql.lock_gates, {"prefix": f"{store.schema}:gate:", "gates": gates}, fetch=False
+        )
         rooms = await run(conn, claims.rooms_of, {**base, "gates": gates})
     free = {gate: (int(cap) - int(running), int(running)) for gate, cap, running in rooms}
     ready = await run(conn, claims.ready_ids, {**base, "limit": limit})
@@ -81,6 +83,7 @@ async def claim_gated(
                 "owners": [who for _, who in used],
                 "turns": list(used.values()),
             },
+            fetch=False,
         )
     by_id = {record.task_id: record for record in map(from_row, leased)}
     return [by_id[task_id] for task_id in chosen if task_id in by_id]

@@ -263,13 +263,17 @@ class PostgresTaskStore(PostgresFlow, PostgresListing, PostgresLeases):
         async with self._tx() as conn:
             removed = await self._sweep(conn, now)
             if retention is None:
-                await self._on(conn, self.sql.forget_all_tombstones)
+                await self._on(conn, self.sql.forget_all_tombstones, fetch=False)
             else:
-                await self._on(conn, self.sql.forget_tombstones, {"before": now - retention})
-                await self._on(conn, self.sql.trim_tombstones, {"keep": MAX_TOMBSTONES - 1})
-            await self._on(conn, self.sql.forget_turns)
+                await self._on(
+                    conn, self.sql.forget_tombstones, {"before": now - retention}, fetch=False
+                )
+                await self._on(
+                    conn, self.sql.trim_tombstones, {"keep": MAX_TOMBSTONES - 1}, fetch=False
+                )
+            await self._on(conn, self.sql.forget_turns, fetch=False)
             cut = {"before": time.time() - self.change_retention, "keep": self.max_changes}
-            await self._on(conn, self.sql.trim_changes, cut)
+            await self._on(conn, self.sql.trim_changes, cut, fetch=False)
         return removed
 
     def __repr__(self) -> str:
