@@ -287,6 +287,14 @@ class PostgresConnections:
         cur = await conn.execute(query, params, prepare=self._prepare)
         return await cur.fetchall() if fetch else []
 
+    async def _send(
+        self, conn: AsyncConnection[Any], query: str, params: Params = ()
+    ) -> psycopg.AsyncCursor[Row]:
+        """One statement on `conn`, its rows to be fetched from the cursor returned (in a
+        pipeline, several sent this way travel together)."""
+        self.stats["statements"] += 1
+        return await conn.execute(query, params, prepare=self._prepare)
+
     async def _query(self, query: str, params: Params = (), *, read: bool = False) -> list[Row]:
         """One statement on a pooled connection: its rows. A `read` that met a connection
         the server had closed (a restart since it was last used) runs again on another
