@@ -41,6 +41,8 @@ class PostgresFlow(PostgresConnections):
                 return None, False, []
             emits: list[Emit] = [(kind, {}) for kind in kinds]
             emits.append(("queued", {"app": record.app, "not_before": not_before}))
+            if record.gate is not None:  # its slot is free while it waits: waiters claim now
+                emits.append(("queued", {"app": record.app, "gate": record.gate}))
             return record, True, emits
 
         return await self._modify(task_id, apply, None)
