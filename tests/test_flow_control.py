@@ -8,6 +8,7 @@ The multi-process versions (two server processes on one SQLite file or Redis) ar
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -20,19 +21,33 @@ from mcp_types import CallToolResult, TextContent
 
 from fastmcp_tasks import Retry, TasksExtension, task_options
 from fastmcp_tasks.errors import ConfigurationError
-from tests.test_store_contract import REDIS_URL, redis_store
+from tests.test_store_contract import (
+    POSTGRES_URL,
+    REDIS_URL,
+    drop_schema,
+    postgres_available,
+    redis_store,
+)
 from tests.wire import Wire, connect, http_server, http_wire_for
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(params=["memory", "sqlite", "redis"])
+@pytest.fixture(params=["memory", "sqlite", "redis", "postgres"])
 async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-    """A store URL for one server: memory, a SQLite file, or a Redis prefix (cleaned up)."""
+    """A store URL for one server: memory, a SQLite file, a Redis prefix or a PostgreSQL
+    schema (both cleaned up)."""
     if request.param == "memory":
         yield None
     elif request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'tasks.db'}"
+    elif request.param == "postgres":
+        postgres_available()  # skips without PostgreSQL (fails when CI=true)
+        schema = f"test_{uuid.uuid4().hex[:16]}"
+        try:
+            yield f"{POSTGRES_URL}?schema={schema}"
+        finally:
+            drop_schema(schema)
     else:
         store = redis_store()  # skips without Redis (fails when CI=true)
         yield f"{REDIS_URL}?prefix={store.keys.prefix}"  # type: ignore[attr-defined]
