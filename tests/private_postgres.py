@@ -24,6 +24,12 @@ needs the database to go away runs one of these instead:
 
 Skips loudly without the PostgreSQL binaries (or, as root, without a `postgres` OS user),
 and fails instead when `CI=true`.
+
+`shared_schema()` is the other half: a fresh schema on the SHARED server
+(`$POSTGRES_URL`, default `postgresql://postgres@127.0.0.1:5432/test`) for tests whose
+processes share one database; it yields the store URL (`...?schema=<name>`) and drops
+the schema (CASCADE) afterwards. It skips loudly when that server does not answer, and
+fails instead when `CI=true`.
 """
 
 from __future__ import annotations
@@ -36,6 +42,9 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -47,10 +56,11 @@ from tests.wire import free_port
 
 LOOPBACK = "127.0.0.1"
 SERVER_USER = "postgres"
+SHARED_URL = os.environ.get("POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
 
-def _missing(message: str) -> None:
-    message = f"{message}: the real PostgreSQL fault tests are untested"
+def _missing(message: str, untested: str = "the real PostgreSQL fault tests") -> None:
+    message = f"{message}: {untested} are untested"
     if os.environ.get("CI") == "true":
         pytest.fail(message)
     pytest.skip(message)
@@ -143,7 +153,7 @@ class PrivatePostgres:
         """Start the postmaster on our port and data directory (again, after a stop)."""
         assert not self.running, "already running"
         if self._log is None:
-            self._log = open(self.log_path, "ab")  # noqa: SIM115 - kept open for the server
+            self._log = open(self.log_path, "ab")  # kept open for the server
         self.process = subprocess.Popen(
             [
                 str(self.bin / "postgres"),
@@ -214,3 +224,40 @@ class PrivatePostgres:
             self._log.flush()
         path = self.log_path
         return path.read_text(errors="replace")[-3000:] if path.exists() else "(no log)"
+
+
+# --- a fresh schema on the shared server ------------------------------------------------
+
+
+async def _shared_problem() -> str | None:
+    try:
+        conn = await psycopg.AsyncConnection.connect(SHARED_URL, connect_timeout=2)
+    except psycopg.Error as exc:
+        return f"{type(exc).__name__}: {str(exc).strip()[:200]}"
+    await conn.close()
+    return None
+
+
+async def drop_schema(url: str, schema: str) -> None:
+    """`DROP SCHEMA IF EXISTS <schema> CASCADE` on the database of `url`."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await conn.execute("SET lock_timeout = '20s'")
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@asynccontextmanager
+async def shared_schema(prefix: str = "fastmcp_test") -> AsyncIterator[str]:
+    """The store URL of a fresh schema on the shared server, dropped afterwards."""
+    problem = await _shared_problem()
+    if problem is not None:
+        _missing(
+            f"POSTGRESQL UNREACHABLE at POSTGRES_URL={SHARED_URL} ({problem})",
+            "the PostgreSQL multi-process tests",
+        )
+    schema = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    separator = "&" if "?" in SHARED_URL else "?"
+    try:
+        yield f"{SHARED_URL}{separator}schema={schema}"
+    finally:
+        with anyio.CancelScope(shield=True):
+            await drop_schema(SHARED_URL, schema)
