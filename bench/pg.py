@@ -49,7 +49,7 @@ def postgres_answers(url: str) -> str | None:
         with contextlib.closing(psycopg.connect(url, connect_timeout=2)) as conn:
             conn.execute("SELECT 1")
     except Exception as exc:
-        return f"{type(exc).__name__}: {str(exc).strip()[:200]}"
+        return f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
     return None
 
 
