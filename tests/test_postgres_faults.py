@@ -128,7 +128,7 @@ def test_a_worker_and_its_front_end_through_an_immediate_stop(tmp_path: Path) ->
                 assert (await wire.call_tool("plain", {"x": 1}))["content"][0]["text"] == "2"
             await health_until(tasks, lambda s: s.status == "degraded", within=OUTAGE)
             assert worker.poll() is None, err.text
-            await anyio.sleep(back_at - anyio.current_time())  # the outage lasts OUTAGE s
+            await anyio.sleep(max(0, back_at - anyio.current_time()))  # down >= OUTAGE s
             server.start()
             await server.ready()
             probes.release("run")
@@ -180,6 +180,44 @@ def test_a_server_started_while_postgres_is_down_runs_tasks_once_it_is_up(
                 done = await ended(wire, created["taskId"])
             assert done["result"]["content"][0]["text"] == "quick late"
             assert healthy(await health_until(tasks, healthy, within=15))
+
+    try:
+        run(scenario, within=60)
+    finally:
+        server.stop()
+
+
+def test_requests_answer_within_store_timeout_while_postgres_is_down(tmp_path: Path) -> None:
+    """README, "When the store fails": task requests answer -32603 "Task store unavailable"
+    within `store_timeout`, every one of them, not only the first after the stop."""
+    server = PrivatePostgres(tmp_path / "pg")
+    bound = STORE_TIMEOUT.total_seconds() + 0.5
+
+    async def scenario() -> None:
+        server.start()
+        await server.ready()
+        mcp, tasks, _ = fault_server(url=server.url("faults"), store_timeout=STORE_TIMEOUT)
+        async with memory_wire(mcp) as wire:
+            done = await wire.wait((await wire.call_tool("quick", {"text": "a"}))["taskId"])
+            server.stop_immediate()
+            requests = {
+                "tools/call": lambda: wire.call_tool("quick", {"text": "b"}),
+                "tasks/get": lambda: wire.get(done["taskId"]),
+                "tasks/cancel": lambda: wire.cancel(done["taskId"]),
+            }
+            for round_ in range(2):  # the first meets broken connections, the next none
+                for name, request in requests.items():
+                    started = anyio.current_time()
+                    with anyio.move_on_after(bound * 3), pytest.raises(WireError) as refused:
+                        await request()
+                    took = anyio.current_time() - started
+                    assert took <= bound, f"{name} (round {round_}) answered after {took:.1f} s"
+                    assert_unavailable(refused.value, tasks.store)
+            server.start()
+            await server.ready()
+            with anyio.fail_after(20):
+                created = await retrying(lambda: wire.call_tool("quick", {"text": "c"}))
+                assert (await ended(wire, created["taskId"]))["status"] == "completed"
 
     try:
         run(scenario, within=60)
