@@ -48,11 +48,11 @@ def test_public_names_are_pinned() -> None:
 
 def test_unknown_scheme_names_the_supported_ones() -> None:
     with pytest.raises(ValueError, match=r"supported schemes are ") as info:
-        TasksExtension("postgres://db/tasks")
+        TasksExtension("mysql://db/tasks")
     assert isinstance(info.value, ConfigurationError)
     for scheme in SCHEMES:
         assert f"{scheme}://" in str(info.value)
-    assert {"memory", "sqlite"} <= set(SCHEMES)
+    assert {"memory", "sqlite", "postgresql", "postgres"} <= set(SCHEMES)
     with pytest.raises(ValueError, match="Unsupported task store URL"):
         store_from_url("not a url")
 
@@ -237,6 +237,7 @@ LOGGER_NAMES = {
     "fastmcp_tasks.progress",
     "fastmcp_tasks.recovery",
     "fastmcp_tasks.runner",
+    "fastmcp_tasks.stores.postgres",
     "fastmcp_tasks.stores.redis",
     "fastmcp_tasks.stores.sqlite",
     "fastmcp_tasks.tool",

@@ -59,12 +59,40 @@ def _redis(url: str, options: dict[str, Any]) -> TaskStore:
     return RedisTaskStore(url, **{k: options[k] for k in known if k in options})
 
 
+def _postgres(url: str, options: dict[str, Any]) -> TaskStore:
+    try:  # imported here: psycopg is an optional dependency (the `postgres` extra)
+        from fastmcp_tasks.stores.postgres.store import PostgresTaskStore
+    except ImportError as exc:
+        if (exc.name or "").partition(".")[0] not in ("psycopg", "psycopg_pool"):
+            raise
+        raise ConfigurationError(
+            f"Task store URL {url.partition('://')[0]}://... needs the psycopg package: "
+            "pip install 'fastmcp-tasks[postgres]'"
+        ) from exc
+    known = (
+        "schema",
+        "listen_url",
+        "max_tasks",
+        "timeout",
+        "pool_min",
+        "pool_max",
+        "prepare",
+        "change_retention",
+        "max_changes",
+        "gap_timeout",
+        "tombstone_retention",
+    )
+    return PostgresTaskStore(url, **{k: options[k] for k in known if k in options})
+
+
 #: URL scheme -> factory(url, options).
 SCHEMES: dict[str, Callable[[str, dict[str, Any]], TaskStore]] = {
     "memory": _memory,
     "sqlite": _sqlite,
     "redis": _redis,
     "rediss": _redis,
+    "postgresql": _postgres,
+    "postgres": _postgres,
 }
 
 

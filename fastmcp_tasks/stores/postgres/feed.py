@@ -1,0 +1,339 @@
+"""The PostgreSQL store's change feed: `changes` rows, woken by LISTEN/NOTIFY, fanned out.
+
+Every change is a row of the `changes` table, inserted by the statement that makes
+the change, which also calls `pg_notify` on the store's channel with the highest
+`seq` it wrote (delivered at commit). `PostgresChangeFeed` keeps ONE reader per
+store instance while it has subscribers: a dedicated connection (`listen_url`, or
+the store's URL; a session, never a transaction-mode pooler) that LISTENs and,
+on each notification whose `seq` is past its watermark, reads the rows past the
+watermark in `seq` order and hands them to every in-process subscriber whose
+filters select them. A notification only says "read": one lost or coalesced loses
+nothing, since the rows are read by watermark. While nothing happens the reader
+sends no statement at all (TCP keepalives watch the idle connection).
+
+Commit order. `seq` is taken when a row is inserted, so a transaction that took
+`seq` 10 may commit after one that took 11. The reader never skips a missing
+`seq` it may still see: on a gap it stops before it and waits for the
+notification of that commit. A gap is left behind only when it is proven
+permanent (a rolled-back transaction): the reader reads the sequence's last value
+L and then finds no other session holding a write lock on `changes` (every insert
+holds one from before it takes its `seq` until it ends), so every `seq` up to L
+is committed or gone, and a re-read tells which. Under constant writes that proof
+may not come; a gap older than `gap_timeout` is then skipped with a WARNING.
+
+Outages. A broken LISTEN connection (the server restarting, the backend
+terminated, keepalives giving up on a dead peer) is reconnected with capped
+backoff, logged once per outage; after LISTEN succeeds again the reader reads
+from its watermark, so what was committed meanwhile is delivered exactly once.
+
+Subscribing. A new subscription waits (up to the store's `timeout`) for the reader
+to be listening, then reads the newest `seq` through the pool and receives exactly
+the rows past it. Filtering is in-process; each subscriber has an unbounded queue,
+so a slow reader only delays itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import psycopg
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from fastmcp_tasks.errors import StoreError
+from fastmcp_tasks.stores.base import TaskChange
+
+if TYPE_CHECKING:
+    from fastmcp_tasks.stores.postgres.sql import Statements
+
+logger = logging.getLogger("fastmcp_tasks.stores.postgres")
+
+BATCH = 500
+#: The longest wait between reconnection attempts (seconds).
+RETRY_LONGEST = 2.0
+#: The first and the longest wait before a pending gap is checked again (seconds).
+GAP_FIRST, GAP_LONGEST = 0.005, 0.25
+
+
+class _Subscriber:
+    """One `changes()` subscription: its filters, its queue and the newest seq it skips."""
+
+    __slots__ = ("kinds", "send", "start", "task_ids")
+
+    def __init__(
+        self,
+        task_ids: frozenset[str] | None,
+        kinds: frozenset[str] | None,
+        send: MemoryObjectSendStream[tuple[int, TaskChange]],
+    ) -> None:
+        self.task_ids = task_ids
+        self.kinds = kinds
+        self.send = send
+        self.start = math.inf
+
+
+class _Feed:
+    """The async iterator a subscriber reads: its queued changes past `start`."""
+
+    def __init__(
+        self, receive: MemoryObjectReceiveStream[tuple[int, TaskChange]], sub: _Subscriber
+    ) -> None:
+        self._receive = receive
+        self._sub = sub
+
+    def __aiter__(self) -> _Feed:
+        return self
+
+    async def __anext__(self) -> TaskChange:
+        while True:
+            try:
+                seq, change = await self._receive.receive()
+            except (anyio.EndOfStream, anyio.ClosedResourceError):
+                raise StopAsyncIteration from None
+            if seq > self._sub.start:
+                return change
+
+
+class PostgresChangeFeed:
+    """Subscriptions to one store's `changes` rows, served by a single LISTEN reader."""
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        sql: Statements,
+        connect_timeout: float,
+        application_name: str,
+        label: str,
+        gap_timeout: float,
+        stats: dict[str, int],
+        scrub: Callable[[str], str],
+    ) -> None:
+        self.url = url
+        self.sql = sql
+        self.connect_timeout = connect_timeout
+        self.application_name = application_name
+        self.label = label
+        self.gap_timeout = gap_timeout
+        self.stats = stats
+        self.scrub = scrub
+        self._subscribers: set[_Subscriber] = set()
+        self._lock = anyio.Lock()
+        self._reader: asyncio.Task[None] | None = None
+        self._listening = asyncio.Event()
+        self.watermark: int | None = None  # the last seq dispatched (module doc)
+        self._proven = 0  # every seq up to this one is committed or gone
+        self._gap_since: float | None = None
+        #: The backend pid of the LISTEN connection (None while disconnected).
+        self.listener_pid: int | None = None
+
+    @asynccontextmanager
+    async def subscribe(
+        self,
+        task_ids: frozenset[str] | None,
+        kinds: frozenset[str] | None,
+        newest: Callable[[], Awaitable[int]],
+    ) -> AsyncIterator[AsyncIterator[TaskChange]]:
+        """The changes of these kinds to these tasks made after this call (default: all).
+
+        Raises:
+            StoreError: the reader could not LISTEN within the timeout, or the newest
+                `seq` could not be read (nothing is left behind).
+        """
+        send, receive = anyio.create_memory_object_stream[tuple[int, TaskChange]](math.inf)
+        sub = _Subscriber(task_ids, kinds, send)
+        try:
+            async with self._lock:
+                if self._reader is None:
+                    self._listening = asyncio.Event()
+                    self.watermark, self._gap_since = None, None
+                    self._reader = asyncio.get_running_loop().create_task(self._read())
+                listening = self._listening
+                self._subscribers.add(sub)
+            try:
+                with anyio.fail_after(self.connect_timeout):
+                    await listening.wait()
+            except TimeoutError:
+                raise StoreError(
+                    f"PostgreSQL task store {self.label}: the change feed could not LISTEN "
+                    f"within {self.connect_timeout:g} s"
+                ) from None
+            sub.start = await newest()
+            async with receive:
+                yield _Feed(receive, sub)
+        finally:
+            send.close()
+            receive.close()
+            self._subscribers.discard(sub)
+            if not self._subscribers:
+                with anyio.CancelScope(shield=True):
+                    await self._stop_reader()
+
+    async def close(self) -> None:
+        """End every subscription and stop the reader. Idempotent."""
+        for sub in self._subscribers:
+            sub.send.close()
+        self._subscribers.clear()
+        await self._stop_reader()
+
+    async def _stop_reader(self) -> None:
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+
+    # --- the reader -------------------------------------------------------------------
+
+    async def _connect(self) -> psycopg.AsyncConnection[Any]:
+        return await psycopg.AsyncConnection.connect(
+            self.url,
+            autocommit=True,
+            connect_timeout=max(1, round(self.connect_timeout)),
+            application_name=self.application_name,
+            keepalives=1,
+            keepalives_idle=10,
+            keepalives_interval=5,
+            keepalives_count=3,
+        )
+
+    async def _read(self) -> None:
+        """LISTEN, catch up, then read on each notification; reconnect on failure."""
+        delay = 0.0
+        while True:
+            try:
+                conn = await self._connect()
+            except (psycopg.Error, OSError) as exc:
+                delay = self._failed(exc, delay)
+                await asyncio.sleep(delay)
+                continue
+            try:
+                async with conn:
+                    await self._execute(conn, self.sql.listen)
+                    if self.watermark is None:
+                        (row,) = await self._execute(conn, self.sql.last_seq)
+                        self.watermark = int(row[0])
+                    self.listener_pid = conn.info.backend_pid
+                    self._listening.set()
+                    if delay:
+                        logger.info("%s: change feed listens again", self.label)
+                        delay = 0.0
+                    await self._follow(conn)
+            except (psycopg.Error, OSError) as exc:
+                self._listening.clear()
+                self.listener_pid = None
+                delay = self._failed(exc, delay)
+                await asyncio.sleep(delay)
+
+    def _failed(self, exc: BaseException, delay: float) -> float:
+        if not delay:
+            logger.warning(
+                "%s: change feed connection failed, reconnecting: %s",
+                self.label,
+                self.scrub(str(exc)).strip(),
+            )
+        return min(max(delay * 2, 0.05), RETRY_LONGEST)
+
+    async def _execute(self, conn: psycopg.AsyncConnection[Any], query: str, *args: Any) -> Any:
+        self.stats["feed_statements"] += 1
+        cur = await conn.execute(query, args or None)
+        return await cur.fetchall() if cur.description is not None else []
+
+    async def _follow(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Catch up, then wait for notifications (or a pending gap's recheck) forever."""
+        wait = GAP_FIRST
+        pending = await self._catch_up(conn)
+        while True:
+            timeout = None
+            if pending:
+                timeout, wait = wait, min(wait * 2, GAP_LONGEST)
+            newest = 0
+            async for notify in conn.notifies(timeout=timeout, stop_after=1):
+                newest = max(newest, _seq(notify.payload))
+            async for notify in conn.notifies(timeout=0):  # whatever else has arrived
+                newest = max(newest, _seq(notify.payload))
+            assert self.watermark is not None
+            if pending or newest > self.watermark:
+                pending = await self._catch_up(conn)
+                if not pending:
+                    wait = GAP_FIRST
+
+    async def _catch_up(self, conn: psycopg.AsyncConnection[Any]) -> bool:
+        """Dispatch the rows past the watermark, in order; True when stopped at a gap."""
+        proved = False
+        while True:
+            assert self.watermark is not None
+            self.stats["feed_reads"] += 1
+            rows = await self._execute(conn, self.sql.changes_after, self.watermark, BATCH)
+            gap = self._dispatch_rows(rows)
+            if gap is None:
+                if len(rows) < BATCH:
+                    return False
+                continue
+            if proved:
+                return True
+            last, alone = (await self._execute(conn, self.sql.writers))[0]
+            proved = True
+            if alone:
+                self._proven = max(self._proven, int(last))
+            elif not self._stale():
+                return True
+
+    def _dispatch_rows(self, rows: list[tuple[Any, ...]]) -> int | None:
+        """Dispatch `rows` up to a gap not known to be permanent; the seq after it, if any."""
+        for seq, task_id, kind, status, details in rows:
+            assert self.watermark is not None
+            if seq > self.watermark + 1 and seq - 1 > self._proven and not self._stale():
+                if self._gap_since is None:
+                    self._gap_since = time.monotonic()
+                return int(seq)
+            if seq > self.watermark + 1 and seq - 1 > self._proven:
+                logger.warning(
+                    "%s: change feed skips seq %d..%d, missing for %.1f s",
+                    self.label,
+                    self.watermark + 1,
+                    seq - 1,
+                    self.gap_timeout,
+                )
+            self._gap_since = None
+            self.watermark = int(seq)
+            self._dispatch(int(seq), TaskChange(task_id, kind, status, _details(details)))
+        return None
+
+    def _stale(self) -> bool:
+        since = self._gap_since
+        return since is not None and time.monotonic() - since >= self.gap_timeout
+
+    def _dispatch(self, seq: int, change: TaskChange) -> None:
+        for sub in list(self._subscribers):
+            if (sub.task_ids is None or change.task_id in sub.task_ids) and (
+                sub.kinds is None or change.kind in sub.kinds
+            ):
+                try:
+                    sub.send.send_nowait((seq, change))
+                except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    self._subscribers.discard(sub)
+
+
+def _seq(payload: str) -> int:
+    try:
+        return int(payload)
+    except ValueError:
+        return 0
+
+
+def _details(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+__all__ = ["BATCH", "PostgresChangeFeed"]

@@ -1,0 +1,309 @@
+"""The PostgreSQL store's schema: tables, indexes, the version marker, migrations, rows.
+
+Every object lives in the store's own schema (`?schema=`, default `fastmcp_tasks`),
+created when absent. Its `meta` table marks it as fastmcp-tasks' (`application`) and
+records `schema_version`. `prepare` classifies the schema before touching it, in
+one transaction under an advisory lock (two processes opening at once do not race):
+
+- absent or empty: gets the current schema;
+- ours at an older version: migrated step by step (`MIGRATIONS`) in that transaction;
+- ours at a newer version, or holding other tables and no marker:
+  `ConfigurationError` naming it; nothing is written (the transaction is rolled back).
+
+Payloads. `arguments`, `context`, `error`, `input_requests` and `answers` are `json`,
+not `jsonb`: jsonb refuses what clients legitimately send (a NUL, `\\u0000`, in any
+string, and lone UTF-16 surrogates, which `base.encode_json` writes as `\\udXXX`
+escapes) and re-sorts object keys, which would reorder an elicitation form's fields
+(`requestedSchema.properties`) compared with every other store. `json` is validated
+JSON kept as the exact text written (our compact `encode_json` output), so a record
+reads back exactly as it went in, and it stays queryable (`->`, `->>`, `::jsonb` in an
+ad hoc query for the values jsonb accepts); it is also cheaper to write and read than
+jsonb, which we never index into. The completed result is `result_json text`: the
+record keeps it as compact JSON text, encoded once, returned as is. The change
+feed's `details` is JSON text too. A plain text column (`status_message`) cannot hold
+NUL at all: NUL becomes U+FFFD there, as a lone surrogate does (`clean_text`).
+
+Version 1: `meta`, `tasks` (with its indexes), `changes` (the feed), `task_counts`
+(the retained-task count in 16 shards, for `max_tasks`), `gate_turns`, `tombstones`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from fastmcp_tasks.errors import ConfigurationError
+from fastmcp_tasks.stores.base import TaskRecord, encode_json, storable_text
+
+if TYPE_CHECKING:
+    from psycopg import AsyncConnection
+
+APPLICATION_NAME = "fastmcp-tasks"
+SCHEMA_VERSION = 1
+
+#: `tasks` columns in `TaskRecord` field order (`expires_at` is kept apart, for the index).
+COLUMNS = (
+    "task_id",
+    "tool",
+    "status",
+    "created_at",
+    "updated_at",
+    "arguments",
+    "status_message",
+    "poll_interval_ms",
+    "retention_ms",
+    "terminal_at",
+    "result_json",
+    "error",
+    "input_requests",
+    "answers",
+    "cancel_requested",
+    "owner",
+    "context",
+    "attempts",
+    "lease_owner",
+    "lease_expires",
+    "app",
+    "gate",
+    "gate_limit",
+    "not_before",
+    "retries",
+    "dedupe_key",
+)
+JSON_COLUMNS = frozenset({"arguments", "error", "input_requests", "answers", "context"})
+SELECT_COLUMNS = ", ".join(COLUMNS)
+
+ACTIVE = "status IN ('working', 'input_required')"
+#: Active tasks nobody has leased (claimable by `claim_queued`, gates and waits aside).
+UNLEASED = f"{ACTIVE} AND lease_owner IS NULL"
+READY = f"{UNLEASED} AND gate IS NULL"
+GATED = f"{UNLEASED} AND gate IS NOT NULL"
+HOLDING = f"{ACTIVE} AND lease_owner IS NOT NULL AND gate IS NOT NULL"
+#: Shards of `task_counts` (writers add to the shard of their backend).
+COUNT_SHARDS = 16
+
+_V1 = f"""
+CREATE TABLE {{s}}.meta (key text PRIMARY KEY, value text NOT NULL);
+CREATE TABLE {{s}}.tasks (
+    task_id text PRIMARY KEY,
+    tool text NOT NULL,
+    status text NOT NULL,
+    created_at double precision NOT NULL,
+    updated_at double precision NOT NULL,
+    arguments json,
+    status_message text,
+    poll_interval_ms bigint,
+    retention_ms bigint,
+    terminal_at double precision,
+    expires_at double precision,
+    result_json text,
+    error json,
+    input_requests json,
+    answers json,
+    cancel_requested boolean NOT NULL DEFAULT false,
+    owner text,
+    context json,
+    attempts integer NOT NULL DEFAULT 0,
+    lease_owner text,
+    lease_expires double precision,
+    app text,
+    gate text,
+    gate_limit integer,
+    not_before double precision,
+    retries integer NOT NULL DEFAULT 0,
+    dedupe_key text
+);
+CREATE INDEX tasks_expiry ON {{s}}.tasks (expires_at) WHERE expires_at IS NOT NULL;
+CREATE INDEX tasks_active ON {{s}}.tasks (owner) WHERE {ACTIVE};
+CREATE INDEX tasks_created ON {{s}}.tasks (created_at, task_id);
+CREATE INDEX tasks_ended ON {{s}}.tasks (terminal_at) WHERE terminal_at IS NOT NULL;
+CREATE INDEX tasks_ready ON {{s}}.tasks (app, created_at) WHERE {READY};
+CREATE INDEX tasks_ready_any ON {{s}}.tasks (created_at) WHERE {READY};
+CREATE INDEX tasks_gated ON {{s}}.tasks (gate, owner, created_at) WHERE {GATED};
+CREATE INDEX tasks_gate_heads ON {{s}}.tasks (gate, created_at) WHERE {GATED};
+CREATE INDEX tasks_holding ON {{s}}.tasks (gate) WHERE {HOLDING};
+CREATE INDEX tasks_dedupe ON {{s}}.tasks (dedupe_key, created_at) WHERE dedupe_key IS NOT NULL;
+CREATE TABLE {{s}}.changes (
+    seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    task_id text NOT NULL,
+    kind text NOT NULL,
+    status text,
+    details text NOT NULL,
+    created_at double precision NOT NULL
+);
+CREATE INDEX changes_created ON {{s}}.changes (created_at);
+CREATE TABLE {{s}}.task_counts (shard integer PRIMARY KEY, n bigint NOT NULL);
+CREATE TABLE {{s}}.gate_turns (
+    gate text NOT NULL,
+    owner text NOT NULL,
+    turn bigint NOT NULL,
+    PRIMARY KEY (gate, owner)
+);
+CREATE TABLE {{s}}.tombstones (
+    key text PRIMARY KEY,
+    owner text,
+    at double precision NOT NULL,
+    reason text NOT NULL
+);
+CREATE INDEX tombstones_at ON {{s}}.tombstones (at);
+INSERT INTO {{s}}.meta (key, value) VALUES ('application', '{APPLICATION_NAME}')
+"""
+
+#: from-version -> the statements that bring a schema to from-version + 1 (`{s}`: the
+#: schema). Version 2 adds `MIGRATIONS[1]`; `prepare` runs every step from the found
+#: version up in one transaction and then records the new `schema_version`.
+MIGRATIONS: dict[int, list[str]] = {
+    0: [statement.strip() for statement in _V1.split(";\n") if statement.strip()],
+}
+
+_CLASSIFY = """
+SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+"""
+
+
+async def prepare(conn: AsyncConnection[Any], schema: str, where: str) -> None:
+    """Check the schema's marker and version, creating or migrating it (module doc).
+
+    Raises:
+        ConfigurationError: another program's schema, or a newer (or damaged) one.
+    """
+    async with conn.transaction():
+        key = f"fastmcp_tasks:schema:{schema}"
+        await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (key,))
+        cur = await conn.execute(_CLASSIFY, (schema,))
+        tables = {row[0] for row in await cur.fetchall()}
+        version = 0
+        if tables and "meta" not in tables:
+            raise ConfigurationError(
+                f"PostgreSQL task store {where}: schema {schema!r} belongs to another program "
+                f"(tables {sorted(tables)[:5]}, no {APPLICATION_NAME} marker); refusing to use it"
+            )
+        if tables:
+            cur = await conn.execute(f"SELECT key, value FROM {schema}.meta")
+            meta = {str(k): str(v) for k, v in await cur.fetchall()}
+            if meta.get("application") != APPLICATION_NAME:
+                raise ConfigurationError(
+                    f"PostgreSQL task store {where}: schema {schema!r} has a meta table but no "
+                    f"{APPLICATION_NAME} marker; refusing to use it"
+                )
+            try:
+                version = int(meta.get("schema_version", ""))
+            except ValueError:
+                raise ConfigurationError(
+                    f"PostgreSQL task store {where}: schema {schema!r} is damaged: schema_version "
+                    f"{meta.get('schema_version')!r}; refusing to use it"
+                ) from None
+            if version > SCHEMA_VERSION:
+                raise ConfigurationError(
+                    f"PostgreSQL task store {where}: schema {schema!r} has version {version}, "
+                    f"newer than this fastmcp-tasks supports ({SCHEMA_VERSION}); upgrade "
+                    "fastmcp-tasks"
+                )
+        if version == SCHEMA_VERSION:
+            return
+        await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+        for step in range(version, SCHEMA_VERSION):
+            for statement in MIGRATIONS[step]:
+                await conn.execute(statement.format(s=schema))
+        await conn.execute(
+            f"INSERT INTO {schema}.meta (key, value) VALUES ('schema_version', %s) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (str(SCHEMA_VERSION),),
+        )
+
+
+def clean_text(text: str | None) -> str | None:
+    """Plain text as a `text` column takes it: valid UTF-8 (`storable_text`), no NUL."""
+    text = storable_text(text)
+    if text is not None and "\x00" in text:
+        return text.replace("\x00", "\ufffd")
+    return text
+
+
+def dumps(value: Any) -> str | None:
+    """JSON text for a `json` column (`None` stays NULL)."""
+    return None if value is None else encode_json(value)
+
+
+def to_params(record: TaskRecord) -> tuple[Any, ...]:
+    """The `INSERT` parameters of a record: `COLUMNS` then `expires_at`."""
+    r = record
+    return (
+        r.task_id,
+        r.tool,
+        r.status,
+        r.created_at,
+        r.updated_at,
+        dumps(r.arguments),
+        clean_text(r.status_message),
+        r.poll_interval_ms,
+        r.retention_ms,
+        r.terminal_at,
+        r.result_json,
+        dumps(r.error),
+        dumps(r.input_requests),
+        dumps(r.answers),
+        bool(r.cancel_requested),
+        r.owner,
+        dumps(r.context),
+        r.attempts,
+        r.lease_owner,
+        r.lease_expires,
+        r.app,
+        r.gate,
+        r.gate_limit,
+        r.not_before,
+        r.retries,
+        r.dedupe_key,
+        r.expires_at,
+    )
+
+
+def from_row(row: tuple[Any, ...] | Any) -> TaskRecord:
+    """The record a row of `SELECT_COLUMNS` holds (json columns arrive decoded)."""
+    return TaskRecord(
+        task_id=row[0],
+        tool=row[1],
+        status=row[2],
+        created_at=row[3],
+        updated_at=row[4],
+        arguments=row[5],
+        status_message=row[6],
+        poll_interval_ms=row[7],
+        retention_ms=row[8],
+        terminal_at=row[9],
+        result_json=row[10],
+        error=row[11],
+        input_requests=row[12],
+        answers=row[13],
+        cancel_requested=bool(row[14]),
+        owner=row[15],
+        context=row[16],
+        attempts=row[17],
+        lease_owner=row[18],
+        lease_expires=row[19],
+        app=row[20],
+        gate=row[21],
+        gate_limit=row[22],
+        not_before=row[23],
+        retries=row[24],
+        dedupe_key=row[25],
+    )
+
+
+__all__ = [
+    "ACTIVE",
+    "COLUMNS",
+    "GATED",
+    "HOLDING",
+    "MIGRATIONS",
+    "READY",
+    "SCHEMA_VERSION",
+    "SELECT_COLUMNS",
+    "UNLEASED",
+    "clean_text",
+    "dumps",
+    "from_row",
+    "prepare",
+    "to_params",
+]

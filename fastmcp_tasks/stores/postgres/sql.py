@@ -1,0 +1,363 @@
+"""The PostgreSQL store's statements, written once per schema (`Statements`).
+
+Each hot path is ONE statement (autocommit, prepared): `get`, `create` (the insert,
+its `queued` change row and `pg_notify`, and the retained-task count in one CTE), a
+status transition (the compare-and-set UPDATE, its change rows and the notify), a
+message change, a cancel request, `claim`, `requeue`, `renew` and the ungated
+`claim_queued` (`FOR UPDATE SKIP LOCKED`, which also tells whether a gate has room,
+so the gated path, `postgres.gates`, runs only then). The rest load a row
+`FOR UPDATE` in a transaction, apply `stores.rules` and write it back with
+`SAVE_EMIT` (the row, the change rows and the notify in one statement).
+
+A change statement notifies the store's channel (`channel`) once, with the highest
+`seq` it wrote; the feed reads the rows themselves (`postgres.feed`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fastmcp_tasks.stores.postgres.schema import (
+    ACTIVE,
+    COLUMNS,
+    COUNT_SHARDS,
+    GATED,
+    HOLDING,
+    READY,
+    SELECT_COLUMNS,
+    UNLEASED,
+)
+
+#: The SQL type of each `tasks` column, for the casts of an INSERT ... SELECT.
+_TYPES = {
+    "created_at": "float8",
+    "updated_at": "float8",
+    "poll_interval_ms": "bigint",
+    "retention_ms": "bigint",
+    "terminal_at": "float8",
+    "cancel_requested": "boolean",
+    "attempts": "integer",
+    "lease_expires": "float8",
+    "gate_limit": "integer",
+    "not_before": "float8",
+    "retries": "integer",
+    "arguments": "json",
+    "error": "json",
+    "input_requests": "json",
+    "answers": "json",
+    "context": "json",
+}
+_NULLS = ", ".join(["NULL"] * len(COLUMNS))
+DUE = "(not_before IS NULL OR not_before <= %(now)s)"
+LIVE = "(expires_at IS NULL OR expires_at > %(now)s)"
+#: The tombstone key of a task id in SQL (`stores.flow.tombstone_key`).
+TOMB_KEY = "left(encode(sha256(convert_to(task_id, 'UTF8')), 'hex'), 32)"
+
+
+class Statements:
+    """Every statement of one store schema, as text (formatted once, prepared per connection)."""
+
+    def __init__(self, schema: str) -> None:
+        s = schema
+        self.schema = s
+        self.channel = f"{s}:changes"[:63]
+        t = f"{s}.tasks"
+        notify = f"pg_notify('{self.channel}', max(seq)::text)"
+        note = f"note AS (SELECT {notify} FROM ch HAVING count(*) > 0)"
+        change = f"INSERT INTO {s}.changes (task_id, kind, status, details, created_at)"
+        values = ", ".join(f"%({c})s::{_TYPES.get(c, 'text')}" for c in COLUMNS)
+        count = (
+            f"INSERT INTO {s}.task_counts (shard, n) SELECT pg_backend_pid() %% {COUNT_SHARDS}, "
+            "{n} FROM {src} HAVING count(*) > 0 "
+            f"ON CONFLICT (shard) DO UPDATE SET n = {s}.task_counts.n + excluded.n"
+        )
+
+        self.get = f"SELECT {SELECT_COLUMNS} FROM {t} WHERE task_id = %(id)s AND {LIVE}"
+        self.get_many = (
+            f"SELECT {SELECT_COLUMNS} FROM {t} WHERE task_id = ANY(%(ids)s::text[]) AND {LIVE}"
+        )
+        self.load = f"{self.get} FOR UPDATE"
+        self.lock = "SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 0))"
+
+        insert = f"""
+ins AS (
+    INSERT INTO {t} ({SELECT_COLUMNS}, expires_at)
+    SELECT {values}, %(expires_at)s::float8
+    WHERE (%(max)s::bigint IS NULL OR (SELECT n FROM room) < %(max)s::bigint) {{caps}}
+    ON CONFLICT (task_id) DO NOTHING
+    RETURNING task_id, status
+),
+cnt AS ({count.format(n="count(*)", src="ins")}),
+ch AS ({change} SELECT task_id, 'queued', status, %(details)s, %(now)s FROM ins
+    WHERE %(queued)s RETURNING seq),
+{note}"""
+        room = f"room AS (SELECT COALESCE(sum(n), 0) AS n FROM {s}.task_counts)"
+        self.create = (
+            f"WITH {room}, {insert.format(caps='')}\n"
+            "SELECT (SELECT count(*) FROM ins), (SELECT n FROM room), (SELECT count(*) FROM note)"
+        )
+        caps = f"""caps AS (SELECT
+    CASE WHEN %(total)s::bigint IS NULL THEN 0
+        ELSE (SELECT count(*) FROM {t} WHERE {ACTIVE}) END AS active,
+    CASE WHEN %(per_owner)s::bigint IS NULL OR %(owner)s::text IS NULL THEN 0
+        ELSE (SELECT count(*) FROM {t} WHERE {ACTIVE} AND owner = %(owner)s::text) END AS owned)"""
+        cap_terms = (
+            "AND (%(total)s::bigint IS NULL OR (SELECT active FROM caps) < %(total)s::bigint) "
+            "AND (%(per_owner)s::bigint IS NULL OR %(owner)s::text IS NULL "
+            "OR (SELECT owned FROM caps) < %(per_owner)s::bigint)"
+        )
+        self.create_capped = (
+            f"WITH {room}, {caps}, {insert.format(caps=cap_terms)}\n"
+            "SELECT (SELECT count(*) FROM ins), (SELECT n FROM room), (SELECT count(*) FROM note), "
+            "(SELECT active FROM caps), (SELECT owned FROM caps)"
+        )
+        self.holder = (
+            f"SELECT {SELECT_COLUMNS} FROM {t} WHERE dedupe_key = %(key)s AND {LIVE} "
+            "ORDER BY created_at DESC LIMIT 1"
+        )
+
+        terminal = "%(terminal)s"
+        self.transition = f"""
+WITH u AS (
+    UPDATE {t} SET status = %(status)s, updated_at = %(now)s,
+        status_message = CASE WHEN %(keep)s THEN status_message ELSE %(message)s::text END,
+        terminal_at = CASE WHEN {terminal} THEN %(now)s ELSE terminal_at END,
+        expires_at = CASE WHEN {terminal} THEN %(now)s + retention_ms::float8 / 1000
+            ELSE expires_at END,
+        result_json = CASE WHEN {terminal} THEN %(result)s::text ELSE result_json END,
+        error = CASE WHEN {terminal} THEN %(error)s::json ELSE error END,
+        arguments = CASE WHEN {terminal} THEN NULL ELSE arguments END,
+        input_requests = CASE WHEN {terminal} OR %(status)s = 'working' THEN NULL
+            ELSE input_requests END,
+        answers = CASE WHEN {terminal} THEN NULL ELSE answers END,
+        context = CASE WHEN {terminal} THEN NULL ELSE context END
+    WHERE task_id = %(id)s AND status = ANY(%(sources)s::text[])
+    RETURNING {SELECT_COLUMNS}
+),
+ch AS (
+    {change}
+    SELECT task_id, 'status', status, '{{}}', %(now)s FROM u
+    UNION ALL
+    SELECT task_id, 'queued', status, json_build_object('app', app, 'gate', gate)::text,
+        %(now)s FROM u WHERE {terminal} AND gate IS NOT NULL
+    RETURNING seq
+),
+{note}
+SELECT {SELECT_COLUMNS}, (SELECT count(*) FROM note) FROM u"""
+
+        self.set_message = f"""
+WITH u AS (
+    UPDATE {t} SET status_message = %(message)s::text, updated_at = %(now)s
+    WHERE task_id = %(id)s AND {ACTIVE} AND status_message IS DISTINCT FROM %(message)s::text
+    RETURNING {SELECT_COLUMNS}
+),
+ch AS ({change} SELECT task_id, 'message', status, '{{}}', %(now)s FROM u RETURNING seq),
+{note}
+SELECT {SELECT_COLUMNS}, (SELECT count(*) FROM note) FROM u
+UNION ALL
+SELECT {SELECT_COLUMNS}, 0 FROM {t}
+WHERE task_id = %(id)s AND {ACTIVE} AND NOT EXISTS (SELECT 1 FROM u)"""
+
+        self.request_cancel = f"""
+WITH u AS (
+    UPDATE {t} SET cancel_requested = true WHERE task_id = %(id)s AND {ACTIVE}
+    RETURNING {SELECT_COLUMNS}
+),
+ch AS ({change} SELECT task_id, 'cancel_requested', status, '{{}}', %(now)s FROM u
+    RETURNING seq),
+{note}
+SELECT {SELECT_COLUMNS}, (SELECT count(*) FROM note) FROM u
+UNION ALL
+SELECT {SELECT_COLUMNS}, 0 FROM {t}
+WHERE task_id = %(id)s AND {LIVE} AND NOT EXISTS (SELECT 1 FROM u)"""
+
+        #: Write back a loaded record's mutable fields and append its change rows.
+        self.save_emit = f"""
+WITH u AS (
+    UPDATE {t} SET status = %(status)s, status_message = %(message)s::text,
+        updated_at = %(updated_at)s, input_requests = %(input_requests)s::json,
+        answers = %(answers)s::json, cancel_requested = %(cancel_requested)s,
+        attempts = %(attempts)s, lease_owner = %(lease_owner)s::text,
+        lease_expires = %(lease_expires)s::float8, not_before = %(not_before)s::float8,
+        retries = %(retries)s
+    WHERE task_id = %(id)s RETURNING 1
+),
+ch AS ({change}
+    SELECT %(id)s, e.kind, %(status)s, e.details, %(now)s
+    FROM unnest(%(kinds)s::text[], %(details)s::text[]) WITH ORDINALITY AS e(kind, details, i)
+    ORDER BY e.i RETURNING seq),
+{note}
+SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM note)"""
+
+        self.claim = f"""
+UPDATE {t} SET lease_owner = %(owner)s, lease_expires = %(until)s, attempts = attempts + 1
+WHERE task_id = %(id)s AND {ACTIVE} AND (lease_owner IS NULL OR lease_owner = %(owner)s
+    OR lease_owner = %(expect)s::text OR COALESCE(lease_expires, 0) <= %(now)s)
+RETURNING {SELECT_COLUMNS}"""
+        self.renew = (
+            f"UPDATE {t} SET lease_expires = %(until)s WHERE task_id = ANY(%(ids)s::text[]) "
+            f"AND lease_owner = %(owner)s AND {ACTIVE}"
+        )
+        self.requeue = f"""
+WITH u AS (
+    UPDATE {t} SET lease_owner = NULL, lease_expires = NULL
+    WHERE task_id = %(id)s AND {ACTIVE} AND lease_owner = %(owner)s
+    RETURNING {SELECT_COLUMNS}
+),
+ch AS ({change} SELECT task_id, 'queued', status, json_build_object('app', app)::text,
+    %(now)s FROM u RETURNING seq),
+{note}
+SELECT {SELECT_COLUMNS}, (SELECT count(*) FROM note) FROM u"""
+        self.active_tasks = f"SELECT {SELECT_COLUMNS} FROM {t} WHERE {ACTIVE}"
+        lease_columns = (
+            "task_id, tool, status, created_at, updated_at, status_message, attempts, app, "
+            "lease_owner, lease_expires, cancel_requested"
+        )
+        self.active_leases = f"SELECT {lease_columns} FROM {t} WHERE {ACTIVE}"
+        self.active_leases_of = f"{self.active_leases} AND app = %(app)s"
+
+        # --- claim_queued ---------------------------------------------------------------
+        #: The claim statements for one application's tasks, and for any application's.
+        self.of_app = _claims(t, "AND app = %(app)s ")
+        self.any_app = _claims(t, "")
+        self.lease_many = f"""
+UPDATE {t} SET lease_owner = %(owner)s, lease_expires = %(until)s, attempts = attempts + 1,
+    not_before = NULL
+WHERE task_id = ANY(%(ids)s::text[]) AND {UNLEASED}
+RETURNING {SELECT_COLUMNS}"""
+        #: Each gate's lock, taken in one order by every claimer (no deadlock between two).
+        self.lock_gates = (
+            "SELECT pg_advisory_xact_lock(hashtextextended(%(prefix)s || g, 0)) FROM "
+            '(SELECT g FROM unnest(%(gates)s::text[]) AS g ORDER BY g COLLATE "C") o'
+        )
+        self.turns = (
+            f"SELECT gate, owner, turn FROM {s}.gate_turns WHERE gate = ANY(%(gates)s::text[])"
+        )
+        self.save_turns = (
+            f"INSERT INTO {s}.gate_turns (gate, owner, turn) "
+            "SELECT * FROM unnest(%(gates)s::text[], %(owners)s::text[], %(turns)s::bigint[]) "
+            "ON CONFLICT (gate, owner) DO UPDATE SET turn = excluded.turn"
+        )
+        self.forget_turns = (
+            f"DELETE FROM {s}.gate_turns x WHERE NOT EXISTS (SELECT 1 FROM {t} WHERE {GATED} "
+            f"AND gate = x.gate) AND NOT EXISTS (SELECT 1 FROM {t} WHERE {HOLDING} "
+            "AND gate = x.gate)"
+        )
+
+        # --- retention, tombstones, the feed --------------------------------------------
+        self.purge = f"""
+WITH gone AS (DELETE FROM {t} WHERE expires_at <= %(now)s RETURNING task_id, owner, expires_at),
+cnt AS ({count.format(n="-count(*)", src="gone")}),
+stones AS (
+    INSERT INTO {s}.tombstones (key, owner, at, reason)
+    SELECT {TOMB_KEY}, owner, expires_at, 'expired' FROM gone WHERE %(bury)s
+    ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, at = excluded.at,
+        reason = excluded.reason
+)
+SELECT count(*) FROM gone"""
+        ended = "terminal_at < %(before)s AND status IN ('completed', 'failed', 'cancelled')"
+        self.count_finished = f"SELECT count(*) FROM {t} WHERE {ended}"
+        self.purge_finished = f"""
+WITH gone AS (DELETE FROM {t} WHERE {ended} RETURNING task_id, owner),
+cnt AS ({count.format(n="-count(*)", src="gone")}),
+stones AS (
+    INSERT INTO {s}.tombstones (key, owner, at, reason)
+    SELECT {TOMB_KEY}, owner, %(now)s, 'purged' FROM gone WHERE %(bury)s
+    ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, at = excluded.at,
+        reason = excluded.reason
+)
+SELECT count(*) FROM gone"""
+        self.tombstone = f"""
+SELECT owner, expires_at, 'expired', true FROM {t} WHERE task_id = %(id)s
+UNION ALL
+SELECT owner, at, reason, false FROM {s}.tombstones WHERE key = %(key)s"""
+        self.forget_all_tombstones = f"DELETE FROM {s}.tombstones"
+        self.forget_tombstones = f"DELETE FROM {s}.tombstones WHERE at < %(before)s"
+        self.trim_tombstones = (
+            f"DELETE FROM {s}.tombstones WHERE at < (SELECT at FROM {s}.tombstones "
+            "ORDER BY at DESC OFFSET %(keep)s LIMIT 1)"
+        )
+        self.trim_changes = (
+            f"DELETE FROM {s}.changes WHERE (created_at < %(before)s "
+            f"OR seq <= (SELECT max(seq) FROM {s}.changes) - %(keep)s) "
+            f"AND seq < (SELECT max(seq) FROM {s}.changes)"
+        )
+        self.last_seq = f"SELECT COALESCE(max(seq), 0) FROM {s}.changes"
+        self.changes_after = (
+            f"SELECT seq, task_id, kind, status, details FROM {s}.changes WHERE seq > %s "
+            "ORDER BY seq LIMIT %s"
+        )
+        self.listen = f'LISTEN "{self.channel}"'
+        #: The last `seq` issued, then whether any other session may still be inserting
+        #: change rows (read in that order: see `postgres.feed`, "Commit order").
+        self.writers = f"""
+SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END,
+    NOT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'relation'
+        AND relation = '{s}.changes'::regclass AND mode = 'RowExclusiveLock'
+        AND pid <> pg_backend_pid())
+FROM {s}.changes_seq_seq"""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimStatements:
+    """The statements of `claim_queued` for one application filter (`Statements.of_app`)."""
+
+    #: The ungated claim, one statement: `(false, task...)` rows leased, or one `(true,
+    #: NULL...)` row and nothing leased when some gate has a claimable task and room.
+    claim_ready: str
+    #: The gates with a claimable task and a free slot: `(gate, cap, running)`.
+    rooms: str
+    #: The same for the gates in `%(gates)s` (read again once their locks are held).
+    rooms_of: str
+    #: The oldest claimable ungated tasks, locked (`FOR UPDATE SKIP LOCKED`).
+    ready_ids: str
+    #: Each owner's oldest `%(per)s` claimable tasks in the gates `%(gates)s`.
+    candidates: str
+
+
+def _claims(t: str, app: str) -> ClaimStatements:
+    gates = f"""gates AS (
+    (SELECT gate FROM {t} WHERE {GATED} ORDER BY gate LIMIT 1)
+    UNION ALL
+    SELECT (SELECT gate FROM {t} WHERE {GATED} AND gate > g.gate ORDER BY gate LIMIT 1)
+    FROM gates g WHERE g.gate IS NOT NULL
+)"""
+    rooms = f"""SELECT gate, cap, running FROM (
+    SELECT g.gate,
+        (SELECT COALESCE(NULLIF(c.gate_limit, 0), 1) FROM {t} c WHERE {GATED}
+            AND c.gate = g.gate {app}AND {DUE} ORDER BY c.created_at LIMIT 1) AS cap,
+        (SELECT count(*) FROM {t} h WHERE {HOLDING} AND h.gate = g.gate) AS running
+    FROM gates g WHERE g.gate IS NOT NULL {{only}}
+) r WHERE cap IS NOT NULL AND cap > running"""
+    ready = f"SELECT task_id{{more}} FROM {t} WHERE {READY} {app}AND {DUE} {{extra}}" + (
+        "ORDER BY created_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED"
+    )
+    returning = ", ".join(f"{t}.{c}" for c in COLUMNS)
+    fast = f"""WITH RECURSIVE {gates},
+room AS (SELECT EXISTS ({rooms.format(only="")}) AS gated),
+picked AS ({ready.format(more="", extra="AND NOT (SELECT gated FROM room) ")}),
+u AS (
+    UPDATE {t} SET lease_owner = %(owner)s, lease_expires = %(until)s,
+        attempts = {t}.attempts + 1, not_before = NULL
+    FROM picked WHERE {t}.task_id = picked.task_id
+    RETURNING {returning}
+)
+SELECT false, * FROM u
+UNION ALL
+SELECT true, {_NULLS} FROM room WHERE gated"""
+    candidates = f"""SELECT task_id, created_at, owner, gate, gate_limit FROM (
+    SELECT task_id, created_at, owner, gate, gate_limit,
+        row_number() OVER (PARTITION BY gate, owner ORDER BY created_at) AS rn
+    FROM {t} WHERE {GATED} AND gate = ANY(%(gates)s::text[]) {app}AND {DUE}
+) c WHERE rn <= %(per)s ORDER BY created_at, task_id"""
+    return ClaimStatements(
+        claim_ready=fast,
+        rooms=f"WITH RECURSIVE {gates}\n{rooms.format(only='')}",
+        rooms_of=f"WITH RECURSIVE {gates}\n"
+        f"{rooms.format(only='AND g.gate = ANY(%(gates)s::text[])')}",
+        ready_ids=ready.format(more=", created_at", extra=""),
+        candidates=candidates,
+    )
+
+
+__all__ = ["DUE", "LIVE", "TOMB_KEY", "ClaimStatements", "Statements"]

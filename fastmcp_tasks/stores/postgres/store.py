@@ -1,0 +1,283 @@
+"""The PostgreSQL store (`postgresql://user@host:port/db`, `postgres://`): tasks shared by
+every process that uses the same database and schema.
+
+This module owns `PostgresTaskStore`: creation (with its caps, dedupe and
+`max_tasks`), reads, every state change of a task, and retention. Connections,
+options and errors are `postgres.connections`, the tables `postgres.schema`, the
+statements `postgres.sql`, the change feed `postgres.feed`; leases and the queue
+`postgres.leases` (gated claims `postgres.gates`), flow control `postgres.flow`,
+listing `postgres.listing`.
+
+Atomicity. Every change is one transaction with compare-and-set semantics: the
+hot ones are one statement (an UPDATE whose WHERE is the compare, with its change
+rows and `pg_notify` in the same CTE: `postgres.sql`), the others load the row
+`FOR UPDATE`, apply `stores.rules` and write it back. A terminal task is never
+changed: every UPDATE requires an active status, re-checked by PostgreSQL on the
+newest row version when a concurrent transaction changed it first.
+
+Serialisation. `create` with `ActiveCaps` takes this schema's advisory
+transaction lock ("caps") before counting the active tasks (ranges of the
+partial index of active tasks) and inserting, so concurrent creates in any
+process never overshoot; a create without caps takes no lock and is one
+statement. A dedupe create takes the advisory lock of its key ("dedupe:<key>")
+before it looks for the key's holder, so of two concurrent creates with one key
+exactly one inserts. `max_tasks` counts retained tasks in 16 counter rows
+(`task_counts`, one per backend shard, moved by the same statements that insert
+and delete tasks): cheap, and exact except that creates racing at the very cap
+may overshoot it by the number racing (it bounds memory, not a contract).
+
+Expiry. A finished task's `expires_at` (indexed) is set when it ends; reads
+never return a task past it; `purge_expired` deletes them (a range of the index),
+leaving tombstones, and prunes tombstones, turns and old change rows.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+from psycopg import AsyncConnection
+
+from fastmcp_tasks.errors import DuplicateTask, TaskLimitExceeded
+from fastmcp_tasks.stores import rules
+from fastmcp_tasks.stores.base import (
+    ALLOWED_TRANSITIONS,
+    UNCHANGED,
+    ActiveCaps,
+    TaskChange,
+    TaskRecord,
+    _Unchanged,
+    encode_json,
+    encode_result,
+)
+from fastmcp_tasks.stores.flow import dedupe_match
+from fastmcp_tasks.stores.postgres.connections import DEFAULT_MAX_TASKS, Emit
+from fastmcp_tasks.stores.postgres.flow import MAX_TOMBSTONES, PostgresFlow
+from fastmcp_tasks.stores.postgres.leases import PostgresLeases
+from fastmcp_tasks.stores.postgres.listing import PostgresListing
+from fastmcp_tasks.stores.postgres.schema import COLUMNS, clean_text, dumps, from_row, to_params
+from fastmcp_tasks.wire.names import ACTIVE_STATUSES, TERMINAL_STATUSES, TaskStatus
+
+_WIDTH = len(COLUMNS)
+
+
+class PostgresTaskStore(PostgresFlow, PostgresListing, PostgresLeases):
+    """A `TaskStore` in a PostgreSQL schema, shared by every process using it.
+
+    Args:
+        url: `postgresql://[user[:password]@]host[:port]/db` (or `postgres://`); the query
+            may carry the options below (`schema`, `listen_url`, `pool_min`, `pool_max`,
+            `timeout`, `prepare`) and any libpq option (`sslmode`, ...).
+        schema: the schema holding the store's tables (default `fastmcp_tasks`; created
+            when absent). Several stores share a database by using different schemas.
+        listen_url: the URL of the change feed's LISTEN connection, when `url` goes
+            through a transaction-mode pooler (LISTEN needs a session).
+        max_tasks: most tasks retained at once; `None`: no cap.
+        tombstone_retention: seconds a removed task's tombstone is kept (`stores.flow`);
+            `None` keeps none.
+        timeout: seconds any one call may take before `StoreTimeout` (pool wait,
+            connecting and statements); also the connect timeout.
+        pool_min, pool_max: connections the pool keeps open, at most.
+        prepare: prepare hot statements (default); off for a pooler that cannot.
+        change_retention: seconds a change-feed row is kept by `purge_expired`.
+        max_changes: most change-feed rows kept by `purge_expired`.
+        gap_timeout: seconds the feed waits for a missing `seq` it cannot prove gone.
+
+    Raises:
+        ConfigurationError: a malformed URL or option.
+    """
+
+    scheme = "postgresql"
+    durable = True
+
+    # --- creation and reads -----------------------------------------------------------
+
+    async def create(
+        self,
+        record: TaskRecord,
+        *,
+        caps: ActiveCaps | None = None,
+        dedupe_window: float | None = None,
+    ) -> TaskRecord | None:
+        capped = (
+            caps is not None
+            and record.is_active
+            and (caps.total is not None or (caps.per_owner is not None and record.owner))
+        )
+        key = record.dedupe_key if dedupe_window is not None else None
+        if not capped and key is None:
+            async with self._connection() as conn:
+                await self._insert(conn, record, None)
+            return None
+        async with self._tx() as conn:
+            if key is not None and dedupe_window is not None:
+                await self._lock(conn, f"dedupe:{key}")
+                now = time.time()
+                rows = await self._on(conn, self.sql.holder, {"key": key, "now": now})
+                if rows:
+                    found = from_row(rows[0])
+                    if dedupe_match(found, now, dedupe_window):
+                        return found
+            if capped:
+                await self._lock(conn, "caps")
+            await self._insert(conn, record, caps if capped else None)
+        return None
+
+    async def _insert(
+        self, conn: AsyncConnection[Any], record: TaskRecord, caps: ActiveCaps | None
+    ) -> None:
+        params = dict(zip((*COLUMNS, "expires_at"), to_params(record), strict=True))
+        params.update(
+            max=self.max_tasks,
+            queued=record.is_active and record.lease_owner is None,
+            details=encode_json({"app": record.app}),
+            now=time.time(),
+        )
+        query = self.sql.create
+        if caps is not None:
+            query = self.sql.create_capped
+            params.update(total=caps.total, per_owner=caps.per_owner)
+        for attempt in (0, 1):
+            row = (await self._on(conn, query, params))[0]
+            if row[0]:
+                return
+            if caps is not None and (refused := caps.refusal(row[3], row[4], record.owner)):
+                raise refused
+            if self.max_tasks is not None and row[1] >= self.max_tasks:
+                if attempt == 0:  # expired tasks make room
+                    await self._sweep(conn, time.time())
+                    continue
+                raise TaskLimitExceeded("max_tasks", self.max_tasks)
+            raise DuplicateTask(f"task {record.task_id!r} already exists")
+
+    async def get(self, task_id: str) -> TaskRecord | None:
+        rows = await self._query(self.sql.get, {"id": task_id, "now": time.time()}, read=True)
+        return from_row(rows[0]) if rows else None
+
+    # --- changes ----------------------------------------------------------------------
+
+    async def set_status_message(self, task_id: str, message: str | None) -> TaskRecord | None:
+        params = {"id": task_id, "message": clean_text(message), "now": time.time()}
+        rows = await self._query(self.sql.set_message, params)
+        return from_row(rows[0][:_WIDTH]) if rows else None
+
+    async def transition(
+        self,
+        task_id: str,
+        status: TaskStatus,
+        *,
+        expect: frozenset[str] | None = None,
+        status_message: str | _Unchanged | None = UNCHANGED,
+        result: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+    ) -> TaskRecord | None:
+        sources = [
+            current
+            for current, targets in ALLOWED_TRANSITIONS.items()
+            if status in targets and (expect is None or current in expect)
+        ]
+        if not sources:
+            return None
+        keep = isinstance(status_message, _Unchanged)
+        kept = result if status == "completed" else None
+        params = {
+            "id": task_id,
+            "status": status,
+            "sources": sources,
+            "now": time.time(),
+            "keep": keep,
+            "message": None
+            if isinstance(status_message, _Unchanged)
+            else clean_text(status_message),
+            "terminal": status in TERMINAL_STATUSES,
+            "result": None if kept is None else encode_result(kept),
+            "error": dumps(error) if status == "failed" else None,
+        }
+        rows = await self._query(self.sql.transition, params)
+        return from_row(rows[0][:_WIDTH]) if rows else None
+
+    async def request_input(
+        self, task_id: str, requests: dict[str, Any], *, status_message: str | None = None
+    ) -> TaskRecord | None:
+        def apply(record: TaskRecord) -> tuple[TaskRecord | None, bool, list[Emit]]:
+            if not rules.park(record, requests, status_message):
+                return None, False, []
+            return record, True, [("inputs", {"keys": list(requests)})]
+
+        return await self._modify(task_id, apply, None)
+
+    async def answer_input(self, task_id: str, responses: dict[str, Any]) -> dict[str, Any] | None:
+        def apply(record: TaskRecord) -> tuple[dict[str, Any] | None, bool, list[Emit]]:
+            accepted = rules.accept_answers(record, responses)
+            if not accepted:
+                return accepted, False, []
+            return accepted, True, [("answered", {"keys": list(accepted)})]
+
+        return await self._modify(task_id, apply, None)
+
+    async def take_answers(self, task_id: str, keys: frozenset[str]) -> dict[str, Any]:
+        def apply(record: TaskRecord) -> tuple[dict[str, Any], bool, list[Emit]]:
+            taken = rules.take_answers(record, keys)
+            return taken, bool(taken), []
+
+        if not keys:
+            return {}
+        return await self._modify(task_id, apply, {})
+
+    async def withdraw_input(self, task_id: str, keys: frozenset[str]) -> TaskRecord | None:
+        def apply(record: TaskRecord) -> tuple[TaskRecord | None, bool, list[Emit]]:
+            if record.status not in ACTIVE_STATUSES:
+                return None, False, []
+            if not rules.withdraw(record, keys):
+                return record, False, []
+            return record, True, [("inputs", {"withdrawn": sorted(keys)})]
+
+        return await self._modify(task_id, apply, None)
+
+    async def request_cancel(self, task_id: str) -> TaskRecord | None:
+        rows = await self._query(self.sql.request_cancel, {"id": task_id, "now": time.time()})
+        return from_row(rows[0][:_WIDTH]) if rows else None
+
+    def changes(
+        self, task_ids: frozenset[str] | None = None, kinds: frozenset[str] | None = None
+    ) -> AbstractAsyncContextManager[AsyncIterator[TaskChange]]:
+        self._require()
+        return self._feed.subscribe(task_ids, kinds, self._newest_change)
+
+    async def _newest_change(self) -> int:
+        rows = await self._query(self.sql.last_seq, read=True)
+        return int(rows[0][0])
+
+    # --- retention --------------------------------------------------------------------
+
+    async def _sweep(self, conn: AsyncConnection[Any], now: float) -> int:
+        """Delete the expired tasks (each leaving a tombstone unless none are kept)."""
+        bury = self.tombstone_retention is not None
+        rows = await self._on(conn, self.sql.purge, {"now": now, "bury": bury})
+        return int(rows[0][0])
+
+    async def purge_expired(self, now: float) -> int:
+        retention = self.tombstone_retention
+        async with self._tx() as conn:
+            removed = await self._sweep(conn, now)
+            if retention is None:
+                await self._on(conn, self.sql.forget_all_tombstones, fetch=False)
+            else:
+                await self._on(
+                    conn, self.sql.forget_tombstones, {"before": now - retention}, fetch=False
+                )
+                await self._on(
+                    conn, self.sql.trim_tombstones, {"keep": MAX_TOMBSTONES - 1}, fetch=False
+                )
+            await self._on(conn, self.sql.forget_turns, fetch=False)
+            cut = {"before": time.time() - self.change_retention, "keep": self.max_changes}
+            await self._on(conn, self.sql.trim_changes, cut, fetch=False)
+        return removed
+
+    def __repr__(self) -> str:
+        return f"PostgresTaskStore({self.where})"
+
+
+__all__ = ["DEFAULT_MAX_TASKS", "PostgresTaskStore"]
