@@ -85,7 +85,7 @@ async def test_concurrent_creates_never_overshoot(store: TaskStore) -> None:
     assert len(await store.active_tasks()) == 10
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+@pytest.mark.parametrize("kind", ["sqlite", "redis", "postgres"])
 async def test_the_cap_holds_across_store_instances(kind: str, tmp_path: object) -> None:
     """Two processes sharing a store share its caps (two instances stand in for them)."""
     first = STORE_FACTORIES[kind]()
@@ -93,10 +93,14 @@ async def test_the_cap_holds_across_store_instances(kind: str, tmp_path: object)
         from fastmcp_tasks.stores.sqlite import SQLiteTaskStore
 
         second: TaskStore = SQLiteTaskStore(first.path, max_tasks=50)  # type: ignore[attr-defined]
-    else:
+    elif kind == "redis":
         from fastmcp_tasks.stores.redis import RedisTaskStore
 
         second = RedisTaskStore(first.url, prefix=first.keys.prefix)  # type: ignore[attr-defined]
+    else:
+        from fastmcp_tasks.stores.postgres import PostgresTaskStore
+
+        second = PostgresTaskStore(first.url, schema=first.schema)  # type: ignore[attr-defined]
     await first.open()
     await second.open()
     try:

@@ -248,6 +248,36 @@ async def test_a_transition_race_across_instances_has_one_winner(
         assert final is not None and final.status == winners[0]
 
 
+async def test_the_counters_caps_read_match_the_tasks(
+    pair: tuple[PostgresTaskStore, ...], raw: psycopg.AsyncConnection[Any]
+) -> None:
+    a, b = pair
+    tasks = [record(owner=("alice", "bob", None)[n % 3]) for n in range(30)]
+    for n, task in enumerate(tasks):
+        await pair[n % 2].create(task)
+    done = record(owner="alice")
+    done.status, done.terminal_at = "completed", time.time()
+    await a.create(done)  # created ended: never active
+    for n, task in enumerate(tasks[:14]):
+        ending: Any = ("completed", "failed", "cancelled")[n % 3]
+        await pair[n % 2].transition(task.task_id, ending)
+    await a.transition(tasks[0].task_id, "working")  # refused (terminal): counts nothing
+    await b.request_input(tasks[20].task_id, {"k": {}})  # active -> active
+    s = a.schema
+    counted = dict(await rows(raw, f"SELECT key, sum(n)::int FROM {s}.active_counts GROUP BY 1"))
+    actual = await rows(
+        raw,
+        f"SELECT owner, count(*)::int FROM {s}.tasks "
+        "WHERE status IN ('working', 'input_required') GROUP BY 1",
+    )
+    expected = {f"o:{owner}": n for owner, n in actual if owner is not None}
+    expected["t"] = sum(n for _, n in actual)
+    assert {k: v for k, v in counted.items() if v} == expected
+    with pytest.raises(TaskLimitExceeded):
+        await b.create(record(), caps=ActiveCaps(total=expected["t"]))
+    await b.create(record(), caps=ActiveCaps(total=expected["t"] + 1))
+
+
 # --- the change feed ----------------------------------------------------------------------
 
 

@@ -1,7 +1,9 @@
 """Task stores, and choosing one from a URL.
 
 `store_from_url("memory://")` is the in-memory store, `store_from_url("sqlite:///tasks.db")`
-the SQLite store (durable, shared by the processes of one host). Each backend registers its
+the SQLite store (durable, shared by the processes of one host); `redis://` and
+`postgresql://` (or `postgres://`) the stores shared across hosts, imported only when
+named (their drivers are optional extras). Each backend registers its
 URL scheme in `SCHEMES`; an unknown scheme is a `ConfigurationError` (a
 `ValueError`) naming the schemes this installation supports.
 """

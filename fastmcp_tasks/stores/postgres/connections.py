@@ -106,7 +106,7 @@ class PostgresConnections:
         prepare: bool | None = None,
         change_retention: float = 300.0,
         max_changes: int = 100_000,
-        gap_timeout: float = 2.0,
+        gap_timeout: float = 10.0,
     ) -> None:
         libpq, own = parse_store_url(url)
         try:
@@ -215,7 +215,8 @@ class PostgresConnections:
         """Delete every task, change, turn and tombstone of this schema (tests)."""
         s = self.schema
         await self._exec(
-            f"TRUNCATE {s}.tasks, {s}.changes, {s}.task_counts, {s}.gate_turns, {s}.tombstones"
+            f"TRUNCATE {s}.tasks, {s}.changes, {s}.task_counts, {s}.active_counts, "
+            f"{s}.gate_turns, {s}.tombstones"
         )
 
     # --- running SQL ----------------------------------------------------------------

@@ -225,7 +225,7 @@ class PostgresChangeFeed:
                         logger.info("%s: change feed listens again", self.label)
                         delay = 0.0
                     await self._follow(conn)
-            except (psycopg.Error, OSError) as exc:
+            except Exception as exc:  # keep reading: subscribers wait, nothing is lost
                 self._listening.clear()
                 self.listener_pid = None
                 delay = self._failed(exc, delay)

@@ -24,7 +24,11 @@ feed's `details` is JSON text too. A plain text column (`status_message`) cannot
 NUL at all: NUL becomes U+FFFD there, as a lone surrogate does (`clean_text`).
 
 Version 1: `meta`, `tasks` (with its indexes), `changes` (the feed), `task_counts`
-(the retained-task count in 16 shards, for `max_tasks`), `gate_turns`, `tombstones`.
+(the retained-task count in 16 shards, for `max_tasks`), `active_counts` (the active
+tasks, in total (`t`) and per owner (`o:<owner>`), in 16 shards each, for `ActiveCaps`),
+`gate_turns`, `tombstones`. The counters are moved by the statements that insert,
+end and delete tasks; a writer adds to its backend's shard (`pg_backend_pid() % 16`),
+so concurrent writers rarely touch one row.
 """
 
 from __future__ import annotations
@@ -132,6 +136,12 @@ CREATE TABLE {{s}}.changes (
 );
 CREATE INDEX changes_created ON {{s}}.changes (created_at);
 CREATE TABLE {{s}}.task_counts (shard integer PRIMARY KEY, n bigint NOT NULL);
+CREATE TABLE {{s}}.active_counts (
+    key text NOT NULL,
+    shard integer NOT NULL,
+    n bigint NOT NULL,
+    PRIMARY KEY (key, shard)
+);
 CREATE TABLE {{s}}.gate_turns (
     gate text NOT NULL,
     owner text NOT NULL,

@@ -71,6 +71,15 @@ class Statements:
             "{n} FROM {src} HAVING count(*) > 0 "
             f"ON CONFLICT (shard) DO UPDATE SET n = {s}.task_counts.n + excluded.n"
         )
+        #: Move the active-task counters (`active_counts`: the total, `t`, and the owner's,
+        #: `o:<owner>`) of the rows of `{src}` matching `{where}` by `{n}`.
+        actives = (
+            f"INSERT INTO {s}.active_counts (key, shard, n) "
+            f"SELECT k, pg_backend_pid() %% {COUNT_SHARDS}, {{n}} FROM {{src}}, "
+            "LATERAL (VALUES ('t'), ('o:' || {src}.owner)) AS v(k) "
+            "WHERE k IS NOT NULL AND {where} "
+            f"ON CONFLICT (key, shard) DO UPDATE SET n = {s}.active_counts.n + excluded.n"
+        )
 
         self.get = f"SELECT {SELECT_COLUMNS} FROM {t} WHERE task_id = %(id)s AND {LIVE}"
         self.get_many = (
@@ -85,9 +94,10 @@ ins AS (
     SELECT {values}, %(expires_at)s::float8
     WHERE (%(max)s::bigint IS NULL OR (SELECT n FROM room) < %(max)s::bigint) {{caps}}
     ON CONFLICT (task_id) DO NOTHING
-    RETURNING task_id, status
+    RETURNING task_id, status, owner
 ),
 cnt AS ({count.format(n="count(*)", src="ins")}),
+act AS ({actives.format(n="1", src="ins", where=f"ins.{ACTIVE}")}),
 ch AS ({change} SELECT task_id, 'queued', status, %(details)s, %(now)s FROM ins
     WHERE %(queued)s RETURNING seq),
 {note}"""
@@ -98,9 +108,10 @@ ch AS ({change} SELECT task_id, 'queued', status, %(details)s, %(now)s FROM ins
         )
         caps = f"""caps AS (SELECT
     CASE WHEN %(total)s::bigint IS NULL THEN 0
-        ELSE (SELECT count(*) FROM {t} WHERE {ACTIVE}) END AS active,
+        ELSE (SELECT COALESCE(sum(n), 0) FROM {s}.active_counts WHERE key = 't') END AS active,
     CASE WHEN %(per_owner)s::bigint IS NULL OR %(owner)s::text IS NULL THEN 0
-        ELSE (SELECT count(*) FROM {t} WHERE {ACTIVE} AND owner = %(owner)s::text) END AS owned)"""
+        ELSE (SELECT COALESCE(sum(n), 0) FROM {s}.active_counts
+            WHERE key = 'o:' || %(owner)s::text) END AS owned)"""
         cap_terms = (
             "AND (%(total)s::bigint IS NULL OR (SELECT active FROM caps) < %(total)s::bigint) "
             "AND (%(per_owner)s::bigint IS NULL OR %(owner)s::text IS NULL "
@@ -142,6 +153,7 @@ ch AS (
         %(now)s FROM u WHERE {terminal} AND gate IS NOT NULL
     RETURNING seq
 ),
+act AS ({actives.format(n="-1", src="u", where=terminal)}),
 {note}
 SELECT {SELECT_COLUMNS}, (SELECT count(*) FROM note) FROM u"""
 

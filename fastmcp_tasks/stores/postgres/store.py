@@ -16,10 +16,12 @@ changed: every UPDATE requires an active status, re-checked by PostgreSQL on the
 newest row version when a concurrent transaction changed it first.
 
 Serialisation. `create` with `ActiveCaps` takes this schema's advisory
-transaction lock ("caps") before counting the active tasks (ranges of the
-partial index of active tasks) and inserting, so concurrent creates in any
-process never overshoot; a create without caps takes no lock and is one
-statement. A dedupe create takes the advisory lock of its key ("dedupe:<key>")
+transaction lock ("caps"), then reads the active-task counters (`active_counts`:
+the total and the owner's, 16 shard rows each, moved by the statements that
+create and end tasks, so a check costs the same with 10 or 10,000 tasks active)
+and inserts, in a statement that starts after the lock is granted: concurrent
+creates in any process never overshoot (a task ending meanwhile only makes the
+count high for a moment). A create without caps takes no lock and is one statement. A dedupe create takes the advisory lock of its key ("dedupe:<key>")
 before it looks for the key's holder, so of two concurrent creates with one key
 exactly one inserts. `max_tasks` counts retained tasks in 16 counter rows
 (`task_counts`, one per backend shard, moved by the same statements that insert
