@@ -189,7 +189,7 @@ def test_a_server_started_while_postgres_is_down_runs_tasks_once_it_is_up(
 
 @pytest.mark.xfail(
     strict=True,
-    reason="pg-store d5cd5ae: with the server down every store call waits its whole timeout "
+    reason="pg-store 29d3054: with the server down every store call waits its whole timeout "
     "for a pooled connection (StoreTimeout), so a tools/call, which then reads the task back, "
     "answers after twice store_timeout",
 )
