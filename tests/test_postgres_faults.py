@@ -116,7 +116,9 @@ def test_a_worker_and_its_front_end_through_an_immediate_stop(tmp_path: Path) ->
             probes.release("end")  # the worker finishes it right at the stop
             server.stop_immediate()
             back_at = anyio.current_time() + OUTAGE
-            with anyio.fail_after(STORE_TIMEOUT.total_seconds() + 2):
+            # twice store_timeout: a creation whose store call timed out reads the task back
+            # (how long: test_requests_answer_within_store_timeout_while_postgres_is_down)
+            with anyio.fail_after(2 * STORE_TIMEOUT.total_seconds() + 2):
                 with pytest.raises(WireError) as refused:
                     await wire.call_tool("quick", {"text": "during"})
             assert_unavailable(refused.value, tasks.store)
