@@ -60,12 +60,18 @@ INTERNAL_ERROR = -32603
 HELD = "held"  # the running bystander's blocker key: never released during a test
 #: the `transport` variants: in memory and over HTTP on the memory store, and in memory on
 #: the durable stores (their stored text takes whatever the fuzzer sends, lone surrogates too)
-EXAMPLES = {"memory": 150, "http": 50, "memory+sqlite": 50, "memory+redis": 50}
+EXAMPLES = {
+    "memory": 150,
+    "http": 50,
+    "memory+sqlite": 50,
+    "memory+redis": 50,
+    "memory+postgres": 50,
+}
 
 
 @pytest.fixture(params=list(EXAMPLES))
 def transport(request: pytest.FixtureRequest) -> str:
-    """Overrides conftest's: each test here also runs on the SQLite and Redis stores."""
+    """Overrides conftest's: each test here also runs on the SQLite, Redis and PostgreSQL stores."""
     return str(request.param)
 
 

@@ -4,10 +4,12 @@ The shared contract (`test_store_contract`, `test_store_flow`, `test_store_listi
 `test_store_text`) runs on PostgreSQL too; these cover the rest: the schema marker
 (a foreign or newer schema is refused and left untouched), two store instances (two
 pools, as two processes have) racing on one schema (caps, dedupe, a gate's limit, a
-transition), the change feed across instances, through a killed LISTEN connection
-and around a transaction that commits late or rolls back, idleness (no statement
-while nothing happens), URLs and outages. Each test uses fresh random schemas and
-drops them. Without a server at `POSTGRES_URL` they skip (fail when `CI=true`).
+transition; a cancel or message racing the end of a task), the change feed across
+instances, through a killed LISTEN connection and around a transaction that commits
+late or rolls back, idleness (no statement while nothing happens), URLs and outages
+(the server going away and back: `test_postgres_outages`). Each test uses fresh
+random schemas and drops them. Without a server at `POSTGRES_URL` they skip (fail
+when `CI=true`).
 """
 
 from __future__ import annotations
@@ -447,4 +449,61 @@ async def test_the_pool_reconnects_after_its_connections_are_killed(
         got = await store.get(task.task_id)
         assert got is not None and got.status_message == "back"
     finally:
+        await store.close()
+
+
+async def _until_waiting_on_a_lock(
+    watcher: psycopg.AsyncConnection[Any], store: PostgresTaskStore
+) -> None:
+    """Return once one of the store's pooled connections waits for a row lock."""
+    name = f"fastmcp-tasks:{store.schema}"
+    while True:
+        query = (
+            "SELECT 1 FROM pg_stat_activity WHERE application_name = %s "
+            "AND wait_event_type = 'Lock'"
+        )
+        if await rows(watcher, query, name):
+            return
+        await anyio.sleep(0.01)
+
+
+async def _racing(store: PostgresTaskStore, name: str, task_id: str, got: list[Any]) -> None:
+    if name == "request_cancel":
+        got.append(await store.request_cancel(task_id))
+    else:
+        got.append(await store.set_status_message(task_id, "late"))
+
+
+async def test_a_cancel_or_message_racing_the_end_of_a_task_sees_it_ended(
+    raw: psycopg.AsyncConnection[Any],
+) -> None:
+    """A task ended by a transaction the call's UPDATE waited for: `request_cancel` returns
+    the ended task (not its snapshot from before), `set_status_message` None, as the
+    memory store does."""
+    store = postgres_store()
+    assert isinstance(store, PostgresTaskStore)
+    await store.open()
+    watcher = await psycopg.AsyncConnection.connect(POSTGRES_URL, autocommit=True)
+    try:
+        for name in ("request_cancel", "set_status_message"):
+            task = record()
+            await store.create(task)
+            got: list[Any] = []
+            with anyio.fail_after(WAIT):
+                async with anyio.create_task_group() as group:
+                    async with raw.transaction():  # ends the task; commits once the call waits
+                        await raw.execute(
+                            f"UPDATE {store.schema}.tasks SET status = 'completed' "
+                            "WHERE task_id = %s",
+                            (task.task_id,),
+                        )
+                        group.start_soon(_racing, store, name, task.task_id, got)
+                        await _until_waiting_on_a_lock(watcher, store)
+            if name == "request_cancel":
+                assert got[0] is not None and got[0].status == "completed", got
+                assert not got[0].cancel_requested
+            else:
+                assert got == [None]
+    finally:
+        await watcher.close()
         await store.close()

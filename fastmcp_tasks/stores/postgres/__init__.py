@@ -1,6 +1,7 @@
 """The PostgreSQL task store: durable, shared by every process that reaches the database.
 
 `store` owns `PostgresTaskStore`; `connections` the pool, options, URL and errors,
+`liveness` failing fast while the server refuses and per-connection settings,
 `schema` the tables, version marker, migrations and row mapping, `sql` the
 statements, `feed` the change feed (LISTEN/NOTIFY and the `changes` table),
 `leases` and `listing` those parts of the store API, `flow` and `gates` flow

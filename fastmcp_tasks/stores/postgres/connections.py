@@ -14,10 +14,12 @@ A psycopg connection or operational error (refused, reset, the server shutting
 down, a black-holed host that `connect_timeout` or TCP keepalives give up on) is a
 `StoreError` saying the store is unreachable; any other psycopg error a
 `StoreError` with the server's message. No message carries the password
-(`where` is the URL without it, and messages are scrubbed). The pool replaces a
-dead connection when it is handed back, so once the server answers again calls
-work without reopening the store; a read that met a connection the server had
-closed meanwhile is retried once on another.
+(`where` is the URL without it, and messages are scrubbed). While the server
+refuses connections a call fails at once, not after a wait for the pool
+(`postgres.liveness`). The pool replaces a dead connection when it is handed back
+and one found dead (`liveness.lost`) before it is handed out, so once the server
+answers again calls work without reopening the store; a read that met a connection
+the server had closed meanwhile is retried on another.
 
 `stats["statements"]` counts statements sent through the pool (the feed's are
 counted as `stats["feed_statements"]`): plain counters, for benchmarks and tests.
@@ -29,7 +31,7 @@ import asyncio
 import re
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -42,6 +44,7 @@ from fastmcp_tasks.stores.base import TaskRecord, encode_json
 from fastmcp_tasks.stores.flow import DEFAULT_TOMBSTONE_RETENTION
 from fastmcp_tasks.stores.postgres import schema as tables
 from fastmcp_tasks.stores.postgres.feed import PostgresChangeFeed
+from fastmcp_tasks.stores.postgres.liveness import Reach, session_defaults, setter
 from fastmcp_tasks.stores.postgres.sql import Statements
 
 DEFAULT_MAX_TASKS = 100_000
@@ -50,6 +53,9 @@ DEFAULT_SCHEMA = "fastmcp_tasks"
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 #: URL query options the store reads itself (the rest go to libpq).
 STORE_OPTIONS = ("schema", "listen_url", "pool_min", "pool_max", "timeout", "prepare")
+#: Seconds the pool keeps retrying one failed connection before it gives up (a caller
+#: that needs one starts a new attempt): short, so a restarted server is used at once.
+RECONNECT_TIMEOUT = 2.0
 
 Row = tuple[Any, ...]
 Params = Sequence[Any] | Mapping[str, Any]
@@ -154,8 +160,11 @@ class PostgresConnections:
         #: Plain counters (module doc).
         self.stats: dict[str, int] = {"statements": 0, "feed_statements": 0, "feed_reads": 0}
         self._pool: AsyncConnectionPool[AsyncConnection[Any]] | None = None
+        self._reach = Reach()
+        self._session, self._limit = session_defaults(libpq, timeout, sessions=prepare)
         self._feed = PostgresChangeFeed(
             url=self.listen_url,
+            options=session_defaults(self.listen_url, timeout)[0],
             sql=self.sql,
             connect_timeout=timeout,
             application_name=f"fastmcp-tasks-feed:{schema}"[:63],
@@ -173,10 +182,7 @@ class PostgresConnections:
             "prepare_threshold": 5 if self._prepare else None,
             "connect_timeout": max(1, round(self.timeout)),
             "application_name": f"fastmcp-tasks:{self.schema}"[:63],
-            "keepalives": 1,
-            "keepalives_idle": 10,
-            "keepalives_interval": 5,
-            "keepalives_count": 3,
+            **self._session,
         }
 
     async def open(self) -> None:
@@ -200,6 +206,9 @@ class PostgresConnections:
             timeout=self.timeout,
             open=False,
             name=f"fastmcp-tasks:{self.schema}",
+            connection_class=self._reach.connection_class(),
+            configure=setter(self._limit),
+            reconnect_timeout=RECONNECT_TIMEOUT,
         )
         await pool.open(wait=False)
         self._pool = pool
@@ -266,8 +275,18 @@ class PostgresConnections:
     async def _connection(self) -> AsyncIterator[AsyncConnection[Any]]:
         """A pooled autocommit connection, under `_guard`."""
         pool = self._require()
-        async with self._guard(), pool.connection() as conn:
+        async with self._guard(), self._checkout(pool) as conn:
             yield conn
+
+    def _checkout(
+        self, pool: AsyncConnectionPool[AsyncConnection[Any]]
+    ) -> AbstractAsyncContextManager[AsyncConnection[Any]]:
+        """A pooled connection, failing at once while the server refuses (`liveness`)."""
+        return self._reach.checkout(pool, self._probe)
+
+    async def _probe(self) -> None:
+        conn = await AsyncConnection.connect(self.url, **self._conninfo_kwargs())
+        await conn.close()
 
     @asynccontextmanager
     async def _tx(self) -> AsyncIterator[AsyncConnection[Any]]:
@@ -287,6 +306,14 @@ class PostgresConnections:
         cur = await conn.execute(query, params, prepare=self._prepare)
         return await cur.fetchall() if fetch else []
 
+    async def _send(
+        self, conn: AsyncConnection[Any], query: str, params: Params = ()
+    ) -> psycopg.AsyncCursor[Row]:
+        """One statement on `conn`, its rows to be fetched from the cursor returned (in a
+        pipeline, several sent this way travel together)."""
+        self.stats["statements"] += 1
+        return await conn.execute(query, params, prepare=self._prepare)
+
     async def _query(self, query: str, params: Params = (), *, read: bool = False) -> list[Row]:
         """One statement on a pooled connection: its rows. A `read` that met a connection
         the server had closed (a restart since it was last used) runs again on another
@@ -294,7 +321,7 @@ class PostgresConnections:
         pool = self._require()
         for attempt in range(self.pool_max + 1):
             try:
-                async with asyncio.timeout(self.timeout), pool.connection() as conn:
+                async with asyncio.timeout(self.timeout), self._checkout(pool) as conn:
                     self.stats["statements"] += 1
                     try:
                         cur = await conn.execute(query, params, prepare=self._prepare)

@@ -108,6 +108,7 @@ class PostgresChangeFeed:
         self,
         *,
         url: str,
+        options: dict[str, Any],
         sql: Statements,
         connect_timeout: float,
         application_name: str,
@@ -117,6 +118,7 @@ class PostgresChangeFeed:
         scrub: Callable[[str], str],
     ) -> None:
         self.url = url
+        self.options = options
         self.sql = sql
         self.connect_timeout = connect_timeout
         self.application_name = application_name
@@ -197,10 +199,7 @@ class PostgresChangeFeed:
             autocommit=True,
             connect_timeout=max(1, round(self.connect_timeout)),
             application_name=self.application_name,
-            keepalives=1,
-            keepalives_idle=10,
-            keepalives_interval=5,
-            keepalives_count=3,
+            **self.options,
         )
 
     async def _read(self) -> None:

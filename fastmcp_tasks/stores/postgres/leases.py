@@ -8,8 +8,8 @@ tasks given. `requeue` is one statement with its `queued` change row.
 `claim_queued` takes unleased tasks oldest first with `FOR UPDATE SKIP LOCKED`
 (two claimers never wait for, nor take, each other's rows), through the partial
 index of ungated queued tasks, skipping a retry whose `not_before` is ahead. The
-same statement tells whether some gate has a claimable task and a free slot (a
-loose index scan of the gated queued tasks, one probe per gate); only then does
+same statement tells which gates have a claimable task and a free slot (a loose
+index scan of the gated queued tasks, one probe per gate); only then does
 the claim go through `postgres.gates` instead (serialised per gate, fair turns),
 so a store whose tools have no `concurrency` claims in one statement.
 """
@@ -91,9 +91,10 @@ class PostgresLeases(PostgresConnections):
         params = {"owner": owner, "until": until, "limit": limit, "app": app, "now": time.time()}
         query = (self.sql.of_app if app is not None else self.sql.any_app).claim_ready
         rows = await self._query(query, params)
-        if any(row[0] for row in rows):  # a gate has room: the fair, serialised path
+        gates = [gate for row in rows if row[0] for gate in row[0]]
+        if gates:  # a gate has room: the fair, serialised path
             async with self._tx() as conn:
-                return await claim_gated(self, conn, owner, until, limit, app)
+                return await claim_gated(self, conn, gates, owner, until, limit, app)
         taken = [from_row(row[1:]) for row in rows]
         taken.sort(key=lambda record: (record.created_at, record.task_id))
         return taken

@@ -122,7 +122,7 @@ CREATE INDEX tasks_created ON {{s}}.tasks (created_at, task_id);
 CREATE INDEX tasks_ended ON {{s}}.tasks (terminal_at) WHERE terminal_at IS NOT NULL;
 CREATE INDEX tasks_ready ON {{s}}.tasks (app, created_at) WHERE {READY};
 CREATE INDEX tasks_ready_any ON {{s}}.tasks (created_at) WHERE {READY};
-CREATE INDEX tasks_gated ON {{s}}.tasks (gate, owner, created_at) WHERE {GATED};
+CREATE INDEX tasks_gated ON {{s}}.tasks (gate, (COALESCE(owner, '')), created_at) WHERE {GATED};
 CREATE INDEX tasks_gate_heads ON {{s}}.tasks (gate, created_at) WHERE {GATED};
 CREATE INDEX tasks_holding ON {{s}}.tasks (gate) WHERE {HOLDING};
 CREATE INDEX tasks_dedupe ON {{s}}.tasks (dedupe_key, created_at) WHERE dedupe_key IS NOT NULL;

@@ -314,16 +314,16 @@ FROM {s}.changes_seq_seq"""
 class ClaimStatements:
     """The statements of `claim_queued` for one application filter (`Statements.of_app`)."""
 
-    #: The ungated claim, one statement: `(false, task...)` rows leased, or one `(true,
-    #: NULL...)` row and nothing leased when some gate has a claimable task and room.
+    #: The ungated claim, one statement: `(NULL, task...)` rows leased, or, when some gate
+    #: has a claimable task and room, nothing leased and one `(those gates, NULL...)` row.
     claim_ready: str
-    #: The gates with a claimable task and a free slot: `(gate, cap, running)`.
-    rooms: str
-    #: The same for the gates in `%(gates)s` (read again once their locks are held).
+    #: The gates among `%(gates)s` with a claimable task and a free slot, as `(gate, cap,
+    #: running)` (read once their locks are held).
     rooms_of: str
     #: The oldest claimable ungated tasks, locked (`FOR UPDATE SKIP LOCKED`).
     ready_ids: str
-    #: Each owner's oldest `%(per)s` claimable tasks in the gates `%(gates)s`.
+    #: Each owner's oldest `%(per)s` claimable tasks in the gate `%(gate)s` (a loose scan
+    #: of the owners waiting in it, then a range per owner).
     candidates: str
 
 
@@ -346,25 +346,32 @@ def _claims(t: str, app: str) -> ClaimStatements:
     )
     returning = ", ".join(f"{t}.{c}" for c in COLUMNS)
     fast = f"""WITH RECURSIVE {gates},
-room AS (SELECT EXISTS ({rooms.format(only="")}) AS gated),
-picked AS ({ready.format(more="", extra="AND NOT (SELECT gated FROM room) ")}),
+room AS (SELECT array_agg(r.gate) AS gates FROM ({rooms.format(only="")}) r),
+picked AS ({ready.format(more="", extra="AND (SELECT gates FROM room) IS NULL ")}),
 u AS (
     UPDATE {t} SET lease_owner = %(owner)s, lease_expires = %(until)s,
         attempts = {t}.attempts + 1, not_before = NULL
     FROM picked WHERE {t}.task_id = picked.task_id
     RETURNING {returning}
 )
-SELECT false, * FROM u
+SELECT NULL::text[], * FROM u
 UNION ALL
-SELECT true, {_NULLS} FROM room WHERE gated"""
-    candidates = f"""SELECT task_id, created_at, owner, gate, gate_limit FROM (
-    SELECT task_id, created_at, owner, gate, gate_limit,
-        row_number() OVER (PARTITION BY gate, owner ORDER BY created_at) AS rn
-    FROM {t} WHERE {GATED} AND gate = ANY(%(gates)s::text[]) {app}AND {DUE}
-) c WHERE rn <= %(per)s ORDER BY created_at, task_id"""
+SELECT gates, {_NULLS} FROM room WHERE gates IS NOT NULL"""
+    who = "COALESCE(owner, '')"  # `stores.flow.ANONYMOUS` for tasks without an owner
+    candidates = f"""WITH RECURSIVE o AS (
+    (SELECT {who} AS who FROM {t} WHERE {GATED} AND gate = %(gate)s ORDER BY {who} LIMIT 1)
+    UNION ALL
+    SELECT (SELECT {who} FROM {t} WHERE {GATED} AND gate = %(gate)s AND {who} > o.who
+        ORDER BY {who} LIMIT 1)
+    FROM o WHERE o.who IS NOT NULL
+)
+SELECT c.task_id, c.created_at, c.owner, c.gate, c.gate_limit FROM o, LATERAL (
+    SELECT task_id, created_at, owner, gate, gate_limit FROM {t}
+    WHERE {GATED} AND gate = %(gate)s AND {who} = o.who {app}AND {DUE}
+    ORDER BY created_at LIMIT %(per)s
+) c WHERE o.who IS NOT NULL"""
     return ClaimStatements(
         claim_ready=fast,
-        rooms=f"WITH RECURSIVE {gates}\n{rooms.format(only='')}",
         rooms_of=f"WITH RECURSIVE {gates}\n"
         f"{rooms.format(only='AND g.gate = ANY(%(gates)s::text[])')}",
         ready_ids=ready.format(more=", created_at", extra=""),

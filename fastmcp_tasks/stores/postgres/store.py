@@ -21,7 +21,8 @@ the total and the owner's, 16 shard rows each, moved by the statements that
 create and end tasks, so a check costs the same with 10 or 10,000 tasks active)
 and inserts, in a statement that starts after the lock is granted: concurrent
 creates in any process never overshoot (a task ending meanwhile only makes the
-count high for a moment). A create without caps takes no lock and is one statement. A dedupe create takes the advisory lock of its key ("dedupe:<key>")
+count high for a moment). A create without caps takes no lock and is one
+statement. A dedupe create takes the advisory lock of its key ("dedupe:<key>")
 before it looks for the key's holder, so of two concurrent creates with one key
 exactly one inserts. `max_tasks` counts retained tasks in 16 counter rows
 (`task_counts`, one per backend shard, moved by the same statements that insert
@@ -36,7 +37,7 @@ leaving tombstones, and prunes tombstones, turns and old change rows.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -161,9 +162,12 @@ class PostgresTaskStore(PostgresFlow, PostgresListing, PostgresLeases):
     # --- changes ----------------------------------------------------------------------
 
     async def set_status_message(self, task_id: str, message: str | None) -> TaskRecord | None:
-        params = {"id": task_id, "message": clean_text(message), "now": time.time()}
-        rows = await self._query(self.sql.set_message, params)
-        return from_row(rows[0][:_WIDTH]) if rows else None
+        message = clean_text(message)
+        return await self._fresh(
+            self.sql.set_message,
+            {"id": task_id, "message": message},
+            lambda found: found.status_message == message,  # else a change ended it
+        )
 
     async def transition(
         self,
@@ -239,8 +243,28 @@ class PostgresTaskStore(PostgresFlow, PostgresListing, PostgresLeases):
         return await self._modify(task_id, apply, None)
 
     async def request_cancel(self, task_id: str) -> TaskRecord | None:
-        rows = await self._query(self.sql.request_cancel, {"id": task_id, "now": time.time()})
-        return from_row(rows[0][:_WIDTH]) if rows else None
+        return await self._fresh(
+            self.sql.request_cancel,
+            {"id": task_id},
+            lambda found: found.status not in ACTIVE_STATUSES,  # else a change ended it
+        )
+
+    async def _fresh(
+        self, query: str, params: dict[str, Any], unchanged: Callable[[TaskRecord], bool]
+    ) -> TaskRecord | None:
+        """Run a change statement whose last column says whether it changed the task: the
+        record it returns. Unchanged, its row is as of the statement's snapshot, which a
+        transaction committed meanwhile (the UPDATE waited for it, then skipped the row it
+        made terminal) may have outdated: `unchanged(record)` false says so, and the next
+        statement, with a newer snapshot, returns the current record instead."""
+        for _ in range(3):  # a terminal task stays terminal: the second read settles it
+            rows = await self._query(query, {**params, "now": time.time()})
+            if not rows:
+                return None
+            found = from_row(rows[0][:_WIDTH])
+            if rows[0][_WIDTH] or unchanged(found):
+                return found
+        return found
 
     def changes(
         self, task_ids: frozenset[str] | None = None, kinds: frozenset[str] | None = None
