@@ -116,9 +116,7 @@ def test_a_worker_and_its_front_end_through_an_immediate_stop(tmp_path: Path) ->
             probes.release("end")  # the worker finishes it right at the stop
             server.stop_immediate()
             back_at = anyio.current_time() + OUTAGE
-            # twice store_timeout: a creation whose store call timed out reads the task back
-            # (how long: test_requests_answer_within_store_timeout_while_postgres_is_down)
-            with anyio.fail_after(2 * STORE_TIMEOUT.total_seconds() + 2):
+            with anyio.fail_after(STORE_TIMEOUT.total_seconds() + 2):
                 with pytest.raises(WireError) as refused:
                     await wire.call_tool("quick", {"text": "during"})
             assert_unavailable(refused.value, tasks.store)
@@ -189,12 +187,6 @@ def test_a_server_started_while_postgres_is_down_runs_tasks_once_it_is_up(
         server.stop()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="pg-store 29d3054: with the server down every store call waits its whole timeout "
-    "for a pooled connection (StoreTimeout), so a tools/call, which then reads the task back, "
-    "answers after twice store_timeout",
-)
 def test_requests_answer_within_store_timeout_while_postgres_is_down(tmp_path: Path) -> None:
     """README, "When the store fails": task requests answer -32603 "Task store unavailable"
     within `store_timeout`, every one of them, not only the first after the stop."""
