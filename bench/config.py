@@ -31,6 +31,7 @@ class Config:
     stores: list[str] = field(default_factory=lambda: list(STORES))
     store_transports: tuple[str, ...] = ("memory", "http")
     redis_skipped: str | None = None  # why the default run left Redis out
+    postgres_skipped: str | None = None  # why the run left PostgreSQL out
     scaleout_tasks: int = 2000
     scaleout_sleep_ms: float = 50.0
     scaleout_transport: str = "memory"

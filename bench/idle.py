@@ -2,12 +2,13 @@
 
 Run from the repo root (~50 s; loopback only; not part of pytest or CI):
 
-    .venv/bin/python -m bench.idle                 # SQLite and Redis, 10 s windows
+    .venv/bin/python -m bench.idle                 # SQLite, Redis, PostgreSQL; 10 s windows
     .venv/bin/python -m bench.idle --seconds 30    # longer windows
-    .venv/bin/python -m bench.idle --stores sqlite
+    .venv/bin/python -m bench.idle --stores sqlite,postgres
 
 For each store (SQLite: a fresh file in a temp dir; Redis: a `redis-server` of this run's
-own on a free port, `--save '' --appendonly no`, stopped by pid at the end), two idle
+own on a free port, `--save '' --appendonly no`; PostgreSQL: a `postgres` of this run's
+own, `log_statement=all` (`bench/idle_pg.py`); each stopped by pid at the end), two idle
 processes are measured one after the other, in this process:
 
 - **server**: a FastMCP server with `TasksExtension(url=...)` and one `task=True` tool,
@@ -19,10 +20,12 @@ Each settles `--settle` s (2), then the store work of a `--seconds` window (10) 
 (`bench/idle_count.py`): Redis round trips and commands at the client (redis-py's asyncio
 connection wrapped), cross-checked with the private server's `INFO`; SQLite write-lock
 takes (`BEGIN IMMEDIATE`), statements and `PRAGMA data_version` polls (a trace callback on
-every `sqlite3` connection). Beside it, a synchronous `tools/call` reference: the p50 of
-`--calls` (200) calls of a plain tool through `Client(mcp)` in memory. Targets: <= 1
-round trip/s (Redis) and <= 1 write-lock take/s (SQLite) per row. Prints a table, writes
-bench/results/idle.json; exits non-zero only on errors, not on FAIL. See bench/README.md.
+every `sqlite3` connection); PostgreSQL statements the private server logged (each one
+round trip), beside those psycopg's cursors sent. Beside it, a synchronous `tools/call`
+reference: the p50 of `--calls` (200) calls of a plain tool through `Client(mcp)` in
+memory. Targets per row: <= 1 round trip/s (Redis), <= 1 write-lock take/s (SQLite),
+<= 1 statement/s (PostgreSQL). Prints a table, writes bench/results/idle.json; exits
+non-zero only on errors, not on FAIL. See bench/README.md.
 """
 
 from __future__ import annotations
@@ -31,7 +34,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import logging
 import os
 import shutil
 import sys
@@ -47,7 +49,8 @@ if __package__ in (None, ""):  # `python bench/idle.py`
 
 from fastmcp import Client, FastMCP
 
-from bench.idle_count import PrivateRedis, RedisTap, SqliteTap, delta
+from bench.idle_count import EngineLog, PrivateRedis, RedisTap, SqliteTap, delta
+from bench.idle_pg import PgTap, PrivatePostgres, pg_rates
 from bench.report import machine
 from fastmcp_tasks import TasksExtension
 from fastmcp_tasks.wire import TASKS_EXTENSION_ID
@@ -112,40 +115,16 @@ async def sync_reference(calls: int, warmup: int = 20) -> dict[str, Any]:
     return {"calls": calls, "p50_ms": p50, "p99_ms": pct(0.99), "calls_per_s": 1000 / p50}
 
 
-class EngineLog(logging.Handler):
-    """Warnings and errors the package logs during a case: an engine loop that fails
-    does no store work, which must not read as a PASS."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.records: list[dict[str, Any]] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        message = record.getMessage().splitlines()[0][:200]
-        if record.exc_info and record.exc_info[1] is not None:
-            message += f" ({type(record.exc_info[1]).__name__}: {record.exc_info[1]})"[:300]
-        self.records.append({"level": record.levelname, "logger": record.name, "msg": message})
-
-    @contextlib.contextmanager
-    def attached(self) -> Any:
-        logger = logging.getLogger("fastmcp_tasks")
-        logger.addHandler(self)
-        try:
-            yield self
-        finally:
-            logger.removeHandler(self)
-
-
 class Measure:
-    """Snapshots of the taps (and the private Redis) taken at the same moment."""
+    """Snapshots of the taps (and the private Redis or PostgreSQL) taken at the same moment."""
 
-    def __init__(self, store: str, tap: Any, redis: PrivateRedis | None) -> None:
-        self.store, self.tap, self.redis = store, tap, redis
+    def __init__(self, store: str, tap: Any, server: PrivateRedis | PrivatePostgres | None) -> None:
+        self.store, self.tap, self.server = store, tap, server
 
     def read(self) -> dict[str, Any]:
         # The synchronous INFO blocks the event loop, so nothing runs between the readings.
         client = self.tap.snapshot()
-        server = self.redis.counters() if self.redis is not None else None
+        server = self.server.counters() if self.server is not None else None
         return {"client": client, "server": server, "t": time.perf_counter()}
 
     async def case(self, process: str, url: str, settle: float, seconds: float) -> dict[str, Any]:
@@ -175,6 +154,8 @@ class Measure:
 def rates(store: str, row: dict[str, Any], elapsed: float) -> dict[str, Any]:
     """Per-second figures of one case; the headline one is compared with the target."""
     client = row["client"]
+    if store == "postgres":
+        return pg_rates(row, elapsed)
     if store == "sqlite":
         return {
             "metric": "write-lock takes",
@@ -232,6 +213,20 @@ async def run_store(store: str, args: argparse.Namespace) -> list[dict[str, Any]
                     shutil.rmtree(directory, ignore_errors=True)
         finally:
             tap.uninstall()
+        return rows
+    if store == "postgres":
+        server, tap = PrivatePostgres(), PgTap()
+        tap.install()
+        try:
+            for n, process in enumerate(("server", "worker"), 1):
+                url = f"{server.url}?schema=fastmcp_tasks_idle_{os.getpid()}_{n}"
+                rows.append(
+                    await Measure(store, tap, server).case(process, url, args.settle, args.seconds)
+                )
+                rows[-1]["postgres_version"] = server.version
+        finally:
+            tap.uninstall()
+            server.stop()
         return rows
     try:  # only to label EVALSHA calls by script; the counts do not depend on it
         from fastmcp_tasks.stores.redis.scripts import SCRIPTS
@@ -299,13 +294,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--seconds", type=float, default=10.0, help="counting window per case (10)")
     p.add_argument("--settle", type=float, default=2.0, help="seconds before the window (2)")
-    p.add_argument("--stores", default="sqlite,redis", help="sqlite,redis (default: both)")
+    p.add_argument("--stores", default="sqlite,redis,postgres", help="sqlite,redis,postgres")
     p.add_argument("--calls", type=int, default=200, help="sync tools/call reference (200)")
     p.add_argument("--redis-server", default="redis-server", help="the redis-server binary")
     p.add_argument("--output", type=Path, default=OUTPUT, help=f"JSON file ({OUTPUT.name})")
     args = p.parse_args(argv)
     args.stores = [s for s in args.stores.split(",") if s]
-    if unknown := set(args.stores) - {"sqlite", "redis"}:
+    if unknown := set(args.stores) - {"sqlite", "redis", "postgres"}:
         p.error(f"unknown store(s): {', '.join(sorted(unknown))}")
     return args
 
@@ -318,7 +313,7 @@ async def run_all(args: argparse.Namespace) -> dict[str, Any]:
         t0 = time.perf_counter()
         try:
             rows += await run_store(store, args)
-        except FileNotFoundError as exc:  # no redis-server: said loudly, not an error
+        except FileNotFoundError as exc:  # no redis-server/postgres: said loudly, not an error
             skipped[store] = str(exc)
             print(f"*** SKIPPED {store}: {exc} ***", file=sys.stderr)
             continue
@@ -359,16 +354,20 @@ def main(argv: list[str] | None = None) -> None:
     print_table(table(rows, sync))
     print()
     print(f"Idle for {args.settle:g} s, then counted over {args.seconds:g} s; no task anywhere.")
-    print("/s: Redis round trips (commands or pipelines sent, a blocking XREAD = one) or SQLite")
-    print("BEGIN IMMEDIATE (write-lock takes). cmds|stmts: commands sent (Redis) or statements")
-    print("run (SQLite). check: Redis commands the private server processed (INFO, ours out;")
-    print("Lua-inner commands included) or SQLite PRAGMA data_version polls.")
+    print("/s: Redis round trips (commands or pipelines sent, a blocking XREAD = one), SQLite")
+    print("BEGIN IMMEDIATE (write-lock takes) or PostgreSQL statements the server logged.")
+    print("cmds|stmts: commands sent (Redis), statements run (SQLite) or sent by psycopg cursors")
+    print("(PostgreSQL). check: Redis commands the private server processed (INFO, ours out;")
+    print("Lua-inner ones included), SQLite PRAGMA data_version polls, or PostgreSQL statements")
+    print("of the store's LISTEN connection.")
     print("÷ sync/s: the /s figure over the sync calls/s above (one caller).")
     for r in rows:
         if r.get("crosscheck_ok") is False:
             print(f"*** {r['store']} {r['process']}: client and server counts differ ***")
-    if any(r.get("crosscheck_ok") for r in rows):
+    if any(r.get("crosscheck_ok") for r in rows if r["store"] == "redis"):
         print("Redis cross-check: client commands and bytes = the private server's, per row.")
+    if any(r.get("crosscheck_ok") for r in rows if r["store"] == "postgres"):
+        print("PostgreSQL cross-check: the server ran at least the statements psycopg sent.")
     for store, why in results["skipped"].items():
         print(f"*** SKIPPED {store}: {why} ***")
     print(f"Total {report['total_seconds']} s; JSON written to {args.output}")

@@ -15,6 +15,8 @@
   server-side cross-check. It is read with the *synchronous* redis-py client, which
   `RedisTap` does not see.
 
+`EngineLog` collects the warnings and errors the package logs during a case.
+
 Nothing here reads counters of the stores themselves (`store.stats` or the like).
 """
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import hashlib
+import logging
 import shutil
 import socket
 import sqlite3
@@ -276,3 +279,27 @@ class PrivateRedis:
                 self.proc.kill()
                 self.proc.wait(5)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class EngineLog(logging.Handler):
+    """Warnings and errors the package logs during a case: an engine loop that fails
+    does no store work, which must not read as a PASS."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.records: list[dict[str, Any]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage().splitlines()[0][:200]
+        if record.exc_info and record.exc_info[1] is not None:
+            message += f" ({type(record.exc_info[1]).__name__}: {record.exc_info[1]})"[:300]
+        self.records.append({"level": record.levelname, "logger": record.name, "msg": message})
+
+    @contextlib.contextmanager
+    def attached(self) -> Any:
+        logger = logging.getLogger("fastmcp_tasks")
+        logger.addHandler(self)
+        try:
+            yield self
+        finally:
+            logger.removeHandler(self)

@@ -270,7 +270,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tasks", type=int, help="tasks kept in flight (1000; quick 200)")
     p.add_argument("--pollers", type=int, default=50)
     p.add_argument("--subscribers", type=int, default=10)
-    p.add_argument("--stores", default=",".join(bench_server.STORES))
+    p.add_argument("--stores", default="memory,sqlite,redis")
     p.add_argument("--redis-url", default=bench_server.REDIS_URL)
     p.add_argument("--creators", type=int, default=20, help="concurrent creating callers")
     p.add_argument("--watch", type=int, default=20, help="tasks per listen stream")

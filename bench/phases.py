@@ -1,6 +1,7 @@
 """Metrics 1-3, per transport and per store, every store's server up at once and the
 samples interleaved: `bench_latency` (sync vs. task-creating `tools/call`), `bench_get`
-(`tasks/get` with few and many retained tasks; `fill_store`, `redis_fill`) and
+(`tasks/get` with few and many retained tasks; `fill_store`, `redis_fill`,
+`bench.pg.postgres_fill`) and
 `bench_throughput` (calls/s with concurrent callers).
 """
 
@@ -20,6 +21,7 @@ import anyio
 import anyio.to_thread
 from fastmcp import FastMCP
 
+from bench import pg
 from bench.calls import (
     TOOL,
     append_to,
@@ -103,7 +105,10 @@ async def fill_store(server: FastMCP, count: int, template: TaskRecord) -> tuple
     through the wire) but for id and times, written in one transaction on a
     connection of the harness's own (`executemany` of the store's INSERT). Redis
     store: the same records through the store's own `create` (its Lua script and
-    argument encoding), pipelined 1,000 at a time (`redis_fill`).
+    argument encoding), pipelined 1,000 at a time (`redis_fill`). PostgreSQL store:
+    rows equal to `template` but for id and times, encoded by the store's own
+    `schema.to_params`, in one `executemany` transaction on a connection of the
+    harness's own, counted in its retained-task count (`pg.postgres_fill`).
     """
     ext = extension(server)
     store = ext.store
@@ -111,6 +116,9 @@ async def fill_store(server: FastMCP, count: int, template: TaskRecord) -> tuple
     start = time.perf_counter()
     if store_kind(server) == "redis":
         await redis_fill(store, ids, template)
+        return time.perf_counter() - start, ids
+    if store_kind(server) == "postgres":
+        await pg.postgres_fill(store, ids, template)
         return time.perf_counter() - start, ids
     path = sqlite_path(server)
     if path is not None:
@@ -227,6 +235,8 @@ async def bench_get(kind: str, cfg: Config) -> dict[str, Any]:
                 stores[store]["db_mib_large"] = db_mib(large_server)
             if store == "redis":  # the whole Redis server, every store of the run
                 stores[store]["redis_used_mib_large"] = redis_used_mib()
+            if store == "postgres":  # the large server's tasks table, indexes included
+                stores[store]["postgres_mib_large"] = pg.postgres_mib(extension(large_server).store)
         sends = {
             (store, size): up[store][1]
             for store in small_up

@@ -20,6 +20,7 @@ from typing import Any
 
 import anyio
 
+from bench import pg
 from bench.calls import create_task, fan_out
 from bench.config import Config
 from bench.proto import Send
@@ -44,7 +45,8 @@ def _kill_leftover_workers() -> None:
 
 class Worker:
     """One `python -m fastmcp_tasks worker bench/redis_app.py:mcp` process (the worker
-    command, as deployed), its output in `log`; `stop()` sends SIGTERM, then SIGKILL."""
+    command, as deployed) on the store at `url` (Redis or PostgreSQL), its output in
+    `log`; `stop()` sends SIGTERM, then SIGKILL."""
 
     def __init__(self, url: str, concurrency: int, sleep_ms: float, log: Path) -> None:
         self.log = log
@@ -112,15 +114,19 @@ class Worker:
         }
 
 
-def cpu_seconds(procs: list[Worker]) -> dict[str, float]:
+def cpu_seconds(procs: list[Worker], store: str = "redis") -> dict[str, float]:
     """CPU seconds (user + system) used so far by this process (the front end and the
-    client), by each worker (`/proc/<pid>/stat`) and by the Redis server (`INFO cpu`)."""
+    client), by each worker (`/proc/<pid>/stat`) and by the store's server: Redis
+    (`INFO cpu`), or every `postgres` process of the host (`pg.postgres_cpu_seconds`)."""
     tick = os.sysconf("SC_CLK_TCK")
     out = {"front_end": time.process_time()}
     for i, proc in enumerate(procs):
         with open(f"/proc/{proc.proc.pid}/stat") as f:
             fields = f.read().rpartition(")")[2].split()
         out[f"worker_{i}"] = (int(fields[11]) + int(fields[12])) / tick
+    if store == "postgres":
+        out["postgres"] = pg.postgres_cpu_seconds()
+        return out
     info = redis_client().info("cpu")
     out["redis"] = float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
     return out

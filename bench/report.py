@@ -147,26 +147,27 @@ def flood_rows(t: Rows, kind: str, flood: dict[str, Any]) -> None:
 def scaleout_rows(t: Rows, so: dict[str, Any]) -> None:
     kind, one, two = so["transport"], so["one_worker"], so["two_workers"]
     ceiling = so["ceiling_tps_per_worker"]
+    store = so.get("store", "redis")
     t.row(
         kind,
-        f"redis scale-out: ceiling per worker ({so['worker_concurrency']} slots x "
+        f"{store} scale-out: ceiling per worker ({so['worker_concurrency']} slots x "
         f"1/{so['sleep_ms']:g} ms)",
         f"{ceiling:.0f} tasks/s",
     )
     t.row(
         kind,
-        f"redis scale-out, 1 worker ({one['tasks']:,} tasks): first create -> last "
+        f"{store} scale-out, 1 worker ({one['tasks']:,} tasks): first create -> last "
         "completed / ceiling",
         f"{one['tps']:.0f} tasks/s",
         one["tps"] / ceiling,
-        "redis_scaleout_1w_tps/ceiling",
+        f"{store}_scaleout_1w_tps/ceiling",
     )
     t.row(
         kind,
-        f"redis scale-out, 2 workers ({two['tasks']:,} tasks) / 1 worker",
+        f"{store} scale-out, 2 workers ({two['tasks']:,} tasks) / 1 worker",
         f"{two['tps']:.0f} tasks/s",
         two["tps"] / one["tps"],
-        "redis_scaleout_2w_tps/1w_tps",
+        f"{store}_scaleout_2w_tps/1w_tps",
         ">=",
         1.7,
     )
@@ -205,8 +206,9 @@ def ratios_and_rows(results: dict[str, Any]) -> tuple[dict[str, Any], list[tuple
         ):
             if r.get(name):
                 rows(t, kind, r[name])
-    if results.get("scaleout"):
-        scaleout_rows(t, results["scaleout"])
+    for key in ("scaleout", "postgres_scaleout"):
+        if results.get(key):
+            scaleout_rows(t, results[key])
     if results.get("memory"):
         memory_rows(t, results["memory"])
     return t.ratios, t.rows
@@ -222,11 +224,20 @@ def print_table(rows: list[tuple[str, ...]]) -> None:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
 
 
-def skipped_line(cfg: Config) -> str:
-    return (
-        f"*** SKIPPED: the Redis store and the scale-out phase: {cfg.redis_skipped}; "
-        "start Redis or pass --redis-url ***"
-    )
+def skipped_lines(cfg: Config) -> list[str]:
+    """One loud line per store the run left out, with the reason."""
+    lines = []
+    if cfg.redis_skipped:
+        lines.append(
+            f"*** SKIPPED: the Redis store and the scale-out phase: {cfg.redis_skipped}; "
+            "start Redis or pass --redis-url ***"
+        )
+    if cfg.postgres_skipped:
+        lines.append(
+            "*** SKIPPED: the PostgreSQL store and its scale-out phase: "
+            f"{cfg.postgres_skipped}; start PostgreSQL or pass --postgres-url ***"
+        )
+    return lines
 
 
 def print_notes(
@@ -242,14 +253,17 @@ def print_notes(
         on = ",".join(t for t in cfg.transports if t in cfg.store_transports) or "no transport"
         print(f"Stores {','.join(cfg.stores)} on {on}: latency, tasks/get and throughput (a server")
         print("per store, all up at once, samples interleaved; SQLite: a fresh temp file each;")
-        print("Redis: a fresh key prefix each, its keys deleted afterwards).")
+        print("Redis: a fresh key prefix each, its keys deleted afterwards; PostgreSQL: a fresh")
+        print("schema each, dropped afterwards).")
         print("Input, push, flood and memory: memory store only.")
     print("Input, push and flood: see bench/README.md; 'info' ratios have no target.")
-    so = results.get("scaleout")
-    if so:
+    for so in (results.get("scaleout"), results.get("postgres_scaleout")):
+        if not so:
+            continue
+        on = "PostgreSQL" if so.get("store") == "postgres" else "Redis"
         print(
             f"Scale-out: {so['tasks']:,} tasks of `await anyio.sleep({so['sleep_ms'] / 1000:g})` "
-            f"through a concurrency=0 front end ({so['transport']} transport) on Redis, run by"
+            f"through a concurrency=0 front end ({so['transport']} transport) on {on}, run by"
         )
         print(
             "worker processes (python -m fastmcp_tasks worker bench/redis_app.py:mcp "
@@ -257,6 +271,6 @@ def print_notes(
             f"{','.join(map(str, so['order']))} workers;"
         )
         print(f"clock: first create -> last completion seen by {so['observed_by']}.")
-    if cfg.redis_skipped:
-        print(skipped_line(cfg))
+    for line in skipped_lines(cfg):
+        print(line)
     print(f"Total {total_seconds} s; JSON written to {output}")

@@ -8,11 +8,20 @@ from __future__ import annotations
 
 from typing import Any
 
-#: Per store, the target of `creation_p50/sync_p50` (none: info).
-CREATION_TARGETS: dict[str, tuple[str, float]] = {"memory": ("<=", 1.3), "redis": ("<=", 2.0)}
+#: Per store, the target of `creation_p50/sync_p50` (none: info). PostgreSQL, a network
+#: store like Redis, is held to Redis's targets.
+CREATION_TARGETS: dict[str, tuple[str, float]] = {
+    "memory": ("<=", 1.3),
+    "redis": ("<=", 2.0),
+    "postgres": ("<=", 2.0),
+}
 #: Per store, the target of `get_p50/sync_p50`; a store without one (SQLite) is
 #: compared with the memory store's get instead (`<= 2.0`).
-GET_TARGETS: dict[str, tuple[str, float]] = {"memory": ("<=", 0.6), "redis": ("<=", 1.5)}
+GET_TARGETS: dict[str, tuple[str, float]] = {
+    "memory": ("<=", 0.6),
+    "redis": ("<=", 1.5),
+    "postgres": ("<=", 1.5),
+}
 
 
 def check(value: float, op: str, target: float) -> str:

@@ -1,9 +1,10 @@
 """fastmcp-tasks benchmark: sync vs. task latency, tasks/get cost, throughput, memory,
 input round trips, push (subscriptions/listen) vs. polling, and a progress flood.
-Latency, tasks/get and throughput also run on the SQLite and Redis stores, beside the
-memory store and interleaved with it (`--stores memory,sqlite,redis`; Redis only when
-it answers), and a Redis scale-out phase runs tasks through a `concurrency=0` front end
-on 1 and on 2 worker processes (`python -m fastmcp_tasks worker bench/redis_app.py`).
+Latency, tasks/get and throughput also run on the SQLite, Redis and PostgreSQL stores,
+beside the memory store and interleaved with it (`--stores memory,sqlite,redis,postgres`;
+Redis and PostgreSQL only when they answer), and a scale-out phase on Redis and on
+PostgreSQL runs tasks through a `concurrency=0` front end on 1 and on 2 worker
+processes (`python -m fastmcp_tasks worker bench/redis_app.py`).
 
 Run from the repo root:
 
@@ -38,12 +39,13 @@ from typing import Any
 if __package__ in (None, ""):  # `python bench/run.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import server, transports
+from bench import pg, server, transports
 from bench.config import Config
+from bench.pg import postgres_answers
 from bench.phases import bench_get, bench_latency, bench_throughput
 from bench.phases_probe import bench_flood, bench_input, bench_push
 from bench.processes import bench_memory, memory_child
-from bench.report import machine, print_notes, print_table, ratios_and_rows, skipped_line
+from bench.report import machine, print_notes, print_table, ratios_and_rows, skipped_lines
 from bench.scaleout import bench_scaleout
 from bench.server import STORES, redis_answers, redis_leftovers
 from bench.transports import TRANSPORTS
@@ -68,9 +70,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--stores",
         help="task stores of the latency, tasks/get and throughput phases, each on its own "
-        "server, interleaved (memory,sqlite,redis; redis only if it answers, else SKIPPED); "
-        "SQLite on a fresh temporary file, Redis under a fresh prefix, per server; "
-        "the scale-out phase runs when redis is listed",
+        "server, interleaved (memory,sqlite,redis,postgres; redis only if it answers, else "
+        "SKIPPED; postgres SKIPPED with the reason when it does not answer, even if listed); "
+        "SQLite on a fresh temporary file, Redis under a fresh prefix, PostgreSQL in a fresh "
+        "schema, per server; the scale-out phase runs on redis and on postgres when listed",
+    )
+    p.add_argument(
+        "--postgres-url",
+        default=pg.POSTGRES_URL,
+        help=f"PostgreSQL for the postgres store and its scale-out ({pg.POSTGRES_URL}); each "
+        "server uses a schema of its own and drops it afterwards",
     )
     p.add_argument(
         "--redis-url",
@@ -184,19 +193,21 @@ def config(args: argparse.Namespace) -> Config:
     def pick(value: int | None, full: int, fast: int) -> int:
         return value if value is not None else (fast if quick else full)
 
-    redis_skipped = None
-    if args.stores is None:  # the default: Redis too, if it answers
-        stores = ["memory", "sqlite"]
+    redis_skipped = postgres_skipped = None
+    if args.stores is None:  # the default: Redis and PostgreSQL too, if they answer
+        stores = ["memory", "sqlite", "redis", "postgres"]
         why = redis_answers(server.REDIS_URL)
-        if why is None:
-            stores.append("redis")
-        else:
+        if why is not None:
+            stores.remove("redis")
             redis_skipped = f"{server.REDIS_URL} does not answer ({why})"
     else:
         stores = [s.strip() for s in args.stores.split(",") if s.strip()]
         why = redis_answers(server.REDIS_URL) if "redis" in stores else None
         if why is not None:
             raise SystemExit(f"--stores redis: {server.REDIS_URL} does not answer ({why})")
+    if "postgres" in stores and (why := postgres_answers(pg.POSTGRES_URL)) is not None:
+        stores.remove("postgres")  # said loudly, at the start and under the table
+        postgres_skipped = f"{pg.POSTGRES_URL} does not answer ({why})"
     return Config(
         warmup=pick(args.warmup, 200, 50),
         latency_samples=pick(args.latency_samples, 2000, 300),
@@ -211,6 +222,7 @@ def config(args: argparse.Namespace) -> Config:
         transports=[t.strip() for t in args.transports.split(",") if t.strip()],
         stores=stores,
         redis_skipped=redis_skipped,
+        postgres_skipped=postgres_skipped,
         scaleout_tasks=pick(args.scaleout_tasks, 2000, 300),
         scaleout_sleep_ms=args.scaleout_sleep_ms,
         scaleout_transport=args.scaleout_transport,
@@ -261,11 +273,13 @@ async def run_all(cfg: Config) -> dict[str, Any]:
             r[name] = await fn(kind, cfg)
             r[name]["phase_seconds"] = round(time.perf_counter() - t0, 2)
             print(f"  {kind:6} {name:10} done in {r[name]['phase_seconds']:.1f} s", file=sys.stderr)
-    if "redis" in cfg.stores and cfg.scaleout_tasks > 0:
-        t0 = time.perf_counter()
-        results["scaleout"] = await bench_scaleout(cfg)
-        results["scaleout"]["phase_seconds"] = round(time.perf_counter() - t0, 2)
-        print(f"  scale-out done in {results['scaleout']['phase_seconds']:.1f} s", file=sys.stderr)
+    for store, key in (("redis", "scaleout"), ("postgres", "postgres_scaleout")):
+        if store in cfg.stores and cfg.scaleout_tasks > 0:
+            t0 = time.perf_counter()
+            results[key] = await bench_scaleout(cfg, store)
+            results[key]["phase_seconds"] = round(time.perf_counter() - t0, 2)
+            seconds = results[key]["phase_seconds"]
+            print(f"  {store} scale-out done in {seconds:.1f} s", file=sys.stderr)
     return results
 
 
@@ -278,13 +292,14 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     transports.HTTP_CLIENT = args.http_client
     server.REDIS_URL = args.redis_url
+    pg.POSTGRES_URL = args.postgres_url
     cfg = config(args)
     started = time.perf_counter()
     load_before = os.getloadavg()
     print(f"fastmcp-tasks bench ({'quick' if args.quick else 'full'}): {cfg}", file=sys.stderr)
-    if cfg.redis_skipped:
-        print(f"\n{skipped_line(cfg)}\n", file=sys.stderr)
-    left = 0
+    for line in skipped_lines(cfg):
+        print(f"\n{line}\n", file=sys.stderr)
+    left = schemas_left = 0
     try:
         results = asyncio.run(run_all(cfg))
     finally:
@@ -292,8 +307,14 @@ def main(argv: list[str] | None = None) -> None:
             left = redis_leftovers()
             if left:
                 print(f"deleted {left} Redis keys left under {server.REDIS_RUN}-*", file=sys.stderr)
+        if "postgres" in cfg.stores:  # every server dropped its schema; this only makes sure
+            schemas_left = pg.postgres_leftovers()
+            if schemas_left:
+                print(f"dropped {schemas_left} schemas left: {pg.POSTGRES_RUN}_*", file=sys.stderr)
     if "redis" in cfg.stores:
         results["redis_keys_left"] = left
+    if "postgres" in cfg.stores:
+        results["postgres_schemas_left"] = schemas_left
     if cfg.memory_tasks > 0:
         t0 = time.perf_counter()
         results["memory"] = bench_memory(cfg)
@@ -308,6 +329,7 @@ def main(argv: list[str] | None = None) -> None:
             **cfg.__dict__,
             "http_client": transports.HTTP_CLIENT,
             "redis_url": server.REDIS_URL,
+            "postgres_url": pg.POSTGRES_URL,
         },
         "loadavg_1_5_15": {"before": load_before, "after": os.getloadavg()},
         "results": results,

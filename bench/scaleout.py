@@ -1,6 +1,7 @@
-"""The Redis scale-out phase: tasks of `sleeper` (`bench/redis_app.py`) created through an
-in-process front end (`concurrency=0`) and run by 1 and by 2 worker processes
-(`bench_scaleout`; one run: `_scaleout_once`, its clock: `_scaleout_drive`).
+"""The scale-out phase, on Redis and on PostgreSQL: tasks of `sleeper`
+(`bench/redis_app.py`) created through an in-process front end (`concurrency=0`) and
+run by 1 and by 2 worker processes (`bench_scaleout`; one run: `_scaleout_once`, its
+clock: `_scaleout_drive`).
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ from typing import Any
 import anyio
 from fastmcp import FastMCP
 
+from bench import pg
 from bench.calls import call_probe, get_task, pct
 from bench.config import Config
 from bench.processes import Worker, cpu_seconds, live_workers, print_worker_logs
 from bench.proto import TERMINAL, Conn, RpcError, Send
-from bench.server import extension, redis_client, redis_counts, store_url
+from bench.server import extension, redis_client, store_counts, store_kind, store_url
 from bench.transports import TRANSPORTS
 
 SLEEPER = "sleeper"  # the tool of bench/redis_app.py
@@ -63,9 +65,10 @@ async def _scaleout_once(
             await _scaleout_drive(conn, warmup, cfg)
         await _scaleout_idle(server)
         gc.collect()
-        cpu = cpu_seconds(procs)
+        kind = store_kind(server)
+        cpu = cpu_seconds(procs, kind)
         drive = await _scaleout_drive(conn, tasks, cfg)
-        cpu = {k: round(v - cpu[k], 3) for k, v in cpu_seconds(procs).items()}
+        cpu = {k: round(v - cpu[k], 3) for k, v in cpu_seconds(procs, kind).items()}
         await _scaleout_idle(server)
     finally:
         for proc in procs:  # SIGTERM to all first, then wait for each
@@ -103,13 +106,18 @@ async def _scaleout_once(
 async def _scaleout_idle(server: FastMCP) -> None:
     """Untimed: wait until the store's indexes hold no active and no queued task."""
     with anyio.fail_after(30):
-        while (counts := redis_counts(server))["active"] or counts["queued"]:  # noqa: ASYNC110
+        while (counts := store_counts(server))["active"] or counts["queued"]:  # noqa: ASYNC110
             await anyio.sleep(0.01)
 
 
 def _completed_records(server: FastMCP, ids: list[str]) -> list[tuple[str, float, float]]:
     """Untimed: (lease owner `host:pid:token`, created_at, terminal_at) of each of `ids`,
-    read from the task hashes; each must be `completed`."""
+    read from the task hashes (Redis) or rows (PostgreSQL); each must be `completed`."""
+    if store_kind(server) == "postgres":
+        rows = pg.postgres_records(extension(server).store, ids)
+        assert len(rows) == len(ids), (len(rows), len(ids))
+        assert {status for status, *_ in rows} == {"completed"}, {s for s, *_ in rows}
+        return [(owner, created, ended) for _, owner, created, ended in rows]
     keys = extension(server).store.keys  # type: ignore[attr-defined]
     client = redis_client()
     out: list[tuple[str, float, float]] = []
@@ -223,9 +231,10 @@ async def _scaleout_drive(conn: Conn, tasks: int, cfg: Config) -> dict[str, Any]
     }
 
 
-async def bench_scaleout(cfg: Config) -> dict[str, Any]:
-    """Redis scale-out: `scaleout_tasks` tasks of `sleeper` (`await anyio.sleep(0.05)`)
-    through an in-process front end (`concurrency=0`), run by 1 and by 2 worker processes.
+async def bench_scaleout(cfg: Config, store: str = "redis") -> dict[str, Any]:
+    """Scale-out on `store` (`redis` or `postgres`): `scaleout_tasks` tasks of `sleeper`
+    (`await anyio.sleep(0.05)`) through an in-process front end (`concurrency=0`), run by
+    1 and by 2 worker processes.
 
     Runs in `scaleout_order` (full: the palindrome 1, 2, 2, 1 workers, half the tasks
     each, so a linear drift cancels as in the throughput metric; quick: 1, 2, all the
@@ -246,7 +255,7 @@ async def bench_scaleout(cfg: Config) -> dict[str, Any]:
 
     runs: list[dict[str, Any]] = []
     try:
-        async with store_url("redis") as url:
+        async with store_url(store) as url:
             server = build(url, concurrency=0, sleep_ms=cfg.scaleout_sleep_ms)
             async with TRANSPORTS[kind](server, listen=True) as conn:
                 for part, workers in enumerate(order):
@@ -257,7 +266,7 @@ async def bench_scaleout(cfg: Config) -> dict[str, Any]:
                         await _scaleout_once(server, conn, url, workers, tasks, cfg, logs, warm)
                     )
                     print(
-                        f"  scale-out {workers} worker(s): {runs[-1]['tps']:.0f} tasks/s",
+                        f"  {store} scale-out {workers} worker(s): {runs[-1]['tps']:.0f} tasks/s",
                         file=sys.stderr,
                     )
     except BaseException:
@@ -271,6 +280,7 @@ async def bench_scaleout(cfg: Config) -> dict[str, Any]:
         tasks, seconds = sum(r["tasks"] for r in mine), sum(r["seconds"] for r in mine)
         by[workers] = {"tasks": tasks, "seconds": round(seconds, 3), "tps": tasks / seconds}
     return {
+        "store": store,
         "transport": kind,
         "tasks": n,
         "sleep_ms": cfg.scaleout_sleep_ms,

@@ -1,8 +1,8 @@
 """The bench server and its task stores: `make_server` (`noop`, and with a `Probe` the
-`asker`, `waiter` and `flood` tools), `store_url` (memory, a fresh SQLite file, or Redis
-under a prefix of its own), the Redis helpers of the run (`REDIS_URL`, prefixes, an
-untimed client, leftover cleanup) and untimed reads and waits on a server's store
-(`retained`, `db_mib`, `drain`, `quiet`, `settle`).
+`asker`, `waiter` and `flood` tools), `store_url` (memory, a fresh SQLite file, Redis
+under a prefix of its own, or a fresh PostgreSQL schema: `bench.pg`), the Redis helpers
+of the run (`REDIS_URL`, prefixes, an untimed client, leftover cleanup) and untimed
+reads and waits on a server's store (`retained`, `db_mib`, `drain`, `quiet`, `settle`).
 
 `REDIS_URL` is set from `--redis-url` (by `bench.run` and `bench.load`): read it as
 `server.REDIS_URL`, never import the name.
@@ -29,11 +29,12 @@ import anyio
 import anyio.lowlevel
 from fastmcp import Context, FastMCP
 
+from bench import pg
 from bench.proto import TASKS, TERMINAL
 from fastmcp_tasks import Progress, TasksExtension
 
 #: Task stores the latency, tasks/get and throughput phases can run on (`--stores`).
-STORES = ("memory", "sqlite", "redis")
+STORES = ("memory", "sqlite", "redis", "postgres")
 
 
 # --- server ---------------------------------------------------------------------------
@@ -63,8 +64,8 @@ def make_server(
 ) -> FastMCP:
     """The bench server: `noop`; with a `probe`, also `asker`, `waiter` and `flood`.
 
-    `url` names the task store (`memory://`, `sqlite:///...` or `redis://...` from
-    `store_url`).
+    `url` names the task store (`memory://`, `sqlite:///...`, `redis://...` or
+    `postgresql://...?schema=...` from `store_url`).
     """
     mcp = FastMCP("bench")
     mcp.add_extension(TasksExtension(url=url, max_tasks=max_tasks))
@@ -113,11 +114,16 @@ def extension(server: FastMCP) -> TasksExtension:
 @asynccontextmanager
 async def store_url(store: str) -> AsyncIterator[str]:
     """The store URL of one server: `memory://`; a fresh SQLite file in a temporary
-    directory (`tempfile.mkdtemp`), removed with its `-wal`/`-shm` files afterwards; or
+    directory (`tempfile.mkdtemp`), removed with its `-wal`/`-shm` files afterwards;
     Redis under a prefix of its own (`redis_prefix`), whose keys are deleted afterwards
-    (`RedisTaskStore.clear()`, once the server using it is down)."""
+    (`RedisTaskStore.clear()`, once the server using it is down); or a fresh schema on
+    PostgreSQL (`pg.postgres_schema`), dropped afterwards."""
     if store == "memory":
         yield "memory://"
+        return
+    if store == "postgres":
+        async with pg.postgres_schema() as url:
+            yield url
         return
     if store == "redis":
         url = redis_store_url(redis_prefix())
@@ -200,8 +206,9 @@ def redis_leftovers() -> int:
 
 
 def store_kind(server: FastMCP) -> str:
-    """`memory`, `sqlite` or `redis`: the store the server's extension uses."""
-    return str(extension(server).store.scheme)  # type: ignore[attr-defined]
+    """`memory`, `sqlite`, `redis` or `postgres`: the store the server's extension uses."""
+    scheme = str(extension(server).store.scheme)  # type: ignore[attr-defined]
+    return "postgres" if scheme.startswith("postgres") else scheme
 
 
 def redis_counts(server: FastMCP) -> dict[str, int]:
@@ -213,6 +220,13 @@ def redis_counts(server: FastMCP) -> dict[str, int]:
         "queued": int(client.zcard(keys.queued)),
         "terminal": int(client.zcard(keys.terminal)),
     }
+
+
+def store_counts(server: FastMCP) -> dict[str, int]:
+    """`active`, `queued` and `terminal` tasks of a Redis or PostgreSQL store."""
+    if store_kind(server) == "postgres":
+        return pg.postgres_counts(extension(server).store)
+    return redis_counts(server)
 
 
 def redis_used_mib() -> float:
@@ -227,8 +241,8 @@ def sqlite_path(server: FastMCP) -> Path | None:
 
 def retained(server: FastMCP) -> int:
     """Tasks the server's store holds (SQLite, Redis: counted on a connection of our own)."""
-    if store_kind(server) == "redis":
-        counts = redis_counts(server)
+    if store_kind(server) in ("redis", "postgres"):
+        counts = store_counts(server)
         return counts["active"] + counts["terminal"]
     path = sqlite_path(server)
     if path is None:
@@ -279,8 +293,8 @@ async def quiet(server: FastMCP) -> None:
 
 def active_tasks(server: FastMCP) -> int:
     """Tasks of the server's store still `working` or `input_required`."""
-    if store_kind(server) == "redis":
-        return redis_counts(server)["active"]
+    if store_kind(server) in ("redis", "postgres"):
+        return store_counts(server)["active"]
     path = sqlite_path(server)
     if path is None:
         records = extension(server).store._tasks.values()  # type: ignore[attr-defined]

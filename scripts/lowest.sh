@@ -6,7 +6,7 @@
 # extra included) from pyproject.toml; the repo itself is imported through PYTHONPATH.
 # It is kept between runs and rebuilt only when pyproject.toml changes (a stamp file).
 #
-# Usage: scripts/lowest.sh [pytest args]   (default: the subset below, Redis left out)
+# Usage: scripts/lowest.sh [pytest args]   (default: the subset below, Redis and PostgreSQL left out)
 # Environment: LOWEST_VENV (default .venv-lowest), PYTHON3 (the base interpreter).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -52,6 +52,6 @@ if (( $# == 0 )); then
     tests/test_legacy.py tests/test_legacy_progress.py \
     tests/test_flow_control.py tests/test_flow_processes.py tests/test_store_flow.py \
     tests/test_expired.py tests/test_related.py \
-    -k "not redis" -q -p no:cacheprovider
+    -k "not redis and not postgres" -q -p no:cacheprovider
 fi
 PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" exec "$VENV/bin/python" -m pytest "$@"

@@ -3,7 +3,8 @@
     python tests/durable_server.py --db PATH|URL --port N --dir MARKERS
 
 Tools wait for marker files (`MARKERS/<key>.go`) so a test in another process can
-release them, and write `MARKERS/<key>.started.<pid>` when they start. `related_report`
+release them, and write `MARKERS/<key>.started.<pid>` when they start (and
+`MARKERS/<key>.cancelled.<pid>` when a cancel stops them while they wait). `related_report`
 answers `[task id, status, pid]` for each task its call relates to (`related_tasks()`).
 """
 
@@ -36,8 +37,12 @@ def build(db: str, markers: Path, concurrency: int = 100) -> FastMCP:
 
     async def hold(key: str) -> None:
         (markers / f"{key}.started.{os.getpid()}").touch()
-        while not (markers / f"{key}.go").exists():  # noqa: ASYNC110 - a file signal
-            await anyio.sleep(0.02)
+        try:
+            while not (markers / f"{key}.go").exists():  # noqa: ASYNC110 - a file signal
+                await anyio.sleep(0.02)
+        except anyio.get_cancelled_exc_class():
+            (markers / f"{key}.cancelled.{os.getpid()}").touch()
+            raise
 
     @mcp.tool(task=FAST)
     async def quick(text: str) -> str:

@@ -180,7 +180,7 @@ def secrets_of(store: TaskStore) -> list[str]:
     if path is not None:
         return [str(path), str(path.parent)]
     url = getattr(store, "url", None)
-    if store.scheme == "redis" and isinstance(url, str):
+    if store.scheme in ("redis", "postgresql") and isinstance(url, str):
         parts = urlsplit(url)
         return [v for v in (parts.hostname, str(parts.port), parts.password) if v]
     return []

@@ -1,4 +1,5 @@
-"""Durability with real processes: SIGKILL and restart, and two servers on one SQLite file."""
+"""Durability with real processes: SIGKILL and restart, and two servers on one store (a
+SQLite file, a Redis prefix, or a PostgreSQL schema)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import anyio
 import httpx
 import pytest
 
+from tests.private_postgres import shared_schema
 from tests.test_listen import _listen_params, http_listen
 from tests.test_store_contract import REDIS_URL, redis_store
 from tests.wire import Wire, free_port, http_wire_for
@@ -71,11 +73,16 @@ class Server:
             self.process.stderr.close()
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(params=["sqlite", "redis", "postgres"])
 async def store_at(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
-    """Where the servers keep their tasks: a SQLite file, or a Redis prefix (cleaned up)."""
+    """Where the servers keep their tasks: a SQLite file, a Redis prefix (cleaned up), or
+    a fresh schema on the shared PostgreSQL (dropped afterwards)."""
     if request.param == "sqlite":
         yield str(tmp_path / "tasks.db")
+        return
+    if request.param == "postgres":
+        async with shared_schema() as url:  # skips without PostgreSQL (fails when CI=true)
+            yield url
         return
     store = redis_store()  # skips without Redis (fails when CI=true)
     yield f"{REDIS_URL}?prefix={store.keys.prefix}"  # type: ignore[attr-defined]
@@ -108,10 +115,16 @@ async def wire_to(server: Server) -> AsyncIterator[Wire]:
 class Worker(Server):
     """`python -m fastmcp_tasks worker tests/durable_server.py`, the real command line."""
 
-    def __init__(self, db: Path, markers: Path, grace: float = 10.0) -> None:
+    def __init__(
+        self, db: Path | str, markers: Path, grace: float = 10.0, concurrency: int | None = None
+    ) -> None:
         env = {**os.environ, "DURABLE_DB": str(db), "DURABLE_MARKERS": str(markers)}
+        command = [sys.executable, "-m", "fastmcp_tasks", "worker", str(SERVER)]
+        command += ["--grace", str(grace)]
+        if concurrency is not None:
+            command += ["--concurrency", str(concurrency)]
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "fastmcp_tasks", "worker", str(SERVER), "--grace", str(grace)],
+            command,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=env,
@@ -121,7 +134,11 @@ class Worker(Server):
     async def ready(self) -> None:
         line = await anyio.to_thread.run_sync(self.process.stdout.readline)  # type: ignore[union-attr]
         assert line.startswith(
-            (b"fastmcp-tasks worker: sqlite://", b"fastmcp-tasks worker: redis")
+            (
+                b"fastmcp-tasks worker: sqlite://",
+                b"fastmcp-tasks worker: redis",
+                b"fastmcp-tasks worker: postgres",
+            )
         ), line
 
     def stop(self) -> None:
