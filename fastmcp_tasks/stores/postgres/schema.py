@@ -28,7 +28,8 @@ Version 1: `meta`, `tasks` (with its indexes), `changes` (the feed), `task_count
 tasks, in total (`t`) and per owner (`o:<owner>`), in 16 shards each, for `ActiveCaps`),
 `gate_turns`, `tombstones`. The counters are moved by the statements that insert,
 end and delete tasks; a writer adds to its backend's shard (`pg_backend_pid() % 16`),
-so concurrent writers rarely touch one row.
+so concurrent writers rarely touch one row. Every `prepare` also (re)creates the
+function `caps_counts` (`CAPS_FUNCTION`), which needs no version of its own.
 """
 
 from __future__ import annotations
@@ -165,6 +166,24 @@ MIGRATIONS: dict[int, list[str]] = {
     0: [statement.strip() for statement in _V1.split(";\n") if statement.strip()],
 }
 
+#: The caps check of a capped `create` (`sql.create_capped` calls it in its `caps` CTE):
+#: takes the advisory lock `lock_key`, then reads the active-task counters in a
+#: snapshot of its own, taken after the lock is granted (a volatile function's
+#: statements each take one), so it sees every create that held the lock before.
+#: (Re)created by every `prepare`, under its lock: it is no table, needs no version.
+CAPS_FUNCTION = """
+CREATE OR REPLACE FUNCTION {s}.caps_counts(lock_key text, total boolean, owner_key text)
+RETURNS TABLE (active bigint, owned bigint) LANGUAGE plpgsql VOLATILE AS $fn$
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended(lock_key, 0));
+    RETURN QUERY SELECT
+        CASE WHEN total THEN (SELECT COALESCE(sum(c.n), 0)::bigint
+            FROM {s}.active_counts c WHERE c.key = 't') ELSE 0::bigint END,
+        CASE WHEN owner_key IS NULL THEN 0::bigint ELSE (SELECT COALESCE(sum(c.n), 0)::bigint
+            FROM {s}.active_counts c WHERE c.key = owner_key) END;
+END
+$fn$"""
+
 _CLASSIFY = """
 SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
@@ -209,17 +228,17 @@ async def prepare(conn: AsyncConnection[Any], schema: str, where: str) -> None:
                     f"newer than this fastmcp-tasks supports ({SCHEMA_VERSION}); upgrade "
                     "fastmcp-tasks"
                 )
-        if version == SCHEMA_VERSION:
-            return
-        await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
-        for step in range(version, SCHEMA_VERSION):
-            for statement in MIGRATIONS[step]:
-                await conn.execute(statement.format(s=schema))
-        await conn.execute(
-            f"INSERT INTO {schema}.meta (key, value) VALUES ('schema_version', %s) "
-            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            (str(SCHEMA_VERSION),),
-        )
+        if version != SCHEMA_VERSION:
+            await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+            for step in range(version, SCHEMA_VERSION):
+                for statement in MIGRATIONS[step]:
+                    await conn.execute(statement.format(s=schema))
+            await conn.execute(
+                f"INSERT INTO {schema}.meta (key, value) VALUES ('schema_version', %s) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (str(SCHEMA_VERSION),),
+            )
+        await conn.execute(CAPS_FUNCTION.format(s=schema))
 
 
 def clean_text(text: str | None) -> str | None:
@@ -303,6 +322,7 @@ def from_row(row: tuple[Any, ...] | Any) -> TaskRecord:
 
 __all__ = [
     "ACTIVE",
+    "CAPS_FUNCTION",
     "COLUMNS",
     "GATED",
     "HOLDING",

@@ -106,12 +106,12 @@ ch AS ({change} SELECT task_id, 'queued', status, %(details)s, %(now)s FROM ins
             f"WITH {room}, {insert.format(caps='')}\n"
             "SELECT (SELECT count(*) FROM ins), (SELECT n FROM room), (SELECT count(*) FROM note)"
         )
-        caps = f"""caps AS (SELECT
-    CASE WHEN %(total)s::bigint IS NULL THEN 0
-        ELSE (SELECT COALESCE(sum(n), 0) FROM {s}.active_counts WHERE key = 't') END AS active,
-    CASE WHEN %(per_owner)s::bigint IS NULL OR %(owner)s::text IS NULL THEN 0
-        ELSE (SELECT COALESCE(sum(n), 0) FROM {s}.active_counts
-            WHERE key = 'o:' || %(owner)s::text) END AS owned)"""
+        #: The caps lock and counts, read after it is granted (`schema.CAPS_FUNCTION`).
+        caps = (
+            f"caps AS (SELECT active, owned FROM {s}.caps_counts(%(lock)s::text, "
+            "%(total)s::bigint IS NOT NULL, CASE WHEN %(per_owner)s::bigint IS NULL "
+            "OR %(owner)s::text IS NULL THEN NULL ELSE 'o:' || %(owner)s::text END))"
+        )
         cap_terms = (
             "AND (%(total)s::bigint IS NULL OR (SELECT active FROM caps) < %(total)s::bigint) "
             "AND (%(per_owner)s::bigint IS NULL OR %(owner)s::text IS NULL "

@@ -15,14 +15,17 @@ rows and `pg_notify` in the same CTE: `postgres.sql`), the others load the row
 changed: every UPDATE requires an active status, re-checked by PostgreSQL on the
 newest row version when a concurrent transaction changed it first.
 
-Serialisation. `create` with `ActiveCaps` takes this schema's advisory
-transaction lock ("caps"), then reads the active-task counters (`active_counts`:
-the total and the owner's, 16 shard rows each, moved by the statements that
-create and end tasks, so a check costs the same with 10 or 10,000 tasks active)
-and inserts, in a statement that starts after the lock is granted: concurrent
-creates in any process never overshoot (a task ending meanwhile only makes the
-count high for a moment). A create without caps takes no lock and is one
-statement. A dedupe create takes the advisory lock of its key ("dedupe:<key>")
+Serialisation. `create` with `ActiveCaps` is one statement (one round trip, in
+its own transaction unless it dedupes): its `caps` CTE calls `caps_counts`
+(`schema.CAPS_FUNCTION`), which takes this schema's advisory transaction lock
+("caps") and then reads the active-task counters (`active_counts`: the total and
+the owner's, 16 shard rows each, moved by the statements that create and end tasks,
+so a check costs the same with 10 or 10,000 tasks active) in a snapshot taken after
+the lock is granted; the statement inserts only under the caps and commits at once,
+releasing the lock after its insert is visible: concurrent creates in any process
+never overshoot (a task ending meanwhile only makes the count high for a moment),
+and the lock is held for no network round trip. A create without caps takes no
+lock and is one statement. A dedupe create takes the advisory lock of its key ("dedupe:<key>")
 before it looks for the key's holder, so of two concurrent creates with one key
 exactly one inserts. `max_tasks` counts retained tasks in 16 counter rows
 (`task_counts`, one per backend shard, moved by the same statements that insert
@@ -110,9 +113,9 @@ class PostgresTaskStore(PostgresFlow, PostgresListing, PostgresLeases):
             and (caps.total is not None or (caps.per_owner is not None and record.owner))
         )
         key = record.dedupe_key if dedupe_window is not None else None
-        if not capped and key is None:
+        if key is None:  # one statement, its own transaction (the caps lock's too)
             async with self._connection() as conn:
-                await self._insert(conn, record, None)
+                await self._insert(conn, record, caps if capped else None)
             return None
         async with self._tx() as conn:
             if key is not None and dedupe_window is not None:
@@ -123,8 +126,6 @@ class PostgresTaskStore(PostgresFlow, PostgresListing, PostgresLeases):
                     found = from_row(rows[0])
                     if dedupe_match(found, now, dedupe_window):
                         return found
-            if capped:
-                await self._lock(conn, "caps")
             await self._insert(conn, record, caps if capped else None)
         return None
 
@@ -141,7 +142,7 @@ class PostgresTaskStore(PostgresFlow, PostgresListing, PostgresLeases):
         query = self.sql.create
         if caps is not None:
             query = self.sql.create_capped
-            params.update(total=caps.total, per_owner=caps.per_owner)
+            params.update(total=caps.total, per_owner=caps.per_owner, lock=f"{self.schema}:caps")
         for attempt in (0, 1):
             row = (await self._on(conn, query, params))[0]
             if row[0]:
