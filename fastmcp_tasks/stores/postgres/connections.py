@@ -306,7 +306,7 @@ class PostgresConnections:
         cur = await conn.execute(query, params, prepare=self._prepare)
         return await cur.fetchall() if fetch else []
 
-    async def _send(
+    async def send_statement(
         self, conn: AsyncConnection[Any], query: str, params: Params = ()
     ) -> psycopg.AsyncCursor[Row]:
         """One statement on `conn`, its rows to be fetched from the cursor returned (in a

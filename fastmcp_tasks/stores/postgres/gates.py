@@ -63,12 +63,14 @@ async def claim_gated(
     rooms = await run(conn, claims.rooms_of, {**base, "gates": gates})
     free = {gate: (int(cap) - int(running), int(running)) for gate, cap, running in rooms}
     # sent together, fetched together: one round trip (the transaction is a pipeline)
-    ready_cur = await store._send(conn, claims.ready_ids, {**base, "limit": limit})
+    ready_cur = await store.send_statement(conn, claims.ready_ids, {**base, "limit": limit})
     waiting = [
-        await store._send(conn, claims.candidates, {**base, "gate": gate, "per": min(limit, slots)})
+        await store.send_statement(
+            conn, claims.candidates, {**base, "gate": gate, "per": min(limit, slots)}
+        )
         for gate, (slots, _) in free.items()
     ]
-    turns_cur = await store._send(conn, sql.turns, {"gates": list(free)}) if free else None
+    turns_cur = await store.send_statement(conn, sql.turns, {"gates": list(free)}) if free else None
     pool = [Candidate(task_id, created_at) for task_id, created_at in await ready_cur.fetchall()]
     for cur in waiting:
         pool += [Candidate(*row) for row in await cur.fetchall()]
