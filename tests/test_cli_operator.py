@@ -25,7 +25,14 @@ import pytest
 
 from fastmcp_tasks import TaskRecord, store_from_url
 from fastmcp_tasks.stores.listing import ListableTaskStore
-from tests.test_store_contract import REDIS_URL, _redis_problem, record
+from tests.test_store_contract import (
+    POSTGRES_URL,
+    REDIS_URL,
+    _redis_problem,
+    drop_schema,
+    postgres_available,
+    record,
+)
 
 SCRIPT = Path(sys.executable).with_name("fastmcp-tasks")
 DAY = 86_400.0
@@ -131,7 +138,19 @@ def redis_store() -> Iterator[Store]:
         anyio.run(clear_redis, url)
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture
+def postgres_store() -> Iterator[Store]:
+    postgres_available()  # skips without PostgreSQL (fails when CI=true)
+    schema = f"cli_{uuid.uuid4().hex[:12]}"
+    url = f"{POSTGRES_URL}?schema={schema}"
+    ids = anyio.run(populate, url)
+    try:
+        yield Store(url, ids)
+    finally:
+        drop_schema(schema)
+
+
+@pytest.fixture(params=["sqlite", "redis", "postgres"])
 def store(request: pytest.FixtureRequest) -> Store:
     return request.getfixturevalue(f"{request.param}_store")
 
