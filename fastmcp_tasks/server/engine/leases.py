@@ -14,7 +14,10 @@ lease is taken with compare-and-set, so exactly one does):
   (attempt N)"; a task parked in `input_required` drops its outstanding
   requests and asks again;
 - any other tool ends `failed` with -32603 "Task interrupted: ..." saying the
-  run was lost and the tool is not marked idempotent.
+  run was lost and the tool is not marked idempotent;
+- a task that never started (it still shows its waiting message, "Queued: ..." or
+  "Retrying ...", which a run clears before the tool runs) goes back to the queue:
+  nothing was interrupted.
 
 A task leased to this very process that it does not hold is one whose lease
 reply was lost. Once the lease runs out, the process's own scan fails it if it
@@ -249,7 +252,10 @@ class LeaseKeeper:
                 record.task_id, "failed", error=UNCONFIRMED, status_message=UNCONFIRMED["message"]
             )
             return True
-        if record.lease_owner == self.owner:  # leased here but never started (a lost reply)
+        if record.lease_owner == self.owner or is_waiting_message(claimed.status_message):
+            # never started: leased here by a claim whose reply was lost, or by a process
+            # that died (or lost a claim's reply) before it ran the tool, which clears the
+            # waiting message first: nothing was interrupted, so it goes back to the queue
             await self.store.requeue(record.task_id, self.owner)
             return True
         tool = await self.find_tool(record)
