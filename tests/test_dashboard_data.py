@@ -23,7 +23,7 @@ import pytest
 from fastmcp_tasks import MemoryTaskStore, TaskRecord
 from fastmcp_tasks.dashboard import stats
 from fastmcp_tasks.dashboard.charts import backlog_chart, throughput_chart
-from fastmcp_tasks.dashboard.index import TaskIndex, TaskQuery, TaskSummary, parse_before
+from fastmcp_tasks.dashboard.index import Gone, TaskIndex, TaskQuery, TaskSummary, parse_before
 from fastmcp_tasks.dashboard.workers import parse_owner, workers
 from fastmcp_tasks.stores.listing import ListableTaskStore, page_key
 from fastmcp_tasks.stores.sqlite import SQLiteTaskStore
@@ -182,7 +182,7 @@ async def test_refresh_applies_changes_and_removals(store: Any) -> None:
     await store.transition(other.task_id, "failed", error={"code": 1, "message": "x" * 900})
     changed = await index.refresh([working.task_id, finished.task_id, other.task_id])
     by_id = {c.task_id: c for c in changed if isinstance(c, TaskSummary)}
-    assert finished.task_id in changed
+    assert [c.task_id for c in changed if isinstance(c, Gone)] == [finished.task_id]
     assert by_id[working.task_id].status_message == "halfway"
     assert by_id[other.task_id].status == "failed"
     assert len(by_id[other.task_id].error_message or "") == 500  # cut
@@ -226,7 +226,8 @@ async def test_reload_drops_purged_tasks_and_keeps_new_ones(store: Any) -> None:
     ended = {r.task_id for r in await everything(store) if r.status in TERMINAL_STATUSES}
     assert await store.purge_finished(time.time() + 1) == len(ended)
     dropped = await index.reload()
-    assert set(dropped) == ended
+    assert {c.task_id for c in dropped if isinstance(c, Gone)} == ended
+    assert all(c.summary.status in TERMINAL_STATUSES for c in dropped if isinstance(c, Gone))
     assert ids(list(index.summaries())) == ids(await everything(store))
     assert all(index.counts()[s] == 0 for s in TERMINAL_STATUSES)
 
@@ -294,10 +295,12 @@ async def test_a_refresh_during_the_load_is_not_undone_by_a_later_page(store: An
 
 def test_query_from_params() -> None:
     q = TaskQuery.from_params(
-        {"status": "active", "tool": " beta ", "owner": "bob", "q": " ab" + "c" * 100}
+        {"status": "active", "tool": " beta ", "owner": "bob", "q": " ab" + "c" * 62}
     )
     assert q.status == ACTIVE_STATUSES and q.tool == "beta" and q.owner == "bob"
     assert q.id_prefix == "ab" + "c" * 62 and q.limit == 50
+    with pytest.raises(ValueError, match="at most 64"):
+        TaskQuery.from_params({"q": "ab" + "c" * 63})  # never cut silently
     assert TaskQuery.from_params({"status": "finished"}).status == TERMINAL_STATUSES
     assert TaskQuery.from_params({"status": "failed"}).status == frozenset({"failed"})
     assert TaskQuery.from_params({}) == TaskQuery()

@@ -186,7 +186,7 @@ async def test_every_response_carries_the_security_headers() -> None:
             assert headers["content-security-policy"].startswith("default-src 'self'"), path
             assert "frame-ancestors 'none'" in headers["content-security-policy"]
             assert headers["x-frame-options"] == "DENY"
-            assert headers["referrer-policy"] == "no-referrer"
+            assert headers["referrer-policy"] == "same-origin"
             assert headers["x-content-type-options"] == "nosniff"
         page = (await http.get("/tasks")).text
         assert "<script>" not in page and "style=" not in page  # nothing inline (the CSP)

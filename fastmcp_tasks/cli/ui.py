@@ -11,17 +11,22 @@ listens on loopback by default and then accepts only the `Host` names of loopbac
 `--host` needs a token (`--token`, or `FASTMCP_TASKS_UI_TOKEN`, which keeps it out of
 the process list): without one the command exits 2. The URL printed never contains
 the token; open it and log in with the token, or append `?token=...` once (it is
-turned into a session cookie and dropped from the URL). uvicorn's access log is off,
-so no token in a query string is logged. SIGTERM or Ctrl-C stops it.
+turned into a session cookie, `fastmcp_tasks_ui_<port>`, so dashboards on other
+ports of the host keep their own sessions, and dropped from the URL). uvicorn's access
+log is off, so no token in a query string is logged. SIGTERM or Ctrl-C stops it: the
+dashboard closes the store as uvicorn shuts down, and the command exits 0.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import ipaddress
 import os
+import signal
 import sys
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from fastmcp_tasks.cli.operator import URL_ENV, OperatorError, open_store, shown
@@ -82,17 +87,48 @@ def run_ui_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _server(config: Any, on_shutdown: Callable[[], Awaitable[None]]) -> Any:
+    """A uvicorn server that runs `on_shutdown` as it shuts down, and whose SIGTERM is
+    a clean exit (uvicorn re-raises the signal it caught once `serve()` returns, which
+    for SIGTERM would kill the process there)."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        async def shutdown(self, sockets: Any = None) -> None:
+            try:
+                await super().shutdown(sockets)
+            finally:
+                await on_shutdown()
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            with super().capture_signals():
+                yield
+                captured = getattr(self, "_captured_signals", None)
+                if captured is not None:  # handled: the store is closed, exit 0
+                    captured[:] = [s for s in captured if s != signal.SIGTERM]
+
+    return Server(config)
+
+
 async def _serve(args: argparse.Namespace, token: str | None, loopback: bool) -> None:
     import uvicorn
 
     from fastmcp_tasks.dashboard import app
-    from fastmcp_tasks.dashboard.security import loopback_hosts
+    from fastmcp_tasks.dashboard.security import COOKIE, loopback_hosts
 
     holder: dict[str, Any] = {}
+    built = asyncio.Event()
 
     async def late(scope: Any, receive: Any, send: Any) -> None:
-        # the app is built once the port is bound (`--port 0`): its Host allowlist names it
+        # the app is built once the port is bound (`--port 0`): its Host allowlist names
+        # it; a request accepted before then waits for it
+        await built.wait()
         await holder["app"](scope, receive, send)
+
+    async def close() -> None:
+        if "app" in holder:
+            await holder["app"].state.dashboard.aclose()
 
     config = uvicorn.Config(
         late,
@@ -102,7 +138,7 @@ async def _serve(args: argparse.Namespace, token: str | None, loopback: bool) ->
         access_log=False,  # a ?token= query string must never reach a log
         lifespan="off",
     )
-    server = uvicorn.Server(config)
+    server = _server(config, close)
     serving = asyncio.create_task(server.serve())
     while not server.started and not serving.done():  # noqa: ASYNC110 - no started event
         await asyncio.sleep(0.02)
@@ -110,9 +146,16 @@ async def _serve(args: argparse.Namespace, token: str | None, loopback: bool) ->
         await serving  # the bind failed: uvicorn said why and exits
         raise SystemExit(1)
     port = server.servers[0].sockets[0].getsockname()[1]
-    hosts = loopback_hosts(port) if loopback else None
-    holder["app"] = app(args.url, token=token, read_only=args.read_only, allowed_hosts=hosts)
     host = f"[{args.host}]" if ":" in args.host else args.host
+    hosts = [*loopback_hosts(port), f"{host}:{port}"] if loopback else None  # 127.0.0.2 too
+    holder["app"] = app(
+        args.url,
+        token=token,
+        read_only=args.read_only,
+        allowed_hosts=hosts,
+        cookie_name=f"{COOKIE}_{port}",
+    )
+    built.set()
     url = f"http://{host}:{port}/"
     mode = " (read-only)" if args.read_only else ""
     print(f"fastmcp-tasks ui: dashboard of {shown(args.url)}{mode} at {url}", flush=True)
@@ -125,7 +168,7 @@ async def _serve(args: argparse.Namespace, token: str | None, loopback: bool) ->
     try:
         await serving
     finally:
-        await holder["app"].state.dashboard.aclose()
+        await close()  # when uvicorn did not get to its shutdown (idempotent)
 
 
 __all__ = ["COMMANDS", "add_ui_command", "run_ui_command"]

@@ -27,6 +27,7 @@ def app(
     read_only: bool = False,
     allowed_hosts: Iterable[str] | None = None,
     lease_seconds: float = 30.0,
+    cookie_name: str = "fastmcp_tasks_ui",
 ) -> Starlette:
     """The dashboard of a task store, as a Starlette (ASGI) application.
 
@@ -42,9 +43,10 @@ def app(
 
     - **Token.** With `token` set, every page, JSON API call, the event stream and
       every action needs it: `Authorization: Bearer TOKEN`, or the session cookie
-      `fastmcp_tasks_ui` (HttpOnly, SameSite=Strict, holding an HMAC of the token,
-      not the token) set by opening any page with `?token=TOKEN` (answered by a
-      redirect to the same URL without it) or by the login form (`POST /login`).
+      `cookie_name` (HttpOnly, SameSite=Strict, `Path` the app's mount point, holding
+      an HMAC of the token, not the token) set by opening any page with
+      `?token=TOKEN` (answered by a redirect to the same URL without it) or by the
+      login form (`POST /login`).
       Without the token, pages answer 401 with the login form and the API, the event
       stream and actions 401 JSON. Comparisons are constant time. Our static CSS and
       JS are served to anyone. The token is never logged by the dashboard (a `?token=`
@@ -61,9 +63,10 @@ def app(
       and answers every POST with 403.
     - **Headers.** Every response carries `Content-Security-Policy: default-src
       'self'` (no inline script or style, `frame-ancestors 'none'`),
-      `X-Frame-Options: DENY`, `Referrer-Policy: no-referrer`,
-      `X-Content-Type-Options: nosniff` and `Cache-Control: no-store`. Pages use no
-      CDN, font or other outside resource.
+      `X-Frame-Options: DENY`, `Referrer-Policy: same-origin`,
+      `X-Content-Type-Options: nosniff` and `Cache-Control: no-store` (a 500
+      included). Pages use no CDN, font or other outside resource. Every POST body is
+      read to 16 KiB at most (413 past it), `/login`'s too.
 
     Actions go through the same store calls as the CLI and the task methods: cancel
     is `store.request_cancel` (the process running the task ends it `cancelled`; a
@@ -78,6 +81,8 @@ def app(
         allowed_hosts: the `Host` header values accepted (default: any).
         lease_seconds: the servers' lease duration (30 s by default, as
             `TasksExtension`'s): heartbeat age is `now - (lease_expires - lease_seconds)`.
+        cookie_name: the session cookie's name (`fastmcp-tasks ui` adds its port, so
+            two dashboards on one host keep their own sessions).
 
     Raises:
         ConfigurationError: an unknown URL, or a store that cannot list tasks.
@@ -88,6 +93,7 @@ def app(
         read_only=read_only,
         allowed_hosts=None if allowed_hosts is None else list(allowed_hosts),
         lease_seconds=lease_seconds,
+        cookie_name=cookie_name,
     )
 
 

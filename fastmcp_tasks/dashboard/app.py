@@ -19,11 +19,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, quote
+from urllib.parse import quote
 
 import anyio
 from starlette.applications import Starlette
@@ -39,20 +40,27 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from fastmcp_tasks.dashboard import boards, pages
+from fastmcp_tasks.dashboard.forms import parse_age, parse_cutoff, read_form
 from fastmcp_tasks.dashboard.html import login_page, message_page
 from fastmcp_tasks.dashboard.index import TaskIndex, TaskQuery
 from fastmcp_tasks.dashboard.live import Hub, stop
-from fastmcp_tasks.dashboard.security import Guard, Guarded, Refusal, request_headers
+from fastmcp_tasks.dashboard.security import COOKIE, Guard, Guarded, Refusal, request_headers
 from fastmcp_tasks.dashboard.stats import BacklogSampler
-from fastmcp_tasks.errors import ConfigurationError, StoreError
+from fastmcp_tasks.errors import ConfigurationError, InvalidTransition, StoreError
 from fastmcp_tasks.server.engine.leases import CANCELLED_BEFORE_START
 from fastmcp_tasks.stores import store_from_url
 from fastmcp_tasks.stores.listing import ListableTaskStore
 
 STATIC = Path(__file__).parent / "static"
-MAX_FORM = 16_384
-TITLES = {400: "Bad request", 403: "Refused", 404: "Not found", 503: "Store unavailable"}
-_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
+TITLES = {
+    400: "Bad request",
+    403: "Refused",
+    404: "Not found",
+    413: "Too large",
+    500: "Dashboard error",
+    503: "Store unavailable",
+}
+log = logging.getLogger("fastmcp_tasks.dashboard")
 
 
 class Dashboard:
@@ -94,7 +102,13 @@ class Dashboard:
 def open_store(store_or_url: ListableTaskStore | str) -> tuple[ListableTaskStore, bool]:
     """The store to show and whether the dashboard owns it (it was given a URL)."""
     owns = isinstance(store_or_url, str)
-    store = store_from_url(store_or_url) if isinstance(store_or_url, str) else store_or_url
+    if isinstance(store_or_url, str):
+        # an idle SQLite feed is read every 0.2 s, not 1 s: a change reaches the page
+        # well within a second after a quiet spell (5 cheap reads a second)
+        options = {"idle_poll_interval": 0.2} if store_or_url.startswith("sqlite:") else {}
+        store = store_from_url(store_or_url, **options)
+    else:
+        store = store_or_url
     if not isinstance(store, ListableTaskStore):
         scheme = getattr(store, "scheme", type(store).__name__)
         raise ConfigurationError(
@@ -104,19 +118,6 @@ def open_store(store_or_url: ListableTaskStore | str) -> tuple[ListableTaskStore
     return store, owns
 
 
-def parse_age(text: str) -> float:
-    """`90s`, `30m`, `12h`, `1d`, `2w` as seconds; ValueError otherwise."""
-    text = text.strip().lower()
-    number, unit = text[:-1], text[-1:]
-    try:
-        value = float(number)
-    except ValueError:
-        value = -1.0
-    if unit not in _AGE_UNITS or not value >= 0 or value == float("inf"):
-        raise ValueError(f"{text[:40]!r} is not an age: give a number and a unit, like 30m or 1d")
-    return value * _AGE_UNITS[unit]
-
-
 def build_app(
     store_or_url: ListableTaskStore | str,
     *,
@@ -124,10 +125,11 @@ def build_app(
     read_only: bool = False,
     allowed_hosts: list[str] | None = None,
     lease_seconds: float = 30.0,
+    cookie_name: str = COOKIE,
 ) -> Starlette:
     """The dashboard application (see `fastmcp_tasks.dashboard.app`)."""
     store, owns = open_store(store_or_url)
-    guard = Guard(token, read_only=read_only, allowed_hosts=allowed_hosts)
+    guard = Guard(token, read_only=read_only, allowed_hosts=allowed_hosts, cookie_name=cookie_name)
     dash = Dashboard(store, owns, guard, lease_seconds)
 
     def root(request: Request) -> str:
@@ -169,6 +171,10 @@ def build_app(
                     f"({type(exc).__name__})"
                 )
                 return refusal(request, 503, message)
+            except Exception:
+                log.exception("dashboard: %s %s failed", request.method, request.url.path)
+                message = "The dashboard failed to answer this request; the error is logged."
+                return refusal(request, 500, message)
 
         return run
 
@@ -179,12 +185,7 @@ def build_app(
             raise Refusal(400, str(exc)) from None
 
     async def post_form(request: Request) -> dict[str, str]:
-        body = b""
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > MAX_FORM:
-                raise Refusal(400, "The form is too large.")
-        form = dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
+        form = await read_form(request)
         guard.check_post(request_headers(request.scope), form)
         return form
 
@@ -240,10 +241,15 @@ def build_app(
                 return bool(s.task_id == task_id)
 
             listener = dash.hub.listen(same, same)
+            current = dash.index.get(task_id)
+            if current is not None:  # what changed between the page and its stream
+                listener.offer([current])
         elif kind == "tasks":
             query = query_of(request)
             loose = dataclasses.replace(query, status=None, before=None)
             listener = dash.hub.listen(loose.matches, query.matches)
+            if query.before is None:  # the first page now: rows made since it was rendered
+                listener.offer(list((await dash.index.page(query)).tasks))
         elif kind in ("overview", "workers"):
             listener = dash.hub.listen(lambda s: False, lambda s: False)
         else:
@@ -263,8 +269,11 @@ def build_app(
             raise Refusal(404, await pages.missing_text(store, task_id))
         if record.is_active and record.lease_owner is None:
             # nobody runs it to hear the request: it ends now (what tasks/cancel does)
-            await store.transition(task_id, "cancelled", status_message=CANCELLED_BEFORE_START)
-        await dash.index.refresh([task_id])
+            with contextlib.suppress(InvalidTransition):  # a worker ended it meanwhile:
+                await store.transition(  # the page shows the task as it now is
+                    task_id, "cancelled", status_message=CANCELLED_BEFORE_START
+                )
+        dash.hub.publish(await dash.index.refresh([task_id]))  # to every open page
         return RedirectResponse(f"{root(request)}/tasks/{quote(task_id, safe='')}", 303)
 
     async def purge_preview(request: Request) -> Response:
@@ -280,13 +289,11 @@ def build_app(
     async def purge(request: Request) -> Response:
         form = await post_form(request)
         try:
-            before = float(form.get("before", ""))
-        except ValueError:
-            before = float("nan")
-        if before != before or before in (float("inf"), float("-inf")):
-            raise Refusal(400, "purge needs the cutoff `before` (epoch seconds) of a preview")
+            before = parse_cutoff(form.get("before", ""))
+        except ValueError as exc:
+            raise Refusal(400, str(exc)) from None
         removed = await store.purge_finished(before)
-        await dash.index.reload()
+        dash.hub.publish(await dash.index.reload())  # the open lists hear what is gone
         return HTMLResponse(pages.purge_result_page(view(request), before, removed))
 
     # --- login -------------------------------------------------------------------------
@@ -303,8 +310,7 @@ def build_app(
         return HTMLResponse(login_html(request.scope, "This dashboard needs its token."), 401)
 
     async def login_post(request: Request) -> Response:
-        body = await request.body()
-        form = dict(parse_qsl(body[:MAX_FORM].decode("utf-8", "replace")))
+        form = await read_form(request)  # bounded: this route runs without the token
         guard.check_origin(request_headers(request.scope))
         if not guard.has_token:
             return RedirectResponse(f"{root(request)}/", 303)
@@ -316,7 +322,7 @@ def build_app(
         if not target.startswith(here) or target.startswith("//"):
             target = here  # only back into the dashboard, never elsewhere
         response = RedirectResponse(target, 303)
-        response.headers["set-cookie"] = guard.cookie_header()
+        response.headers["set-cookie"] = guard.cookie_header(root(request))
         return response
 
     routes = [

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastmcp_tasks.dashboard.charts import backlog_chart, throughput_chart
+from fastmcp_tasks.dashboard.charts import backlog_chart, bucket_name, throughput_chart
 from fastmcp_tasks.dashboard.html import counts_box, esc, span
 from fastmcp_tasks.dashboard.index import TaskIndex
 from fastmcp_tasks.dashboard.pages import View
@@ -66,7 +66,7 @@ def overview_page(v: View, index: TaskIndex, sampler: BacklogSampler) -> str:
         f"{counts_box(o.counts if o.loaded else None)}"
         '<div class="charts">'
         '<figure class="chart"><figcaption>Created and finished per '
-        f"{esc(span(o.window.bucket))}</figcaption>"
+        f"{esc(bucket_name(o.window.bucket))}</figcaption>"
         f'<div id="chart-throughput" class="chart-box">{throughput_chart(o)}</div></figure>'
         '<figure class="chart"><figcaption>Backlog (queued, running, parked)</figcaption>'
         f'<div id="chart-backlog" class="chart-box">{backlog_chart(o)}</div></figure></div>'
@@ -91,6 +91,7 @@ def _worker_row(w: WorkerRow, now: float) -> str:
     beat = "-" if w.heartbeat_age is None else f"{span(w.heartbeat_age)} ago"
     stale = ' data-stale="true" class="stale"' if w.stale else ' data-stale="false"'
     label = " (stale)" if w.stale else ""
+    beat += " · stale" if w.stale else ""  # said in words where it shows, not by colour only
     return (
         f'<tr data-worker="{esc(w.owner)}"{stale}>'
         f'<th scope="row" data-field="owner" title="{esc(w.owner)}"><code>{esc(w.owner)}</code>'

@@ -33,7 +33,8 @@ def _span(seconds: float) -> str:
     return f"{round(seconds / 60)} min"
 
 
-def _per(bucket: float) -> str:
+def bucket_name(bucket: float) -> str:
+    """A bucket's length as a caption says it: "minute", "15 min", "2 h"."""
     return "minute" if bucket == 60 else _span(bucket)
 
 
@@ -105,7 +106,7 @@ def throughput_chart(overview: Overview, chart_id: str = "throughput") -> str:
     created = sum(b.created for b in buckets)
     finished = sum(b.finished for b in buckets)
     peak = max(buckets, key=lambda b: b.created + b.finished, default=None)
-    per = _per(window.bucket)
+    per = bucket_name(window.bucket)
     label = (
         f"Tasks created and finished per {per} over the last {_span(window.end - window.start)}: "
         f"{created} created, {finished} finished"
@@ -210,4 +211,4 @@ def backlog_chart(overview: Overview, chart_id: str = "backlog") -> str:
     return "".join(parts)
 
 
-__all__ = ["HEIGHT", "WIDTH", "backlog_chart", "throughput_chart"]
+__all__ = ["HEIGHT", "WIDTH", "backlog_chart", "bucket_name", "throughput_chart"]

@@ -14,7 +14,11 @@ How it stays current (the hub in `live.py` drives it):
   index has not seen yet (created, then changed before a poll found it) is added;
 - `poll_new()` finds tasks created since (creating a task emits no change): it lists
   the active statuses newest first, cheap on every store, until it meets known ids;
-- `reload()` rescans, dropping tasks gone without a change (purge, expiry).
+- `reload()` rescans, dropping tasks gone without a change (purge, expiry); refreshes
+  and polls may run while it does (the hub runs it beside them).
+
+Each of these returns what it changed (`Change`: a new summary, or `Gone` with the
+last summary of a task removed), for the hub to publish.
 
 A record applies only when it is not older than what the index holds (`updated_at`,
 and a terminal task never goes back to active), so a slow page cannot undo a refresh,
@@ -35,6 +39,8 @@ import anyio.lowlevel
 
 from fastmcp_tasks.dashboard.summary import (
     MAX_LIMIT,
+    Change,
+    Gone,
     TaskPage,
     TaskQuery,
     TaskSummary,
@@ -171,46 +177,44 @@ class TaskIndex:
             if not self.loaded:
                 await self._scan()
 
-    async def reload(self) -> list[str]:
-        """Rescan the store: update every task, drop the ones gone (purged, expired); the
-        ids dropped (the changes it finds reach callers through `refresh` and `page`)."""
+    async def reload(self) -> list[Change]:
+        """Rescan the store: update every task, drop the ones gone (purged, expired);
+        what changed (new summaries, and `Gone` for each task dropped)."""
         async with self._scan_lock:
             return await self._scan()
 
-    async def _scan(self) -> list[str]:
+    async def _scan(self) -> list[Change]:
         self._gone.clear()
         self._touched.clear()
         seen: set[str] = set()
+        changed: list[Change] = []
         before: PageKey | None = None
         while True:
             batch = await self.store.list_tasks(limit=self.page_size, before=before)
             for start in range(0, len(batch), 1000):
                 fresh = [r for r in batch[start : start + 1000] if r.task_id not in self._gone]
                 seen.update(r.task_id for r in fresh)
-                self._apply_many(fresh)
+                changed += self._apply_many(fresh)
                 await anyio.lowlevel.checkpoint()  # a long page never holds the loop for long
             if len(batch) < self.page_size:
                 break
             before = (batch[-1].created_at, batch[-1].task_id)
-        dropped = set(self._by_id) - seen - self._touched
+        dropped = sorted(set(self._by_id) - seen - self._touched)
         self.loaded = True
-        self._remove_many(dropped)
+        changed += self._remove_many(dropped)
         self._gone.clear()
         self._touched.clear()
         self.version += 1
-        return sorted(dropped)
+        return changed
 
-    async def refresh(self, task_ids: Iterable[str]) -> list[TaskSummary | str]:
-        """Re-read these tasks and apply them: the changed summaries, and the ids of known
+    async def refresh(self, task_ids: Iterable[str]) -> list[Change]:
+        """Re-read these tasks and apply them: the changed summaries, and `Gone` for known
         tasks that are gone. A task not seen before (created, then changed) is added."""
         wanted = list(dict.fromkeys(task_ids))
         if not wanted:
             return []
         records = await get_many(self.store, wanted)
-        changed: list[TaskSummary | str] = []
-        gone = [task_id for task_id in wanted if task_id not in records]
-        changed += [task_id for task_id in gone if task_id in self._by_id]
-        self._remove_many(gone)
+        changed: list[Change] = self._remove_many(t for t in wanted if t not in records)
         changed += self._apply_many(list(records.values()), touched=True)
         return changed
 
@@ -237,10 +241,8 @@ class TaskIndex:
 
     # --- applying ----------------------------------------------------------------------
 
-    def _apply_many(
-        self, records: list[TaskRecord], *, touched: bool = False
-    ) -> list[TaskSummary | str]:
-        changed: list[TaskSummary | str] = []
+    def _apply_many(self, records: list[TaskRecord], *, touched: bool = False) -> list[Change]:
+        changed: list[Change] = []
         inserted: list[TaskSummary] = []
         for record in records:
             old = self._by_id.get(record.task_id)
@@ -291,13 +293,14 @@ class TaskIndex:
             for row in new:
                 insort(rows, row, key=_key)
 
-    def _remove_many(self, task_ids: Iterable[str]) -> None:
+    def _remove_many(self, task_ids: Iterable[str]) -> list[Change]:
+        """Drop these tasks; a `Gone` (the last summary) for each one the index held."""
         task_ids = list(task_ids)
         removed = [self._by_id[t] for t in task_ids if t in self._by_id]
         if self._scan_lock.locked():
             self._gone.update(task_ids)
         if not removed:
-            return
+            return []
         for old in removed:
             self._count_out(old)
         if len(removed) > 64:
@@ -307,6 +310,7 @@ class TaskIndex:
             for old in removed:
                 del self._rows[bisect_left(self._rows, old.key, key=_key)]
         self.version += 1
+        return [Gone(old) for old in removed]
 
     def _count_in(self, s: TaskSummary) -> None:
         self._by_id[s.task_id] = s
@@ -335,6 +339,8 @@ class TaskIndex:
 
 __all__ = [
     "MAX_LIMIT",
+    "Change",
+    "Gone",
     "TaskIndex",
     "TaskPage",
     "TaskQuery",

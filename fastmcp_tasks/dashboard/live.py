@@ -4,9 +4,12 @@ A `Hub` subscribes once to `store.changes()` (every task, every kind) and keeps 
 `TaskIndex` current: changed ids are collected and re-read together every
 `REFRESH` seconds (`index.refresh`), new tasks are looked for every `POLL_NEW`
 seconds (creation emits no change), the whole index is rescanned every `RELOAD`
-seconds (purges and expiry emit nothing) and the backlog is sampled every
-`SAMPLE` seconds. A store error never ends the hub: it is logged, the clients hear
-`status: offline`, and the subscription is retried with a growing backoff.
+seconds after the last rescan ended (purges and expiry emit nothing; the rescan runs
+beside the refreshes, which never wait for it) and the backlog is sampled every
+`SAMPLE` seconds. Everything these find changed is published (`Hub.publish`, which
+the actions use too). A store error never ends the hub: it is logged, the clients
+hear `status: offline`, the ids not yet re-read are kept, and the subscription is
+retried with a growing backoff; once back, a rescan publishes what changed meanwhile.
 
 Each SSE client (`Listener`) has a filter and a bounded buffer holding the latest state
 of each task it should hear about (a newer state replaces an older one), the ids
@@ -28,8 +31,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import anyio.abc
 
-from fastmcp_tasks.dashboard.index import TaskIndex, TaskSummary
+from fastmcp_tasks.dashboard.index import Change, Gone, TaskIndex, TaskSummary
 from fastmcp_tasks.dashboard.stats import BacklogSampler
 from fastmcp_tasks.stores.listing import ListableTaskStore
 
@@ -61,17 +65,19 @@ class Listener:
     def _notify(self) -> None:
         self.wake.set()
 
-    def offer(self, summaries: list[TaskSummary], gone: list[str]) -> None:
+    def offer(self, changes: list[Change]) -> None:
+        """Buffer the changes this client wants (a gone task: if it wanted its last state)."""
         changed = False
-        for summary in summaries:
-            if self.wants(summary):
-                self.tasks[summary.task_id] = summary  # the latest state wins
-                self.gone.discard(summary.task_id)
+        for item in changes:
+            if isinstance(item, Gone):
+                if self.wants(item.summary):
+                    self.tasks.pop(item.task_id, None)
+                    self.gone.add(item.task_id)
+                    changed = True
+            elif self.wants(item):
+                self.tasks[item.task_id] = item  # the latest state wins
+                self.gone.discard(item.task_id)
                 changed = True
-        for task_id in gone:
-            self.tasks.pop(task_id, None)
-            self.gone.add(task_id)
-            changed = True
         if len(self.tasks) + len(self.gone) > MAX_BUFFER:
             self.tasks.clear()
             self.gone.clear()
@@ -138,6 +144,8 @@ class Hub:
         self.state = "connecting"
         self.listeners: set[Listener] = set()
         self._dirty: set[str] = set()
+        self._rescanning = False
+        self._last_rescan = 0.0
 
     # --- listeners --------------------------------------------------------------------
 
@@ -173,12 +181,13 @@ class Hub:
             for listener in list(self.listeners):
                 listener.set_status(state)
 
-    def _publish(self, summaries: list[TaskSummary], gone: list[str]) -> None:
-        if not summaries and not gone:
+    def publish(self, changes: list[Change]) -> None:
+        """Offer what the index changed to every client, with the counts."""
+        if not changes:
             return
         counts = dict(self.index.counts())
         for listener in list(self.listeners):
-            listener.offer(summaries, gone)
+            listener.offer(changes)
             listener.set_counts(counts)
 
     # --- the loop ---------------------------------------------------------------------
@@ -202,16 +211,17 @@ class Hub:
 
     async def _serve(self) -> None:
         async with self.store.changes() as feed:
-            if self.index.loaded:
-                await self.index.reload()
+            if self.index.loaded:  # back after an outage: what changed meanwhile
+                self.publish(await self.index.reload())
+                self._last_rescan = anyio.current_time()
             else:
-                await self.index.load()
+                await self.index.load()  # the first pages were read from the store
             self.sampler.sample(self.index, self.clock())
             self._set_state("live")
             self._publish_counts()
             async with anyio.create_task_group() as group:
                 group.start_soon(self._read, feed)
-                await self._tick()
+                await self._tick(group)
                 group.cancel_scope.cancel()
 
     def _publish_counts(self) -> None:
@@ -224,33 +234,38 @@ class Hub:
             self._dirty.add(change.task_id)
         raise ConnectionError("the change feed ended")
 
-    async def _tick(self) -> None:
-        started = anyio.current_time()
-        last_new = last_reload = last_sample = started
+    async def _rescan(self) -> None:
+        """The periodic rescan, beside the refreshes (a store error ends `_serve`)."""
+        try:
+            self.publish(await self.index.reload())
+        finally:
+            self._rescanning = False
+            self._last_rescan = anyio.current_time()
+
+    async def _tick(self, group: anyio.abc.TaskGroup) -> None:
+        last_new = last_sample = anyio.current_time()
+        self._last_rescan = max(self._last_rescan, last_new)
         while True:
             await anyio.sleep(REFRESH)
             now = anyio.current_time()
-            summaries: list[TaskSummary] = []
-            gone: list[str] = []
+            changes: list[Change] = []
             if self._dirty:
                 ids, self._dirty = self._dirty, set()
-                for item in await self.index.refresh(ids):
-                    if isinstance(item, str):
-                        gone.append(item)
-                    else:
-                        summaries.append(item)
+                try:
+                    changes += await self.index.refresh(ids)
+                except BaseException:
+                    self._dirty |= ids  # re-read once the store is back
+                    raise
             if now - last_new >= POLL_NEW:
                 last_new = now
-                summaries.extend(await self.index.poll_new())
-            if now - last_reload >= RELOAD:
-                last_reload = now
-                before = {s.task_id for s in self.index.summaries()}
-                await self.index.reload()
-                gone.extend(before - {s.task_id for s in self.index.summaries()})
+                changes += await self.index.poll_new()
+            if not self._rescanning and now - self._last_rescan >= RELOAD:
+                self._rescanning = True
+                group.start_soon(self._rescan)
             if now - last_sample >= SAMPLE:
                 last_sample = now
                 self.sampler.sample(self.index, self.clock())
-            self._publish(summaries, gone)
+            self.publish(changes)
 
 
 async def stop(task: asyncio.Task[None] | None) -> None:

@@ -73,8 +73,14 @@ def task_row(s: TaskSummary, now: float) -> str:
     }
     tds = "".join(f'<td data-field="{name}"{_title(name, s)}>{cells[name]}</td>' for name in FIELDS)
     return (
-        f"<tr{attrs(data_task_id=s.task_id, data_status=s.status, data_state=s.state_at(now))}>"
-        f"{tds}</tr>"
+        "<tr"
+        + attrs(
+            data_task_id=s.task_id,
+            data_status=s.status,
+            data_state=s.state_at(now),
+            data_created=repr(s.created_at),  # where a live row goes (dashboard.js)
+        )
+        + f">{tds}</tr>"
     )
 
 

@@ -12,7 +12,8 @@ request-wide part of it to every request before any route runs:
   and JS) are served without it, so the login page is styled.
 - Security headers on every response: a CSP of `default-src 'self'` (no inline script
   or style; `frame-ancestors 'none'`), `X-Frame-Options: DENY`, `Referrer-Policy:
-  no-referrer`, `X-Content-Type-Options: nosniff`, `Cache-Control: no-store`.
+  same-origin` (a browser then sends the real `Origin` on our own forms),
+  `X-Content-Type-Options: nosniff`, `Cache-Control: no-store`.
 
 The per-action part runs in the POST routes (`Guard.check_post`, after the form is
 read): read-only refuses every POST with 403; a POST is refused when `Sec-Fetch-Site`
@@ -26,11 +27,13 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
+import re
 import secrets
 from collections.abc import Iterable
 from http.cookies import SimpleCookie
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -42,11 +45,14 @@ CSP = (
 HEADERS: list[tuple[bytes, bytes]] = [
     (b"content-security-policy", CSP.encode()),
     (b"x-frame-options", b"DENY"),
-    (b"referrer-policy", b"no-referrer"),
+    (b"referrer-policy", b"same-origin"),
     (b"x-content-type-options", b"nosniff"),
     (b"cache-control", b"no-store"),
 ]
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+#: A `Host` value: a name or IPv4 address, or a bracketed IPv6 one, and maybe a port.
+HOST = re.compile(r"(\[[0-9a-f:.]+\]|[a-z0-9.-]+)(?::(\d{1,5}))?")
+log = logging.getLogger("fastmcp_tasks.dashboard")
 
 
 class Refusal(Exception):
@@ -72,11 +78,17 @@ class Guard:
         *,
         read_only: bool = False,
         allowed_hosts: Iterable[str] | None = None,
+        cookie_name: str = COOKIE,
     ) -> None:
         self._token = token or None
         self.read_only = read_only
+        self.cookie_name = cookie_name
         self.allowed_hosts = (
             None if allowed_hosts is None else frozenset(h.lower() for h in allowed_hosts)
+        )
+        #: The entries without a port: they allow their name on any port.
+        self._any_port = frozenset(
+            h for h in self.allowed_hosts or () if (m := HOST.fullmatch(h)) and not m.group(2)
         )
         self._secret = secrets.token_bytes(32)
 
@@ -94,11 +106,10 @@ class Guard:
         """Whether `Host` names this server (any host when no allowlist is set)."""
         if self.allowed_hosts is None:
             return True
-        if not host:
-            return False
-        host = host.lower()
-        bare = host.rsplit(":", 1)[0] if not host.endswith("]") else host
-        return host in self.allowed_hosts or bare in self.allowed_hosts
+        parsed = HOST.fullmatch((host or "").lower())
+        if parsed is None:
+            return False  # not `name[:port]`: e.g. `127.0.0.1:8765:1`
+        return parsed.group(0) in self.allowed_hosts or parsed.group(1) in self._any_port
 
     def token_matches(self, given: str | None) -> bool:
         if self._token is None or given is None:
@@ -122,7 +133,7 @@ class Guard:
             cookies.load(headers.get("cookie", ""))
         except Exception:  # a malformed cookie header is no session
             return False
-        morsel = cookies.get(COOKIE)
+        morsel = cookies.get(self.cookie_name)
         return morsel is not None and hmac.compare_digest(
             morsel.value.encode(), self.session_value().encode()
         )
@@ -136,6 +147,9 @@ class Guard:
         if headers.get("sec-fetch-site", "").lower() == "cross-site":
             raise Refusal(403, "Refused: a cross-site request (Sec-Fetch-Site: cross-site).")
         origin = headers.get("origin")
+        same_origin = headers.get("sec-fetch-site", "").lower() == "same-origin"
+        if origin == "null" and same_origin:
+            return  # a browser hiding the origin of our own page's form (a no-referrer policy)
         if origin is not None:
             netloc = urlsplit(origin).netloc.lower() if origin != "null" else "null"
             if netloc != headers.get("host", "").lower():
@@ -152,8 +166,11 @@ class Guard:
                 403, "Refused: the form's CSRF token is missing or wrong; reload the page."
             )
 
-    def cookie_header(self) -> str:
-        return f"{COOKIE}={self.session_value()}; Path=/; HttpOnly; SameSite=Strict"
+    def cookie_header(self, root: str = "") -> str:
+        """The session cookie, for the paths under the app's `root` (its mount point)."""
+        path = quote(root or "/", safe="/")
+        value = self.session_value()
+        return f"{self.cookie_name}={value}; Path={path}; HttpOnly; SameSite=Strict"
 
 
 def _headers(scope: Scope) -> dict[str, str]:
@@ -211,12 +228,24 @@ class Guarded:
                 await self._refuse(scope, send, route)
                 return
 
+        started = False
+
         async def secured(message: Message) -> None:
+            nonlocal started
             if message["type"] == "http.response.start":
+                started = True
                 message = {**message, "headers": [*message.get("headers", []), *HEADERS]}
             await send(message)
 
-        await self.app(scope, receive, secured)
+        try:
+            await self.app(scope, receive, secured)
+        except Exception:
+            if started:
+                raise
+            # what a route did not answer: a 500 that still carries the headers
+            log.exception("dashboard: %s %s failed", scope["method"], path)
+            body = b"The dashboard failed to answer this request; the error is logged.\n"
+            await _answer(send, 500, body, "text/plain; charset=utf-8", [])
 
     async def _login_by_query(
         self, scope: Scope, send: Send, query: dict[str, str], path: str
@@ -225,11 +254,11 @@ class Guarded:
         if not self.guard.token_matches(token):
             await self._refuse(scope, send, path, "That token is not right.")
             return
-        location = path + (f"?{urlencode(query)}" if query else "")
-        extra = [
-            (b"location", location.encode()),
-            (b"set-cookie", self.guard.cookie_header().encode()),
-        ]
+        # one leading slash (`//host/x` would be another site), the rest percent-quoted
+        location = quote("/" + path.lstrip("/"), safe="/:@!$&'()*+,;=~")
+        location += f"?{urlencode(query)}" if query else ""
+        cookie = self.guard.cookie_header(str(scope.get("root_path", "")))
+        extra = [(b"location", location.encode()), (b"set-cookie", cookie.encode())]
         await _answer(send, 303, b"", "text/plain; charset=utf-8", extra)
 
     async def _refuse(self, scope: Scope, send: Send, route: str, message: str = "") -> None:

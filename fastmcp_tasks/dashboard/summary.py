@@ -172,6 +172,20 @@ class TaskSummary:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class Gone:
+    """A task that left the index (purged, expired): its last summary, for the filters."""
+
+    summary: TaskSummary
+
+    @property
+    def task_id(self) -> str:
+        return self.summary.task_id
+
+
+#: What the index reports as changed: a task's new summary, or that it is gone.
+Change = TaskSummary | Gone
+
 _GROUPS: dict[str, frozenset[str]] = {"active": ACTIVE_STATUSES, "finished": TERMINAL_STATUSES}
 
 
@@ -247,7 +261,9 @@ class TaskQuery:
                 )
             limit = int(limit_text)
         before_param = (params.get("before") or "").strip()
-        prefix = (params.get("q") or "").strip()[:MAX_PREFIX]
+        prefix = (params.get("q") or "").strip()
+        if len(prefix) > MAX_PREFIX:
+            raise ValueError(f"the id search takes at most {MAX_PREFIX} characters")
         return cls(
             status=status,
             tool=(params.get("tool") or "").strip() or None,
@@ -294,6 +310,8 @@ __all__ = [
     "MAX_LIMIT",
     "MAX_PREFIX",
     "TEXT_LIMIT",
+    "Change",
+    "Gone",
     "TaskPage",
     "TaskQuery",
     "TaskSummary",

@@ -65,6 +65,7 @@
     time.title = time.textContent;
     tr.querySelector('[data-field="created"]').appendChild(time);
     tr.setAttribute("data-task-id", task.id);
+    tr.setAttribute("data-created", String(task.created_at));
     patchRow(tr, task);
     return tr;
   }
@@ -94,8 +95,22 @@
         if (tr) patchRow(tr, task);
         else if (first && task.matches) fresh.push(task);
       });
-      fresh.sort(function (a, b) { return a.created_at - b.created_at; });
-      fresh.forEach(function (task) { body.insertBefore(buildRow(task), body.firstChild); });
+      // newest first by (created_at, id), as the server lists: a late row goes to its place
+      fresh.forEach(function (task) {
+        var row = buildRow(task);
+        var rows = body.rows;
+        var at = null;
+        for (var i = 0; i < rows.length; i++) {
+          var created = parseFloat(rows[i].getAttribute("data-created") || "0");
+          var id = rows[i].getAttribute("data-task-id") || "";
+          if (created < task.created_at || (created === task.created_at && id < task.id)) {
+            at = rows[i];
+            break;
+          }
+        }
+        if (at === null && rows.length >= limit) return; // older than the whole page
+        body.insertBefore(row, at);
+      });
       if (fresh.length) {
         var empty = document.getElementById("no-tasks");
         if (empty) empty.remove();
