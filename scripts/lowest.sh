@@ -44,7 +44,8 @@ if (( $# == 0 )); then
   # restarts, the store contract and the engine's store faults, on memory and SQLite;
   # the seams of issue 14: mounts, the caller's identity, the client API, the proxy;
   # the 2025-11-25 surface (its result sieve, capabilities and raw params seams);
-  # flow control, expired ids and related tasks (issue 16)
+  # flow control, expired ids and related tasks (issue 16). The browser tests (tests/browser,
+  # the dashboard in Chromium) are left out: they test our HTML, not FastMCP's seams.
   set -- tests/test_parity.py tests/test_modes.py tests/test_input.py \
     tests/test_lifecycle.py tests/test_durability.py tests/test_store_contract.py \
     tests/test_engine_faults.py tests/test_composition.py tests/test_composition_auth.py \

@@ -196,6 +196,7 @@ PUBLIC_PATHS: dict[str, dict[str, str]] = {
         "could_be_task_id": "fastmcp_tasks.wire.render",
     },
     "fastmcp_tasks.cli": {"main": "fastmcp_tasks.cli"},
+    "fastmcp_tasks.dashboard": {"app": "fastmcp_tasks.dashboard"},
 }
 
 
@@ -230,6 +231,7 @@ def test_the_console_script_entry_point_resolves() -> None:
 #: Every logger name the package uses; operators filter on them, so they never move.
 LOGGER_NAMES = {
     "fastmcp_tasks.execution",
+    "fastmcp_tasks.dashboard",
     "fastmcp_tasks.health",
     "fastmcp_tasks.legacy",
     "fastmcp_tasks.listen",

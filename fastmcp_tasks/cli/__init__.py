@@ -6,6 +6,8 @@
     fastmcp-tasks wait SERVER TASK_ID [--timeout SECONDS]
     fastmcp-tasks cancel SERVER TASK_ID
     fastmcp-tasks ls|show TASK_ID|purge --older-than AGE [--url STORE_URL]
+    fastmcp-tasks ui [--url STORE_URL] [--host 127.0.0.1] [--port 8765] [--token TOKEN]
+                     [--read-only]
 
 `worker` runs a server's task tools without serving MCP: it enters the server's
 lifespan, so its `TasksExtension` takes queued tasks from the shared store
@@ -22,6 +24,10 @@ cancel the task or detach from it.
 
 The operator commands (`ls`, `show`, `purge`) live in `cli.operator`: they open a
 shared store by its URL to list tasks, print one, or delete old finished ones.
+
+`ui` (`cli.ui`) serves the live operator dashboard (`fastmcp_tasks.dashboard`) of a
+shared store: loopback only unless a token is set (`--token` or
+`FASTMCP_TASKS_UI_TOKEN`), `--read-only` without the cancel and purge actions.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from fastmcp_tasks.cli.client import add_client_commands, run_client_command
 from fastmcp_tasks.cli.common import load_server
 from fastmcp_tasks.cli.operator import COMMANDS as OPERATOR_COMMANDS
 from fastmcp_tasks.cli.operator import add_operator_commands, run_operator_command
+from fastmcp_tasks.cli.ui import add_ui_command, run_ui_command
 from fastmcp_tasks.cli.worker import run_worker
 
 
@@ -43,6 +50,7 @@ def main(argv: list[str] | None = None) -> None:
     commands = parser.add_subparsers(dest="command", required=True)
     add_client_commands(commands)
     add_operator_commands(commands)
+    add_ui_command(commands)
     worker = commands.add_parser("worker", help="run a server's task tools for a shared store")
     worker.add_argument("server", help="path/to/server.py[:object]")
     worker.add_argument("--concurrency", type=int, default=None, help="tasks at once")
@@ -53,6 +61,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "worker":
         server = load_server(args.server)
         anyio.run(run_worker, server, args.concurrency, args.grace)
+    elif args.command == "ui":
+        raise SystemExit(run_ui_command(args))
     elif args.command in OPERATOR_COMMANDS:
         raise SystemExit(run_operator_command(args))
     else:

@@ -1,0 +1,100 @@
+"""The operator dashboard (issue 18): a live web view of a task store, as an ASGI app.
+
+    from fastmcp_tasks.dashboard import app
+    dashboard = app("sqlite:///tasks.db", token="...")     # or app(extension.store)
+
+`fastmcp-tasks ui` serves it with uvicorn; a server can also mount it beside its MCP
+endpoint, which is how a `memory://` store is seen. The parts: routes and the lazy
+start in `dashboard.app` (the module), HTML in `pages`, `boards` and `html`, the live
+hub in `live`, the access policy in `security`; the data (index, summaries,
+statistics, charts, workers) in `index`, `summary`, `stats`, `charts`, `workers`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from starlette.applications import Starlette
+
+from fastmcp_tasks.dashboard.app import build_app
+from fastmcp_tasks.stores.listing import ListableTaskStore
+
+
+def app(
+    store_or_url: ListableTaskStore | str,
+    *,
+    token: str | None = None,
+    read_only: bool = False,
+    allowed_hosts: Iterable[str] | None = None,
+    lease_seconds: float = 30.0,
+    cookie_name: str = "fastmcp_tasks_ui",
+) -> Starlette:
+    """The dashboard of a task store, as a Starlette (ASGI) application.
+
+    Given a store URL (`sqlite:///...`, `redis://...`, `postgresql://...`) the app
+    opens the store on its first request and closes it at lifespan shutdown (or
+    `app.state.dashboard.aclose()`); given a store object, for instance the
+    `TasksExtension.store` of the server it is mounted beside, it never opens nor
+    closes it. The store must be a `ListableTaskStore` (all bundled stores are). The
+    live part (one change-feed subscription, the index, the event streams) starts on
+    the first request, since a mounted app gets no lifespan of its own.
+
+    Security model:
+
+    - **Token.** With `token` set, every page, JSON API call, the event stream and
+      every action needs it: `Authorization: Bearer TOKEN`, or the session cookie
+      `cookie_name` (HttpOnly, SameSite=Strict, `Path` the app's mount point, holding
+      an HMAC of the token, not the token) set by opening any page with
+      `?token=TOKEN` (answered by a redirect to the same URL without it) or by the
+      login form (`POST /login`).
+      Without the token, pages answer 401 with the login form and the API, the event
+      stream and actions 401 JSON. Comparisons are constant time. Our static CSS and
+      JS are served to anyone. The token is never logged by the dashboard (a `?token=`
+      URL may still reach a reverse proxy's access log: prefer the login form there).
+    - **Cross-site requests.** Every POST needs the form's CSRF token (an HMAC of a
+      random per-app secret and the token) and is refused (403) when the browser says
+      `Sec-Fetch-Site: cross-site` or sends an `Origin` that does not match `Host`.
+      A reverse proxy must therefore pass the original `Host` through.
+    - **DNS rebinding.** `allowed_hosts` lists the `Host` values served (`name` or
+      `name:port`); any other Host gets 400. Default: any (a mounted app is reached
+      by whatever names its server has; pass them). `fastmcp-tasks ui` on a loopback
+      address allows only `127.0.0.1`, `localhost` and `[::1]` with its port.
+    - **Read-only.** `read_only=True` renders no action (no POST form on any page)
+      and answers every POST with 403.
+    - **Headers.** Every response carries `Content-Security-Policy: default-src
+      'self'` (no inline script or style, `frame-ancestors 'none'`),
+      `X-Frame-Options: DENY`, `Referrer-Policy: same-origin`,
+      `X-Content-Type-Options: nosniff` and `Cache-Control: no-store` (a 500
+      included). Pages use no CDN, font or other outside resource. Every POST body is
+      read to 16 KiB at most (413 past it), `/login`'s too.
+
+    Actions go through the same store calls as the CLI and the task methods: cancel
+    is `store.request_cancel` (the process running the task ends it `cancelled`; a
+    task nobody runs yet ends at once, as `tasks/cancel` does), purge previews with
+    `store.purge_finished(before, dry_run=True)` and confirms with the same fixed
+    cutoff, `store.purge_finished(before)`.
+
+    Args:
+        store_or_url: a listable store object, or a store URL the app opens itself.
+        token: the shared secret every request must carry (default: none).
+        read_only: show everything, change nothing.
+        allowed_hosts: the `Host` header values accepted (default: any).
+        lease_seconds: the servers' lease duration (30 s by default, as
+            `TasksExtension`'s): heartbeat age is `now - (lease_expires - lease_seconds)`.
+        cookie_name: the session cookie's name (`fastmcp-tasks ui` adds its port, so
+            two dashboards on one host keep their own sessions).
+
+    Raises:
+        ConfigurationError: an unknown URL, or a store that cannot list tasks.
+    """
+    return build_app(
+        store_or_url,
+        token=token,
+        read_only=read_only,
+        allowed_hosts=None if allowed_hosts is None else list(allowed_hosts),
+        lease_seconds=lease_seconds,
+        cookie_name=cookie_name,
+    )
+
+
+__all__ = ["app"]

@@ -1,0 +1,359 @@
+"""The dashboard's Starlette application: routes, the lazy start, and the actions.
+
+`build_app` wires one `Dashboard` (the store, its `TaskIndex`, the `BacklogSampler`
+and the `Hub`) to the routes of the design: pages, their JSON mirrors, the event
+stream, and the two actions. The hub starts on the first request, not in a lifespan:
+a dashboard mounted inside another application gets no lifespan of its own. A store
+the dashboard opened itself (it was given a URL) is closed on lifespan shutdown, or
+by `Dashboard.aclose()`; a store object it was given is never opened nor closed.
+
+Actions go through the store calls the rest of the package uses: cancel is
+`store.request_cancel` (what `tasks/cancel` does; the process running the task hears
+it on the feed and ends it `cancelled`, and a task nobody runs yet ends at once, as
+the handler does), purge is `store.purge_finished(before, dry_run=True)` for the
+preview and `store.purge_finished(before)` with the same fixed cutoff to confirm.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import anyio
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from fastmcp_tasks.dashboard import boards, pages
+from fastmcp_tasks.dashboard.forms import parse_age, parse_cutoff, read_form
+from fastmcp_tasks.dashboard.html import login_page, message_page
+from fastmcp_tasks.dashboard.index import TaskIndex, TaskQuery
+from fastmcp_tasks.dashboard.live import Hub, stop
+from fastmcp_tasks.dashboard.security import COOKIE, Guard, Guarded, Refusal, request_headers
+from fastmcp_tasks.dashboard.stats import BacklogSampler
+from fastmcp_tasks.errors import ConfigurationError, InvalidTransition, StoreError
+from fastmcp_tasks.server.engine.leases import CANCELLED_BEFORE_START
+from fastmcp_tasks.stores import store_from_url
+from fastmcp_tasks.stores.listing import ListableTaskStore
+
+STATIC = Path(__file__).parent / "static"
+TITLES = {
+    400: "Bad request",
+    403: "Refused",
+    404: "Not found",
+    413: "Too large",
+    500: "Dashboard error",
+    503: "Store unavailable",
+}
+log = logging.getLogger("fastmcp_tasks.dashboard")
+
+
+class Dashboard:
+    """One dashboard's state: the store, the index, the hub and the access policy."""
+
+    def __init__(self, store: ListableTaskStore, owns: bool, guard: Guard, lease_seconds: float):
+        self.store = store
+        self.owns = owns
+        self.guard = guard
+        self.lease_seconds = lease_seconds
+        self.index = TaskIndex(store)
+        self.sampler = BacklogSampler()
+        self.hub = Hub(store, self.index, self.sampler)
+        self._task: asyncio.Task[None] | None = None
+        self._opened = False
+        self._lock = anyio.Lock()
+
+    async def start(self) -> None:
+        """Open an owned store and start the hub, once (on the first request)."""
+        if self._task is not None:
+            return
+        async with self._lock:
+            if self._task is not None:
+                return
+            if self.owns and not self._opened:
+                await self.store.open()  # a StoreError here is a 503; the next request retries
+                self._opened = True
+            self._task = asyncio.get_running_loop().create_task(self.hub.run())
+
+    async def aclose(self) -> None:
+        """Stop the hub; close the store if the dashboard opened it."""
+        task, self._task = self._task, None
+        await stop(task)
+        if self.owns and self._opened:
+            self._opened = False
+            await self.store.close()
+
+
+def open_store(store_or_url: ListableTaskStore | str) -> tuple[ListableTaskStore, bool]:
+    """The store to show and whether the dashboard owns it (it was given a URL)."""
+    owns = isinstance(store_or_url, str)
+    if isinstance(store_or_url, str):
+        # an idle SQLite feed is read every 0.2 s, not 1 s: a change reaches the page
+        # well within a second after a quiet spell (5 cheap reads a second)
+        options = {"idle_poll_interval": 0.2} if store_or_url.startswith("sqlite:") else {}
+        store = store_from_url(store_or_url, **options)
+    else:
+        store = store_or_url
+    if not isinstance(store, ListableTaskStore):
+        scheme = getattr(store, "scheme", type(store).__name__)
+        raise ConfigurationError(
+            f"the dashboard needs a store that can list tasks (ListableTaskStore); "
+            f"the {scheme} store cannot"
+        )
+    return store, owns
+
+
+def build_app(
+    store_or_url: ListableTaskStore | str,
+    *,
+    token: str | None = None,
+    read_only: bool = False,
+    allowed_hosts: list[str] | None = None,
+    lease_seconds: float = 30.0,
+    cookie_name: str = COOKIE,
+) -> Starlette:
+    """The dashboard application (see `fastmcp_tasks.dashboard.app`)."""
+    store, owns = open_store(store_or_url)
+    guard = Guard(token, read_only=read_only, allowed_hosts=allowed_hosts, cookie_name=cookie_name)
+    dash = Dashboard(store, owns, guard, lease_seconds)
+
+    def root(request: Request) -> str:
+        return str(request.scope.get("root_path", ""))
+
+    def view(request: Request) -> pages.View:
+        return pages.View(
+            root=root(request),
+            read_only=guard.read_only,
+            csrf=guard.csrf_token(),
+            now=time.time(),
+            lease_seconds=lease_seconds,
+            live=dash.hub.state,
+        )
+
+    def wants_json(request: Request) -> bool:
+        path = request.url.path[len(root(request)) :]
+        return path.startswith(("/api/", "/events"))
+
+    def refusal(request: Request, status: int, message: str) -> Response:
+        if wants_json(request):
+            return JSONResponse({"error": message}, status)
+        title = TITLES.get(status, "Error")
+        html = message_page(title, message, root=root(request), read_only=guard.read_only)
+        return HTMLResponse(html, status)
+
+    Handler = Callable[[Request], Awaitable[Response]]
+
+    def route(handler: Handler) -> Handler:
+        async def run(request: Request) -> Response:
+            try:
+                await dash.start()
+                return await handler(request)
+            except Refusal as exc:
+                return refusal(request, exc.status, exc.message)
+            except (StoreError, OSError) as exc:
+                message = (
+                    "The task store is unavailable right now; the dashboard keeps trying. "
+                    f"({type(exc).__name__})"
+                )
+                return refusal(request, 503, message)
+            except Exception:
+                log.exception("dashboard: %s %s failed", request.method, request.url.path)
+                message = "The dashboard failed to answer this request; the error is logged."
+                return refusal(request, 500, message)
+
+        return run
+
+    def query_of(request: Request) -> TaskQuery:
+        try:
+            return TaskQuery.from_params(request.query_params)
+        except ValueError as exc:
+            raise Refusal(400, str(exc)) from None
+
+    async def post_form(request: Request) -> dict[str, str]:
+        form = await read_form(request)
+        guard.check_post(request_headers(request.scope), form)
+        return form
+
+    async def record_or_404(task_id: str) -> Any:
+        record = await store.get(task_id)
+        if record is None:
+            raise Refusal(404, await pages.missing_text(store, task_id))
+        return record
+
+    # --- pages -------------------------------------------------------------------------
+
+    async def overview(request: Request) -> Response:
+        return HTMLResponse(boards.overview_page(view(request), dash.index, dash.sampler))
+
+    async def tasks(request: Request) -> Response:
+        query = query_of(request)
+        found = await dash.index.page(query)
+        return HTMLResponse(pages.tasks_page(view(request), dash.index, query, found))
+
+    async def detail(request: Request) -> Response:
+        record = await record_or_404(request.path_params["task_id"])
+        previous = dash.index.get(record.task_id)
+        return HTMLResponse(pages.detail_page(view(request), record, previous))
+
+    async def workers(request: Request) -> Response:
+        return HTMLResponse(boards.workers_page(view(request), dash.index))
+
+    # --- JSON --------------------------------------------------------------------------
+
+    async def api_tasks(request: Request) -> Response:
+        query = query_of(request)
+        found = await dash.index.page(query)
+        return JSONResponse(pages.page_json(found, query, time.time()))
+
+    async def api_task(request: Request) -> Response:
+        record = await record_or_404(request.path_params["task_id"])
+        return JSONResponse(pages.record_json(record, time.time()))
+
+    async def api_overview(request: Request) -> Response:
+        return JSONResponse(boards.overview_json(dash.index, dash.sampler, time.time()))
+
+    async def api_workers(request: Request) -> Response:
+        return JSONResponse(boards.workers_json(dash.index, time.time(), lease_seconds))
+
+    async def events(request: Request) -> Response:
+        kind = request.query_params.get("page", "tasks")
+        if kind == "task":
+            task_id = request.query_params.get("id", "")
+            if not task_id:
+                raise Refusal(400, "events?page=task needs id=TASK_ID")
+
+            def same(s: Any) -> bool:
+                return bool(s.task_id == task_id)
+
+            listener = dash.hub.listen(same, same)
+            current = dash.index.get(task_id)
+            if current is not None:  # what changed between the page and its stream
+                listener.offer([current])
+        elif kind == "tasks":
+            query = query_of(request)
+            loose = dataclasses.replace(query, status=None, before=None)
+            listener = dash.hub.listen(loose.matches, query.matches)
+            if query.before is None:  # the first page now: rows made since it was rendered
+                listener.offer(list((await dash.index.page(query)).tasks))
+        elif kind in ("overview", "workers"):
+            listener = dash.hub.listen(lambda s: False, lambda s: False)
+        else:
+            raise Refusal(400, f"unknown events page {kind[:40]!r}: tasks, task or overview")
+        headers = {"X-Accel-Buffering": "no"}
+        return StreamingResponse(
+            dash.hub.stream(listener), media_type="text/event-stream", headers=headers
+        )
+
+    # --- actions -----------------------------------------------------------------------
+
+    async def cancel(request: Request) -> Response:
+        await post_form(request)
+        task_id = request.path_params["task_id"]
+        record = await store.request_cancel(task_id)
+        if record is None:
+            raise Refusal(404, await pages.missing_text(store, task_id))
+        if record.is_active and record.lease_owner is None:
+            # nobody runs it to hear the request: it ends now (what tasks/cancel does)
+            with contextlib.suppress(InvalidTransition):  # a worker ended it meanwhile:
+                await store.transition(  # the page shows the task as it now is
+                    task_id, "cancelled", status_message=CANCELLED_BEFORE_START
+                )
+        dash.hub.publish(await dash.index.refresh([task_id]))  # to every open page
+        return RedirectResponse(f"{root(request)}/tasks/{quote(task_id, safe='')}", 303)
+
+    async def purge_preview(request: Request) -> Response:
+        form = await post_form(request)
+        try:
+            seconds = parse_age(form.get("older_than", ""))
+        except ValueError as exc:
+            raise Refusal(400, str(exc)) from None
+        before = time.time() - seconds
+        count = await store.purge_finished(before, dry_run=True)
+        return HTMLResponse(pages.purge_preview_page(view(request), before, seconds, count))
+
+    async def purge(request: Request) -> Response:
+        form = await post_form(request)
+        try:
+            before = parse_cutoff(form.get("before", ""))
+        except ValueError as exc:
+            raise Refusal(400, str(exc)) from None
+        removed = await store.purge_finished(before)
+        dash.hub.publish(await dash.index.reload())  # the open lists hear what is gone
+        return HTMLResponse(pages.purge_result_page(view(request), before, removed))
+
+    # --- login -------------------------------------------------------------------------
+
+    def login_html(scope: Any, message: str) -> str:
+        path = str(scope.get("path", "/"))
+        query = scope.get("query_string", b"").decode("latin-1")
+        next_url = path + (f"?{query}" if query else "")
+        return login_page(str(scope.get("root_path", "")), message, next_url, guard.csrf_token())
+
+    async def login_get(request: Request) -> Response:
+        if guard.authenticated(request_headers(request.scope)):
+            return RedirectResponse(f"{root(request)}/", 303)
+        return HTMLResponse(login_html(request.scope, "This dashboard needs its token."), 401)
+
+    async def login_post(request: Request) -> Response:
+        form = await read_form(request)  # bounded: this route runs without the token
+        guard.check_origin(request_headers(request.scope))
+        if not guard.has_token:
+            return RedirectResponse(f"{root(request)}/", 303)
+        if not guard.token_matches(form.get("token")):
+            html = login_page(root(request), "That token is not right.", "", guard.csrf_token())
+            return HTMLResponse(html, 401)
+        target = form.get("next", "")
+        here = root(request) + "/"
+        if not target.startswith(here) or target.startswith("//"):
+            target = here  # only back into the dashboard, never elsewhere
+        response = RedirectResponse(target, 303)
+        response.headers["set-cookie"] = guard.cookie_header(root(request))
+        return response
+
+    routes = [
+        Route("/", route(overview), methods=["GET"]),
+        Route("/tasks", route(tasks), methods=["GET"]),
+        Route("/tasks/{task_id}", route(detail), methods=["GET"]),
+        Route("/tasks/{task_id}/cancel", route(cancel), methods=["POST"]),
+        Route("/workers", route(workers), methods=["GET"]),
+        Route("/events", route(events), methods=["GET"]),
+        Route("/api/tasks", route(api_tasks), methods=["GET"]),
+        Route("/api/tasks/{task_id}", route(api_task), methods=["GET"]),
+        Route("/api/overview", route(api_overview), methods=["GET"]),
+        Route("/api/workers", route(api_workers), methods=["GET"]),
+        Route("/purge/preview", route(purge_preview), methods=["POST"]),
+        Route("/purge", route(purge), methods=["POST"]),
+        Route("/login", route(login_get), methods=["GET"]),
+        Route("/login", route(login_post), methods=["POST"]),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    ]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await dash.aclose()
+
+    application = Starlette(routes=routes, lifespan=lifespan)
+    application.state.dashboard = dash
+    application.add_middleware(Guarded, guard=guard, login_page=login_html)
+    return application
+
+
+__all__ = ["Dashboard", "build_app", "open_store", "parse_age"]

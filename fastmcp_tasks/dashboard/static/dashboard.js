@@ -1,0 +1,224 @@
+// fastmcp-tasks dashboard: follows the server's event stream and patches the page in place.
+// No framework, no build step. The server coalesces changes (at most one message per
+// ~250 ms per page), so each message is applied at once. Rows keep a fixed height and
+// numeric cells use tabular figures (dashboard.css): updates never shift the layout.
+(function () {
+  "use strict";
+  var state = { updates: 0, lastEventAt: 0 };
+  window.__dashboard = state;
+
+  var FIELDS = ["id", "tool", "status", "message", "owner", "created", "duration"];
+
+  function span(seconds) {
+    if (seconds === null || seconds === undefined) return "-";
+    seconds = Math.max(0, seconds);
+    if (seconds < 1) return Math.floor(seconds * 1000) + "ms";
+    if (seconds < 10) return seconds.toFixed(1) + "s";
+    if (seconds < 60) return Math.floor(seconds) + "s";
+    var whole = Math.floor(seconds);
+    var units = [[86400, "d", 3600, "h"], [3600, "h", 60, "m"], [60, "m", 1, "s"]];
+    for (var i = 0; i < units.length; i++) {
+      var u = units[i];
+      if (whole >= u[0]) {
+        return Math.floor(whole / u[0]) + u[1] + " " + Math.floor((whole % u[0]) / u[2]) + u[3];
+      }
+    }
+    return whole + "s";
+  }
+
+  function stamp(epoch) {
+    var iso = new Date(epoch * 1000).toISOString(); // 2026-12-01T19:50:03.123Z
+    return iso.slice(0, 10) + " " + iso.slice(11, 19) + "Z";
+  }
+
+  function setText(el, text) {
+    if (el && el.textContent !== text) el.textContent = text;
+  }
+
+  function badge(status) {
+    var b = document.createElement("span");
+    b.className = "badge status-" + status;
+    b.textContent = status;
+    return b;
+  }
+
+  function setStatus(cell, status) {
+    var current = cell.querySelector(".badge");
+    if (current && current.textContent === status) return;
+    cell.textContent = "";
+    cell.appendChild(badge(status));
+  }
+
+  function buildRow(task) {
+    var tr = document.createElement("tr");
+    FIELDS.forEach(function (name) {
+      var td = document.createElement("td");
+      td.setAttribute("data-field", name);
+      tr.appendChild(td);
+    });
+    var a = document.createElement("a");
+    a.setAttribute("href", "tasks/" + encodeURIComponent(task.id));
+    a.textContent = task.id;
+    tr.querySelector('[data-field="id"]').appendChild(a);
+    var time = document.createElement("time");
+    time.textContent = stamp(task.created_at);
+    time.title = time.textContent;
+    tr.querySelector('[data-field="created"]').appendChild(time);
+    tr.setAttribute("data-task-id", task.id);
+    tr.setAttribute("data-created", String(task.created_at));
+    patchRow(tr, task);
+    return tr;
+  }
+
+  function patchRow(tr, task) {
+    tr.setAttribute("data-status", task.status);
+    tr.setAttribute("data-state", task.state);
+    var cell = function (name) { return tr.querySelector('[data-field="' + name + '"]'); };
+    setText(cell("tool"), task.tool || "");
+    cell("tool").title = task.tool || "";
+    setStatus(cell("status"), task.status);
+    setText(cell("message"), task.message || "");
+    cell("message").title = task.message || "";
+    setText(cell("owner"), task.owner || "");
+    setText(cell("duration"), span(task.duration));
+  }
+
+  function applyTasks(tasks) {
+    var body = document.getElementById("task-rows");
+    if (body) {
+      var table = document.getElementById("task-table");
+      var first = table && table.getAttribute("data-first-page") === "true";
+      var limit = table ? parseInt(table.getAttribute("data-limit") || "50", 10) : 50;
+      var fresh = [];
+      tasks.forEach(function (task) {
+        var tr = body.querySelector('tr[data-task-id="' + CSS.escape(task.id) + '"]');
+        if (tr) patchRow(tr, task);
+        else if (first && task.matches) fresh.push(task);
+      });
+      // newest first by (created_at, id), as the server lists: a late row goes to its place
+      fresh.forEach(function (task) {
+        var row = buildRow(task);
+        var rows = body.rows;
+        var at = null;
+        for (var i = 0; i < rows.length; i++) {
+          var created = parseFloat(rows[i].getAttribute("data-created") || "0");
+          var id = rows[i].getAttribute("data-task-id") || "";
+          if (created < task.created_at || (created === task.created_at && id < task.id)) {
+            at = rows[i];
+            break;
+          }
+        }
+        if (at === null && rows.length >= limit) return; // older than the whole page
+        body.insertBefore(row, at);
+      });
+      if (fresh.length) {
+        var empty = document.getElementById("no-tasks");
+        if (empty) empty.remove();
+        while (body.rows.length > limit) body.deleteRow(body.rows.length - 1);
+      }
+    }
+    var detail = document.getElementById("task-detail");
+    if (detail) {
+      var id = detail.getAttribute("data-task-id");
+      tasks.forEach(function (task) { if (task.id === id) applyDetail(detail, task); });
+    }
+  }
+
+  function applyDetail(detail, task) {
+    var oldStatus = detail.getAttribute("data-status");
+    var message = document.getElementById("detail-message");
+    var oldMessage = message ? message.textContent : "";
+    var newMessage = task.message || "-";
+    if (oldStatus === task.status && oldMessage === newMessage) return;
+    detail.setAttribute("data-status", task.status);
+    var status = document.getElementById("detail-status");
+    if (status) setStatus(status, task.status);
+    setText(message, newMessage);
+    var list = document.getElementById("detail-transitions");
+    if (list) {
+      var li = document.createElement("li");
+      var when = document.createElement("time");
+      when.textContent = stamp(task.updated_at);
+      li.appendChild(when);
+      li.appendChild(document.createTextNode(" " + task.status + (task.message ? ": " + task.message : "")));
+      li.setAttribute("data-status", task.status);
+      list.appendChild(li);
+    }
+    if (["completed", "failed", "cancelled"].indexOf(task.status) >= 0 && oldStatus !== task.status) {
+      var form = document.getElementById("cancel-form");
+      if (form) form.remove();
+      var note = document.getElementById("detail-reload");
+      if (!note) {
+        note = document.createElement("p");
+        note.id = "detail-reload";
+        note.className = "notice";
+        var a = document.createElement("a");
+        a.href = "tasks/" + encodeURIComponent(task.id);
+        a.textContent = "Reload for the result";
+        note.appendChild(document.createTextNode("The task ended. "));
+        note.appendChild(a);
+        detail.insertBefore(note, detail.firstChild);
+      }
+    }
+  }
+
+  function applyGone(ids) {
+    ids.forEach(function (id) {
+      var tr = document.querySelector('#task-rows tr[data-task-id="' + CSS.escape(id) + '"]');
+      if (tr) tr.classList.add("gone");
+    });
+  }
+
+  function applyCounts(counts) {
+    Object.keys(counts).forEach(function (name) {
+      document.querySelectorAll('[data-count="' + name + '"]').forEach(function (el) {
+        if (el.id === "purge-count") return;
+        setText(el, String(counts[name]));
+      });
+    });
+  }
+
+  function setLive(value) {
+    var el = document.getElementById("live-status");
+    if (!el) return;
+    el.setAttribute("data-state", value);
+    setText(el, value);
+  }
+
+  function tickAges() {
+    document.querySelectorAll('[data-field="waited"][data-since]').forEach(function (el) {
+      var since = parseFloat(el.getAttribute("data-since"));
+      if (!isNaN(since)) setText(el, span(Date.now() / 1000 - since));
+    });
+  }
+
+  function connect() {
+    var url = document.body.getAttribute("data-events");
+    if (!url || !window.EventSource) {
+      setLive(url ? "offline" : "live");
+      return;
+    }
+    var source = new EventSource(url);
+    function handler(apply) {
+      return function (event) {
+        var data;
+        try { data = JSON.parse(event.data); } catch (e) { return; }
+        apply(data);
+        state.updates += 1;
+        state.lastEventAt = Date.now();
+      };
+    }
+    source.addEventListener("tasks", handler(applyTasks));
+    source.addEventListener("gone", handler(applyGone));
+    source.addEventListener("counts", handler(applyCounts));
+    source.addEventListener("status", handler(function (d) { setLive(d.state); }));
+    source.addEventListener("resync", function () { window.location.reload(); });
+    source.onopen = function () { if (document.getElementById("live-status").getAttribute("data-state") === "offline") setLive("connecting"); };
+    source.onerror = function () { setLive("offline"); };
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    connect();
+    window.setInterval(tickAges, 1000);
+  });
+})();
