@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -50,6 +51,20 @@ def _bounded(fn: Any) -> Any:
             return await fn(*args, **kwargs)
 
     return wrapper
+
+
+BROWSER_TESTS = Path(__file__).parent / "browser"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the browser tests last, keeping every other order as collected.
+
+    Their event loop is session-scoped (`tests/browser/conftest.py`: one loop holds the
+    browser and its processes) and stays open until the session ends; a synchronous test
+    calling `anyio.run` in the same thread after them would fail with "Already running
+    asyncio in this thread".
+    """
+    items.sort(key=lambda item: BROWSER_TESTS in Path(item.path).parents)
 
 
 @pytest.hookimpl(wrapper=True)
