@@ -8,7 +8,9 @@ format; 90% finished, 10% active, 12 tools of which `rare` has 20 tasks), then t
 through `SQLiteTaskStore`: `TaskIndex.page()` before the load (straight from the store),
 `load()` (and the longest the event loop was held during it), `page()` after it
 (unfiltered, by status, by the rare tool, by an id prefix, a deep cursor), `overview()`
-(no cache), `workers()`, and the memory the loaded index holds (tracemalloc).
+(no cache), `workers()`, and the memory the loaded index holds (tracemalloc). In the
+same run, a plain synchronous `tools/call` (in memory), so every row is also a ratio to
+it. Prints a table; writes bench/results/dashboard.json.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import json
 import random
 import sqlite3
 import statistics
@@ -27,6 +30,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from fastmcp import FastMCP
+
+from bench.calls import summary, sync_call
+from bench.transports import memory_transport
 from fastmcp_tasks.dashboard import stats
 from fastmcp_tasks.dashboard.index import TaskIndex, TaskQuery
 from fastmcp_tasks.dashboard.workers import workers
@@ -35,6 +42,25 @@ from fastmcp_tasks.stores.sqlite import SQLiteTaskStore
 from fastmcp_tasks.stores.sqlite.schema import INSERT_TASK, to_row
 
 TOOLS = [f"tool_{i}" for i in range(11)]
+RESULTS = Path(__file__).resolve().parent / "results" / "dashboard.json"
+
+
+async def sync_p50_ms(rounds: int = 300) -> float:
+    """p50 of a plain synchronous `tools/call` in memory, the unit of every ratio."""
+    mcp = FastMCP("bench-dashboard")
+
+    @mcp.tool
+    async def noop() -> str:
+        return "ok"
+
+    samples: list[int] = []
+    async with memory_transport(mcp) as conn:
+        for i in range(rounds + 50):
+            start = time.perf_counter_ns()
+            await sync_call(conn.send)
+            if i >= 50:  # warmed up
+                samples.append(time.perf_counter_ns() - start)
+    return float(summary(samples)["p50_us"]) / 1000
 
 
 def records(n: int, now: float) -> list[TaskRecord]:
@@ -90,6 +116,12 @@ async def main(n: int) -> None:
     with sqlite3.connect(path) as conn:
         conn.executemany(INSERT_TASK, [to_row(r) for r in records(n, now)])
     print(f"{n} tasks written to {path}")
+    sync_ms = await sync_p50_ms()
+    rows: list[dict[str, Any]] = []
+
+    def row(name: str, ms: float, note: str = "") -> None:
+        rows.append({"operation": name, "ms": ms, "per_sync_call": ms / sync_ms, "note": note})
+
     store = SQLiteTaskStore(path)
     await store.open()
     try:
@@ -101,7 +133,7 @@ async def main(n: int) -> None:
             ("tool=rare", rare),
         ]:
             ms = await timed(lambda q=query: index.page(q), 3)
-            print(f"page() before load, {name:17s} {ms:8.1f} ms")
+            row(f"page() before load, {name}", ms)
         gaps: list[float] = []
 
         async def ticker(done: asyncio.Event) -> None:
@@ -125,7 +157,7 @@ async def main(n: int) -> None:
             return took, max(gaps) * 1000
 
         took, held = await held_loop(index.load)
-        print(f"load():                          {took:8.1f} ms  (loop held <= {held:.1f} ms)")
+        row("load()", took, f"loop held <= {held:.1f} ms")
         gc.collect()
         tracemalloc.start()
         base = tracemalloc.get_traced_memory()[0]
@@ -136,7 +168,7 @@ async def main(n: int) -> None:
         tracemalloc.stop()
         del measured
         mib, each = size / 2**20, size / len(index)
-        print(f"index memory:                    {mib:8.1f} MiB ({each:.0f} B per task)")
+        memory = {"mib": mib, "bytes_per_task": each}
         first = await index.page(TaskQuery())
         some = first.tasks[3].task_id[:4]
         deep = TaskQuery(before=list(index.summaries())[n // 2].key)
@@ -150,14 +182,14 @@ async def main(n: int) -> None:
             ("cursor at 50%", deep),
         ]:
             index._matching.clear()  # the matching-count cache
-            print(f"page() loaded, {name:22s} {await timed(lambda q=query: index.page(q)):8.2f} ms")
+            row(f"page() loaded, {name}", await timed(lambda q=query: index.page(q)))
         sampler = stats.BacklogSampler()
 
         async def fresh_overview() -> None:
             stats._cache.clear()
             stats.overview(index, sampler, time.time())
 
-        print(f"overview() (uncached):           {await timed(fresh_overview):8.1f} ms")
+        row("overview() (uncached)", await timed(fresh_overview))
 
         async def cached_overview() -> None:
             stats.overview(index, sampler, time.time())
@@ -165,12 +197,21 @@ async def main(n: int) -> None:
         async def worker_rows() -> None:
             workers(index, time.time(), 30.0)
 
-        print(f"overview() (cached):             {await timed(cached_overview):8.2f} ms")
-        print(f"workers():                       {await timed(worker_rows):8.2f} ms")
+        row("overview() (cached)", await timed(cached_overview))
+        row("workers()", await timed(worker_rows))
         took, held = await held_loop(index.reload)
-        print(f"reload():                        {took:8.1f} ms  (loop held <= {held:.1f} ms)")
+        row("reload()", took, f"loop held <= {held:.1f} ms")
     finally:
         await store.close()
+    print(f"\nsync tools/call p50 (in memory, same run): {sync_ms:.3f} ms")
+    print(f"index memory: {memory['mib']:.1f} MiB ({memory['bytes_per_task']:.0f} B per task)\n")
+    print("| operation | ms | / sync tools/call | |")
+    print("|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['operation']} | {r['ms']:.2f} | {r['per_sync_call']:.1f}x | {r['note']} |")
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    report = {"tasks": n, "sync_p50_ms": sync_ms, "memory": memory, "rows": rows}
+    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
 
 
 if __name__ == "__main__":
