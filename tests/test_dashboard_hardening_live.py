@@ -8,10 +8,8 @@ the wire (a real uvicorn), real SQLite files, every wait bounded.
 
 from __future__ import annotations
 
-import json
 import re
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +21,15 @@ from fastmcp_tasks.dashboard import app as dashboard_app
 from fastmcp_tasks.dashboard import live
 from fastmcp_tasks.stores.base import TaskRecord
 from tests.faults import FaultyStore
-from tests.test_dashboard_http import DAY, csrf_of, finished, new_task, opened, served
+from tests.test_dashboard_http import (
+    DAY,
+    csrf_of,
+    finished,
+    new_task,
+    opened,
+    read_events,
+    served,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -31,24 +37,6 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'tasks.db'}"
-
-
-async def events_until(lines: AsyncIterator[str], until: Any, within: float) -> list[Any]:
-    """SSE (event, data) pairs until `until(pairs)`; AssertionError with what came at the
-    deadline (so a missing event reads as a failed assertion, not a hang)."""
-    pairs: list[tuple[str, Any]] = []
-    name = "message"
-    with anyio.move_on_after(within):
-        async for line in lines:
-            if line.startswith("event:"):
-                name = line[6:].strip()
-            elif line.startswith("data:"):
-                pairs.append((name, json.loads(line[5:])))
-                if until(pairs):
-                    return pairs
-            elif not line:
-                name = "message"
-    raise AssertionError(f"not seen within {within}s; the stream carried: {pairs}")
 
 
 def status_is(state: str) -> Any:
@@ -83,13 +71,13 @@ async def test_a_cancel_from_the_dashboard_reaches_the_other_open_pages(sqlite_u
             page = await http.get(f"/tasks/{task.task_id}")
             async with http.stream("GET", "/events", params={"page": "tasks"}) as other_tab:
                 lines = other_tab.aiter_lines()
-                await events_until(lines, status_is("live"), 10)
+                await read_events(lines, status_is("live"), within=10)
                 done = await http.post(
                     f"/tasks/{task.task_id}/cancel", data={"csrf": csrf_of(page.text)}
                 )
                 assert done.status_code == 303
                 assert (await store.get(task.task_id)).status == "cancelled"  # type: ignore[union-attr]
-                await events_until(lines, row_with(task.task_id, status="cancelled"), 5)
+                await read_events(lines, row_with(task.task_id, status="cancelled"), within=5)
     finally:
         await store.close()
 
@@ -110,7 +98,7 @@ async def test_a_purge_from_the_dashboard_tells_the_open_lists(
             tasks = await http.get("/tasks")
             async with http.stream("GET", "/events", params={"page": "tasks"}) as other_tab:
                 lines = other_tab.aiter_lines()
-                await events_until(lines, status_is("live"), 10)
+                await read_events(lines, status_is("live"), within=10)
                 preview = await http.post(
                     "/purge/preview", data={"older_than": "1d", "csrf": csrf_of(tasks.text)}
                 )
@@ -125,7 +113,7 @@ async def test_a_purge_from_the_dashboard_tells_the_open_lists(
                     seen = {i for name, data in pairs if name == "gone" for i in data}
                     return old <= seen
 
-                await events_until(lines, all_gone, 5)
+                await read_events(lines, all_gone, within=5)
     finally:
         await store.close()
 
@@ -150,13 +138,14 @@ async def test_changes_made_during_an_outage_reach_the_open_pages_after_it(
             assert (await http.get("/tasks")).status_code == 200
             async with http.stream("GET", "/events", params={"page": "tasks"}) as response:
                 lines = response.aiter_lines()
-                await events_until(lines, status_is("live"), 10)
+                await read_events(lines, status_is("live"), within=10)
                 store.outage()
-                await events_until(lines, status_is("offline"), 10)
+                await read_events(lines, status_is("offline"), within=10)
                 await inner.set_status_message(task.task_id, "changed while down")
                 store.restore()
-                await events_until(lines, status_is("live"), 15)
-                await events_until(lines, row_with(task.task_id, message="changed while down"), 5)
+                await read_events(lines, status_is("live"), within=15)
+                changed = row_with(task.task_id, message="changed while down")
+                await read_events(lines, changed, within=5)
     finally:
         await inner.close()
 
@@ -194,12 +183,12 @@ async def test_a_purge_of_unrelated_tasks_does_not_make_a_detail_page_reload(
             params = {"page": "task", "id": watched.task_id}
             async with http.stream("GET", "/events", params=params) as detail:
                 lines = detail.aiter_lines()
-                await events_until(lines, status_is("live"), 10)
+                await read_events(lines, status_is("live"), within=10)
                 assert await store.purge_finished(now - DAY) == len(olds)  # `fastmcp-tasks purge`
                 await store.set_status_message(watched.task_id, "still here")
                 row = row_with(watched.task_id, message="still here")
-                pairs = await events_until(
-                    lines, lambda p: row(p) or any(n == "resync" for n, _ in p), 5
+                pairs = await read_events(
+                    lines, lambda p: row(p) or any(n == "resync" for n, _ in p), within=5
                 )
                 unrelated = [(n, len(d)) for n, d in pairs if n in ("resync", "gone")]
                 assert not unrelated, f"the detail page of one task was sent {unrelated}"
@@ -248,16 +237,16 @@ async def test_live_updates_keep_flowing_while_the_index_rescans(
             params = {"page": "tasks", "tool": "crunch"}
             async with http.stream("GET", "/events", params=params) as response:
                 lines = response.aiter_lines()
-                await events_until(lines, status_is("live"), 10)
+                await read_events(lines, status_is("live"), within=10)
                 store.armed = True
                 with anyio.fail_after(10):
                     await store.scanning.wait()  # a periodic rescan began, and is stuck
                 await inner.set_status_message(watched.task_id, "step 2")
-                await events_until(lines, row_with(watched.task_id, message="step 2"), 5)
+                await read_events(lines, row_with(watched.task_id, message="step 2"), within=5)
                 assert index._scan_lock.locked() and not store.gate.is_set()  # still scanning
                 store.gate.set()
                 await inner.set_status_message(watched.task_id, "step 3")
-                await events_until(lines, row_with(watched.task_id, message="step 3"), 5)
+                await read_events(lines, row_with(watched.task_id, message="step 3"), within=5)
     finally:
         store.gate.set()
         await inner.close()
@@ -282,7 +271,7 @@ async def test_many_event_streams_are_forgotten_when_their_clients_leave(sqlite_
                     httpx.AsyncClient(base_url=base, timeout=10) as http,
                     http.stream("GET", "/events", params={"page": "tasks"}) as response,
                 ):
-                    await events_until(response.aiter_lines(), status_is("live"), 10)
+                    await read_events(response.aiter_lines(), status_is("live"), within=10)
 
             async with anyio.create_task_group() as group:
                 for _ in range(50):

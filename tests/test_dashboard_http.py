@@ -361,10 +361,12 @@ async def test_purge_removes_exactly_what_the_preview_counted(sqlite_url: str) -
 async def read_events(
     lines: AsyncIterator[str], until: Any, *, within: float = 10.0
 ) -> list[tuple[str, Any]]:
-    """SSE `(event, data)` pairs read from `lines` (one stream's) until `until(pairs)` holds."""
+    """SSE `(event, data)` pairs read from `lines` (one stream's) until `until(pairs)` holds;
+    AssertionError with what came by the deadline (a missing event reads as a failed
+    assertion, not a hang)."""
     pairs: list[tuple[str, Any]] = []
     name = "message"
-    with anyio.fail_after(within):
+    with anyio.move_on_after(within):
         async for line in lines:
             if line.startswith("event:"):
                 name = line[6:].strip()
@@ -374,7 +376,7 @@ async def read_events(
                     return pairs
             elif not line:
                 name = "message"
-    raise AssertionError(f"the stream ended before the expected events: {pairs}")
+    raise AssertionError(f"not seen within {within}s; the stream carried: {pairs}")
 
 
 def has_message(task_id: str, text: str) -> Any:
