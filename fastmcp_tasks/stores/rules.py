@@ -11,8 +11,18 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from fastmcp_tasks.stores.base import ChangeKind, TaskRecord, storable_text
-from fastmcp_tasks.wire.names import ACTIVE_STATUSES
+from fastmcp_tasks.stores.base import ALLOWED_TRANSITIONS, ChangeKind, TaskRecord, storable_text
+from fastmcp_tasks.wire.names import ACTIVE_STATUSES, TaskStatus
+
+
+def transition_sources(status: TaskStatus, expect: frozenset[str] | None) -> list[str]:
+    """The statuses a task may be in for `transition(..., status, expect=expect)` to apply
+    (the allowed transitions into `status`, within `expect`); empty: it never applies."""
+    return [
+        current
+        for current, targets in ALLOWED_TRANSITIONS.items()
+        if status in targets and (expect is None or current in expect)
+    ]
 
 
 def park(record: TaskRecord, requests: dict[str, Any], status_message: str | None) -> bool:

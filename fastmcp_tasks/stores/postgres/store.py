@@ -49,7 +49,6 @@ from psycopg import AsyncConnection
 from fastmcp_tasks.errors import DuplicateTask, TaskLimitExceeded
 from fastmcp_tasks.stores import rules
 from fastmcp_tasks.stores.base import (
-    ALLOWED_TRANSITIONS,
     UNCHANGED,
     ActiveCaps,
     TaskChange,
@@ -180,11 +179,7 @@ class PostgresTaskStore(PostgresFlow, PostgresListing, PostgresLeases):
         result: dict[str, Any] | None = None,
         error: dict[str, Any] | None = None,
     ) -> TaskRecord | None:
-        sources = [
-            current
-            for current, targets in ALLOWED_TRANSITIONS.items()
-            if status in targets and (expect is None or current in expect)
-        ]
+        sources = rules.transition_sources(status, expect)
         if not sources:
             return None
         keep = isinstance(status_message, _Unchanged)

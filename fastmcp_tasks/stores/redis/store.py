@@ -57,8 +57,8 @@ from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from fastmcp_tasks.errors import ConfigurationError, StoreError
+from fastmcp_tasks.stores import rules
 from fastmcp_tasks.stores.base import (
-    ALLOWED_TRANSITIONS,
     UNCHANGED,
     TaskChange,
     TaskRecord,
@@ -283,11 +283,7 @@ class RedisTaskStore(RedisFlow, RedisLeases, RedisListing):
         result: dict[str, Any] | None = None,
         error: dict[str, Any] | None = None,
     ) -> TaskRecord | None:
-        sources = [
-            current
-            for current, targets in ALLOWED_TRANSITIONS.items()
-            if status in targets and (expect is None or current in expect)
-        ]
+        sources = rules.transition_sources(status, expect)
         if not sources:
             return None
         if isinstance(status_message, _Unchanged):

@@ -53,7 +53,6 @@ from typing import Any
 from fastmcp_tasks.errors import DuplicateTask, TaskLimitExceeded
 from fastmcp_tasks.stores import rules
 from fastmcp_tasks.stores.base import (
-    ALLOWED_TRANSITIONS,
     UNCHANGED,
     ActiveCaps,
     TaskRecord,
@@ -160,11 +159,7 @@ class SQLiteTaskStore(SQLiteFlow, SQLiteListing, SQLiteLeases, SQLiteConnections
         result: dict[str, Any] | None = None,
         error: dict[str, Any] | None = None,
     ) -> TaskRecord | None:
-        sources = [
-            current
-            for current, targets in ALLOWED_TRANSITIONS.items()
-            if status in targets and (expect is None or current in expect)
-        ]
+        sources = rules.transition_sources(status, expect)
         if not sources:
             return None
 
