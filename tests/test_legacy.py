@@ -156,6 +156,26 @@ async def test_tasks_result_waits_for_the_end(transport: str) -> None:
     assert answer["structuredContent"] == {"result": 7}
 
 
+async def test_the_reply_reaches_the_client_before_the_tool_starts() -> None:
+    """As on a 2026 connection (`test_lifecycle`): the `CreateTaskResult` is with an
+    in-memory client before the tool's body runs."""
+    server, _ = v1_server()
+    order: list[str] = []
+
+    @server.tool(task=True)
+    async def mark_start() -> str:
+        order.append("tool started")
+        return "ok"
+
+    with anyio.fail_after(10):
+        async with legacy_wire(server, "memory") as (wire, _):
+            task_id = (await call(wire, "mark_start"))["task"]["taskId"]
+            order.append("reply received")
+            result = await v1(wire, "tasks/result", taskId=task_id)
+    assert order == ["reply received", "tool started"]
+    assert result["content"] == [{"type": "text", "text": "ok"}]
+
+
 async def test_modes_and_their_errors(transport: str) -> None:
     server, _ = v1_server()
     async with legacy_wire(server, transport) as (wire, _):

@@ -291,3 +291,24 @@ async def test_a_task_running_at_shutdown_ends_failed() -> None:
     assert record is not None and record.status == "failed"
     assert record.error["code"] == -32603
     assert "shut down" in record.error["message"]
+
+
+async def test_the_reply_reaches_the_client_before_the_tool_starts() -> None:
+    """A task's tool starts only after the creating request's reply is with an in-memory
+    client (`jobs.REPLY_TURNS`): the client is not kept waiting by the work it handed off
+    (over HTTP the reply is on the socket by then; `bench.run` measures both)."""
+    mcp, _ = make_server()
+    order: list[str] = []
+
+    @mcp.tool(task=True)
+    async def mark_start() -> str:
+        order.append("tool started")
+        return "ok"
+
+    with anyio.fail_after(10):
+        async with connect(mcp, "memory") as wire:
+            created = await wire.call_tool("mark_start")
+            order.append("reply received")
+            done = await wire.wait(created["taskId"])
+    assert order == ["reply received", "tool started"]
+    assert done["status"] == "completed"

@@ -220,6 +220,7 @@ async def create_task(
     if waits_in_store:  # whichever process has a slot of the gate runs it
         runner.accept(job)
     elif runner.concurrency:
+        job.replying = True  # the reply goes out first (`jobs.REPLY_TURNS`)
         runner.submit(job)
     return record
 

@@ -54,7 +54,7 @@ from fastmcp_tasks.errors import error_object
 from fastmcp_tasks.server.engine.caller import Caller, carried, needs_access_token, token_error
 from fastmcp_tasks.server.engine.context import RunningTask, TaskContext
 from fastmcp_tasks.server.engine.inputs import CAPABILITY_OF, ELICIT, new_key
-from fastmcp_tasks.server.engine.jobs import Job
+from fastmcp_tasks.server.engine.jobs import Job, let_the_reply_go
 
 logger = logging.getLogger("fastmcp_tasks.execution")
 
@@ -267,6 +267,7 @@ _requests_adapter: TypeAdapter[mcp_types.InputRequests] = TypeAdapter(mcp_types.
 async def run_job(server: Any, job: Job, running: RunningTask) -> Outcome:
     """Run one job's tool to its outcome (`run_rounds`), unless it needs a token it
     cannot have here: then it fails at once with `caller.TOKEN_UNAVAILABLE`."""
+    await let_the_reply_go(job)
     if await token_missing(job.tool, job.authenticated, job.caller):
         return Outcome("failed", error=token_error(job.name))
     return await run_rounds(
