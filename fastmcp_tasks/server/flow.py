@@ -28,13 +28,12 @@ from datetime import timedelta
 from typing import Any
 
 from fastmcp_tasks.errors import ConfigurationError
+from fastmcp_tasks.stores.flow import QUEUED_PREFIX, RETRY_PREFIX, WAITING_PREFIXES
 
 #: Separates a tool's name from its concurrency key in a gate name.
 GATE_SEPARATOR = "\x1f"
 #: Separates the application from the tool in a gate name.
 APP_SEPARATOR = "\x1e"
-#: Every waiting message starts so; `leases` clears it when the task starts.
-QUEUED_PREFIX = "Queued: "
 #: Longest concurrency key shown in a status message.
 SHOWN_KEY = 60
 
@@ -80,9 +79,6 @@ class Retry:
         doublings = min(max(0, retry_number - 1), 64)  # 2**64 s is past any max_backoff
         wait = min(self.max_backoff.total_seconds(), self.backoff.total_seconds() * 2**doublings)
         return float(wait * random.uniform(0.5, 1.0)) if self.jitter else float(wait)
-
-
-RETRY_PREFIX = "Retrying (attempt "
 
 
 def retry_message(attempt: int, attempts: int, reason: str) -> str:
@@ -136,7 +132,7 @@ def _at_once(limit: int) -> str:
 def is_waiting_message(message: str | None) -> bool:
     """Whether `message` is one the engine shows while a task waits to start (queued, or
     waiting for a retry): the task's own messages take over once it runs."""
-    return message is not None and message.startswith((QUEUED_PREFIX, RETRY_PREFIX))
+    return message is not None and message.startswith(WAITING_PREFIXES)
 
 
 def dedupe_key(

@@ -20,6 +20,11 @@ follows) means the same thing:
   at most `w` seconds ago and is still active, or ended `completed`/`failed` within
   those `w` seconds (`dedupe_match`). A cancelled task never matches: calling again
   after a cancel starts again.
+- **Waiting messages.** While a task waits to start, the engine shows a status message
+  starting with one of `WAITING_PREFIXES` (queued behind a gate or a free slot, waiting
+  for a retry) and clears it once the task runs. A store may clear it as it leases the
+  task in `claim_queued`, with the `message` change a cleared message makes (the
+  PostgreSQL store does, in the claim's statement); the engine then has nothing to clear.
 - **Tombstones.** A task removed by retention (`expired`) or an operator purge
   (`purged`) leaves a `Tombstone` (a hash of its id, its owner, when, why) for the
   store's `tombstone_retention` (default 24 h), so `tasks/get` can tell its owner
@@ -40,6 +45,11 @@ from fastmcp_tasks.stores.base import TaskRecord, TaskStore
 DEFAULT_TOMBSTONE_RETENTION = 24 * 3600.0
 
 TombstoneReason = Literal["expired", "purged"]
+
+#: How the engine's waiting messages start (`server.flow`: queued, waiting for a retry).
+QUEUED_PREFIX = "Queued: "
+RETRY_PREFIX = "Retrying (attempt "
+WAITING_PREFIXES = (QUEUED_PREFIX, RETRY_PREFIX)
 
 #: The turn key of tasks without an owner (unauthenticated callers count as one).
 ANONYMOUS = ""

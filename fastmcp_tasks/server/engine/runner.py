@@ -268,15 +268,15 @@ class TaskRunner:
 
     async def _start_loops(self, group: TaskGroup) -> None:
         health, leases = self.health, self.leases
-        group.start_soon(keep_running, "feed", self.watcher.follow, health)
         group.start_soon(periodic, "sweeper", self._sweep_once, health, self._sweep_wait)
         group.start_soon(periodic, "heartbeat", leases.renew_held, health, leases.heartbeat_wait)
         if self.store.durable:
             group.start_soon(periodic, "recovery", leases.scan, health, leases.scan_wait)
-        if self.concurrency:  # queued by a front end, or waiting for a gate or a retry
+        if self.concurrency:  # a front end runs no job: no cancel, answer or queue to hear
+            group.start_soon(keep_running, "feed", self.watcher.follow, health)
             group.start_soon(periodic, "queue", leases.take_queued, health, self.watcher.queue_wait)
-        with anyio.move_on_after(5):  # a cancel right after creation is heard at once
-            await self.watcher.subscribed.wait()
+            with anyio.move_on_after(5):  # a cancel right after creation is heard at once
+                await self.watcher.subscribed.wait()
 
     # --- dispatch ------------------------------------------------------------------
 

@@ -7,9 +7,12 @@ store instance while it has subscribers: a dedicated connection (`listen_url`, o
 the store's URL; a session, never a transaction-mode pooler) that LISTENs and,
 on each notification whose `seq` is past its watermark, reads the rows past the
 watermark in `seq` order and hands them to every in-process subscriber whose
-filters select them. A notification only says "read": one lost or coalesced loses
-nothing, since the rows are read by watermark. While nothing happens the reader
-sends no statement at all (TCP keepalives watch the idle connection).
+filters select them. A quiet notification (its rows are all of kinds no task
+engine waits for: `sql.WAKING_KINDS`) is read only while a subscriber wants
+such kinds; its rows are read with the next notification that is. A notification
+only says "read": one lost or coalesced loses nothing, since the rows are read by
+watermark. While nothing happens the reader sends no statement at all (TCP
+keepalives watch the idle connection).
 
 Commit order. `seq` is taken when a row is inserted, so a transaction that took
 `seq` 10 may commit after one that took 11. The reader never skips a missing
@@ -49,6 +52,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from fastmcp_tasks.errors import StoreError
 from fastmcp_tasks.stores.base import TaskChange
+from fastmcp_tasks.stores.postgres.sql import QUIET, WAKING_KINDS
 
 if TYPE_CHECKING:
     from fastmcp_tasks.stores.postgres.sql import Statements
@@ -56,6 +60,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("fastmcp_tasks.stores.postgres")
 
 BATCH = 500
+_WAKING = frozenset(WAKING_KINDS)
 #: The longest wait between reconnection attempts (seconds).
 RETRY_LONGEST = 2.0
 #: The first and the longest wait before a pending gap is checked again (seconds).
@@ -245,23 +250,33 @@ class PostgresChangeFeed:
         return await cur.fetchall() if cur.description is not None else []
 
     async def _follow(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        """Catch up, then wait for notifications (or a pending gap's recheck) forever."""
+        """Catch up, then wait for notifications (or a pending gap's recheck) forever.
+
+        A quiet notification (`sql.WAKING_KINDS`) is read only while some subscriber
+        wants a kind outside those; otherwise its rows wait for the next read, which
+        takes every row past the watermark in order, so nothing is skipped."""
         wait = GAP_FIRST
         pending = await self._catch_up(conn)
         while True:
             timeout = None
             if pending:
                 timeout, wait = wait, min(wait * 2, GAP_LONGEST)
-            newest = 0
+            newest = quiet = 0
             async for notify in conn.notifies(timeout=timeout, stop_after=1):
-                newest = max(newest, _seq(notify.payload))
+                newest, quiet = _heard(notify.payload, newest, quiet)
             async for notify in conn.notifies(timeout=0):  # whatever else has arrived
-                newest = max(newest, _seq(notify.payload))
+                newest, quiet = _heard(notify.payload, newest, quiet)
             assert self.watermark is not None
+            if quiet > self.watermark and self._wants_quiet():
+                newest = max(newest, quiet)
             if pending or newest > self.watermark:
                 pending = await self._catch_up(conn)
                 if not pending:
                     wait = GAP_FIRST
+
+    def _wants_quiet(self) -> bool:
+        """Whether a subscriber wants a kind a quiet notification may announce."""
+        return any(sub.kinds is None or not sub.kinds <= _WAKING for sub in self._subscribers)
 
     async def _catch_up(self, conn: psycopg.AsyncConnection[Any]) -> bool:
         """Dispatch the rows past the watermark, in order; True when stopped at a gap."""
@@ -320,11 +335,16 @@ class PostgresChangeFeed:
                     self._subscribers.discard(sub)
 
 
-def _seq(payload: str) -> int:
+def _heard(payload: str, newest: int, quiet: int) -> tuple[int, int]:
+    """`(newest, quiet)`: the highest waking and quiet seqs heard, with `payload`'s.
+
+    A payload that is no seq (the open-time probe of `sessions`) changes neither."""
+    is_quiet = payload.endswith(QUIET)
     try:
-        return int(payload)
+        seq = int(payload[: -len(QUIET)] if is_quiet else payload)
     except ValueError:
-        return 0
+        return newest, quiet
+    return (newest, max(quiet, seq)) if is_quiet else (max(newest, seq), quiet)
 
 
 def _details(text: str) -> dict[str, Any]:

@@ -4,26 +4,26 @@ Each hot path is ONE statement (autocommit, prepared): `get`, `create` (the inse
 its `queued` change row and `pg_notify`, and the retained-task count in one CTE), a
 status transition (the compare-and-set UPDATE, its change rows and the notify), a
 message change, a cancel request, `claim`, `requeue`, `renew` and the ungated
-`claim_queued` (`FOR UPDATE SKIP LOCKED`, which also tells whether a gate has room,
-so the gated path, `postgres.gates`, runs only then). The rest load a row
+`claim_queued` (`postgres.claims`: `FOR UPDATE SKIP LOCKED`, which also tells whether
+a gate has room, so the gated path, `postgres.gates`, runs only then). The rest load a row
 `FOR UPDATE` in a transaction, apply `stores.rules` and write it back with
 `SAVE_EMIT` (the row, the change rows and the notify in one statement).
 
 A change statement notifies the store's channel (`channel`) once, with the highest
-`seq` it wrote; the feed reads the rows themselves (`postgres.feed`).
+`seq` it wrote, followed by ` quiet` when none of its rows is of a `WAKING_KINDS` kind;
+the feed reads the rows themselves (`postgres.feed`), and a reader none of whose
+subscribers wants other kinds reads nothing on a quiet notification.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from fastmcp_tasks.stores.postgres.claims import claim_statements
 from fastmcp_tasks.stores.postgres.schema import (
     ACTIVE,
     COLUMNS,
     COUNT_SHARDS,
     GATED,
     HOLDING,
-    READY,
     SELECT_COLUMNS,
     UNLEASED,
 )
@@ -47,8 +47,15 @@ _TYPES = {
     "answers": "json",
     "context": "json",
 }
-_NULLS = ", ".join(["NULL"] * len(COLUMNS))
-DUE = "(not_before IS NULL OR not_before <= %(now)s)"
+#: The change kinds whose notification every reader acts on: those a task engine waits
+#: for (`server.engine.watcher.WATCHED`: a claimable task, a cancel request, an answer).
+#: A notification of only other kinds (`status`, `message`) says ` quiet`, and wakes
+#: only the readers whose subscribers want them (a `subscriptions/listen` stream, a
+#: `tasks/result` waiter, the dashboard): a worker does not read the change rows of
+#: every status change made anywhere.
+WAKING_KINDS = ("queued", "cancel_requested", "answered")
+#: What a quiet notification's payload ends with, after the seq.
+QUIET = " quiet"
 LIVE = "(expires_at IS NULL OR expires_at > %(now)s)"
 #: The tombstone key of a task id in SQL (`stores.flow.tombstone_key`).
 TOMB_KEY = "left(encode(sha256(convert_to(task_id, 'UTF8')), 'hex'), 32)"
@@ -62,7 +69,9 @@ class Statements:
         self.schema = s
         self.channel = f"{s}:changes"[:63]
         t = f"{s}.tasks"
-        notify = f"pg_notify('{self.channel}', max(seq)::text)"
+        waking = ", ".join(f"'{kind}'" for kind in WAKING_KINDS)
+        quiet = f"CASE WHEN bool_or(kind IN ({waking})) THEN '' ELSE '{QUIET}' END"
+        notify = f"pg_notify('{self.channel}', max(seq)::text || {quiet})"
         note = f"note AS (SELECT {notify} FROM ch HAVING count(*) > 0)"
         change = f"INSERT INTO {s}.changes (task_id, kind, status, details, created_at)"
         values = ", ".join(f"%({c})s::{_TYPES.get(c, 'text')}" for c in COLUMNS)
@@ -99,7 +108,7 @@ ins AS (
 cnt AS ({count.format(n="count(*)", src="ins")}),
 act AS ({actives.format(n="1", src="ins", where=f"ins.{ACTIVE}")}),
 ch AS ({change} SELECT task_id, 'queued', status, %(details)s, %(now)s FROM ins
-    WHERE %(queued)s RETURNING seq),
+    WHERE %(queued)s RETURNING seq, kind),
 {note}"""
         room = f"room AS (SELECT COALESCE(sum(n), 0) AS n FROM {s}.task_counts)"
         self.create = (
@@ -151,7 +160,7 @@ ch AS (
     UNION ALL
     SELECT task_id, 'queued', status, json_build_object('app', app, 'gate', gate)::text,
         %(now)s FROM u WHERE {terminal} AND gate IS NOT NULL
-    RETURNING seq
+    RETURNING seq, kind
 ),
 act AS ({actives.format(n="-1", src="u", where=terminal)}),
 {note}
@@ -163,7 +172,7 @@ WITH u AS (
     WHERE task_id = %(id)s AND {ACTIVE} AND status_message IS DISTINCT FROM %(message)s::text
     RETURNING {SELECT_COLUMNS}
 ),
-ch AS ({change} SELECT task_id, 'message', status, '{{}}', %(now)s FROM u RETURNING seq),
+ch AS ({change} SELECT task_id, 'message', status, '{{}}', %(now)s FROM u RETURNING seq, kind),
 {note}
 SELECT {SELECT_COLUMNS}, (SELECT count(*) FROM note) FROM u
 UNION ALL
@@ -176,7 +185,7 @@ WITH u AS (
     RETURNING {SELECT_COLUMNS}
 ),
 ch AS ({change} SELECT task_id, 'cancel_requested', status, '{{}}', %(now)s FROM u
-    RETURNING seq),
+    RETURNING seq, kind),
 {note}
 SELECT {SELECT_COLUMNS}, (SELECT count(*) FROM note) FROM u
 UNION ALL
@@ -197,7 +206,7 @@ WITH u AS (
 ch AS ({change}
     SELECT %(id)s, e.kind, %(status)s, e.details, %(now)s
     FROM unnest(%(kinds)s::text[], %(details)s::text[]) WITH ORDINALITY AS e(kind, details, i)
-    ORDER BY e.i RETURNING seq),
+    ORDER BY e.i RETURNING seq, kind),
 {note}
 SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM note)"""
 
@@ -217,7 +226,7 @@ WITH u AS (
     RETURNING {SELECT_COLUMNS}
 ),
 ch AS ({change} SELECT task_id, 'queued', status, json_build_object('app', app)::text,
-    %(now)s FROM u RETURNING seq),
+    %(now)s FROM u RETURNING seq, kind),
 {note}
 SELECT {SELECT_COLUMNS}, (SELECT count(*) FROM note) FROM u"""
         self.active_tasks = f"SELECT {SELECT_COLUMNS} FROM {t} WHERE {ACTIVE}"
@@ -230,8 +239,8 @@ SELECT {SELECT_COLUMNS}, (SELECT count(*) FROM note) FROM u"""
 
         # --- claim_queued ---------------------------------------------------------------
         #: The claim statements for one application's tasks, and for any application's.
-        self.of_app = _claims(t, "AND app = %(app)s ")
-        self.any_app = _claims(t, "")
+        self.of_app = claim_statements(t, "AND app = %(app)s ", change, note)
+        self.any_app = claim_statements(t, "", change, note)
         self.lease_many = f"""
 UPDATE {t} SET lease_owner = %(owner)s, lease_expires = %(until)s, attempts = attempts + 1,
     not_before = NULL
@@ -310,73 +319,4 @@ SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END,
 FROM {s}.changes_seq_seq"""
 
 
-@dataclass(frozen=True, slots=True)
-class ClaimStatements:
-    """The statements of `claim_queued` for one application filter (`Statements.of_app`)."""
-
-    #: The ungated claim, one statement: `(NULL, task...)` rows leased, or, when some gate
-    #: has a claimable task and room, nothing leased and one `(those gates, NULL...)` row.
-    claim_ready: str
-    #: The gates among `%(gates)s` with a claimable task and a free slot, as `(gate, cap,
-    #: running)` (read once their locks are held).
-    rooms_of: str
-    #: The oldest claimable ungated tasks, locked (`FOR UPDATE SKIP LOCKED`).
-    ready_ids: str
-    #: Each owner's oldest `%(per)s` claimable tasks in the gate `%(gate)s` (a loose scan
-    #: of the owners waiting in it, then a range per owner).
-    candidates: str
-
-
-def _claims(t: str, app: str) -> ClaimStatements:
-    gates = f"""gates AS (
-    (SELECT gate FROM {t} WHERE {GATED} ORDER BY gate LIMIT 1)
-    UNION ALL
-    SELECT (SELECT gate FROM {t} WHERE {GATED} AND gate > g.gate ORDER BY gate LIMIT 1)
-    FROM gates g WHERE g.gate IS NOT NULL
-)"""
-    rooms = f"""SELECT gate, cap, running FROM (
-    SELECT g.gate,
-        (SELECT COALESCE(NULLIF(c.gate_limit, 0), 1) FROM {t} c WHERE {GATED}
-            AND c.gate = g.gate {app}AND {DUE} ORDER BY c.created_at LIMIT 1) AS cap,
-        (SELECT count(*) FROM {t} h WHERE {HOLDING} AND h.gate = g.gate) AS running
-    FROM gates g WHERE g.gate IS NOT NULL {{only}}
-) r WHERE cap IS NOT NULL AND cap > running"""
-    ready = f"SELECT task_id{{more}} FROM {t} WHERE {READY} {app}AND {DUE} {{extra}}" + (
-        "ORDER BY created_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED"
-    )
-    returning = ", ".join(f"{t}.{c}" for c in COLUMNS)
-    fast = f"""WITH RECURSIVE {gates},
-room AS (SELECT array_agg(r.gate) AS gates FROM ({rooms.format(only="")}) r),
-picked AS ({ready.format(more="", extra="AND (SELECT gates FROM room) IS NULL ")}),
-u AS (
-    UPDATE {t} SET lease_owner = %(owner)s, lease_expires = %(until)s,
-        attempts = {t}.attempts + 1, not_before = NULL
-    FROM picked WHERE {t}.task_id = picked.task_id
-    RETURNING {returning}
-)
-SELECT NULL::text[], * FROM u
-UNION ALL
-SELECT gates, {_NULLS} FROM room WHERE gates IS NOT NULL"""
-    who = "COALESCE(owner, '')"  # `stores.flow.ANONYMOUS` for tasks without an owner
-    candidates = f"""WITH RECURSIVE o AS (
-    (SELECT {who} AS who FROM {t} WHERE {GATED} AND gate = %(gate)s ORDER BY {who} LIMIT 1)
-    UNION ALL
-    SELECT (SELECT {who} FROM {t} WHERE {GATED} AND gate = %(gate)s AND {who} > o.who
-        ORDER BY {who} LIMIT 1)
-    FROM o WHERE o.who IS NOT NULL
-)
-SELECT c.task_id, c.created_at, c.owner, c.gate, c.gate_limit FROM o, LATERAL (
-    SELECT task_id, created_at, owner, gate, gate_limit FROM {t}
-    WHERE {GATED} AND gate = %(gate)s AND {who} = o.who {app}AND {DUE}
-    ORDER BY created_at LIMIT %(per)s
-) c WHERE o.who IS NOT NULL"""
-    return ClaimStatements(
-        claim_ready=fast,
-        rooms_of=f"WITH RECURSIVE {gates}\n"
-        f"{rooms.format(only='AND g.gate = ANY(%(gates)s::text[])')}",
-        ready_ids=ready.format(more=", created_at", extra=""),
-        candidates=candidates,
-    )
-
-
-__all__ = ["DUE", "LIVE", "TOMB_KEY", "ClaimStatements", "Statements"]
+__all__ = ["LIVE", "QUIET", "TOMB_KEY", "WAKING_KINDS", "Statements"]

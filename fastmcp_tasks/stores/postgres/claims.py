@@ -1,0 +1,104 @@
+"""The statements of `claim_queued` (`ClaimStatements`, one set per application filter).
+
+The ungated claim is one statement: the oldest claimable tasks, `FOR UPDATE SKIP
+LOCKED`, leased, their waiting messages (`stores.flow.WAITING_PREFIXES`) cleared with
+a `message` change each, unless some gate has a claimable task and room: then it
+leases nothing and names those gates, for the fair, serialised path (`postgres.gates`,
+which uses `rooms_of` and `candidates`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fastmcp_tasks.stores.flow import WAITING_PREFIXES
+from fastmcp_tasks.stores.postgres.schema import COLUMNS, GATED, HOLDING, READY
+
+_NULLS = ", ".join(["NULL"] * len(COLUMNS))
+DUE = "(not_before IS NULL OR not_before <= %(now)s)"
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimStatements:
+    """The statements of `claim_queued` for one application filter (`Statements.of_app`)."""
+
+    #: The ungated claim, one statement: `(NULL, task...)` rows leased, or, when some gate
+    #: has a claimable task and room, nothing leased and one `(those gates, NULL...)` row.
+    claim_ready: str
+    #: The gates among `%(gates)s` with a claimable task and a free slot, as `(gate, cap,
+    #: running)` (read once their locks are held).
+    rooms_of: str
+    #: The oldest claimable ungated tasks, locked (`FOR UPDATE SKIP LOCKED`).
+    ready_ids: str
+    #: Each owner's oldest `%(per)s` claimable tasks in the gate `%(gate)s` (a loose scan
+    #: of the owners waiting in it, then a range per owner).
+    candidates: str
+
+
+def claim_statements(t: str, app: str, change: str, note: str) -> ClaimStatements:
+    """`change`: the INSERT of change rows; `note`: the CTE that notifies (`Statements`)."""
+    gates = f"""gates AS (
+    (SELECT gate FROM {t} WHERE {GATED} ORDER BY gate LIMIT 1)
+    UNION ALL
+    SELECT (SELECT gate FROM {t} WHERE {GATED} AND gate > g.gate ORDER BY gate LIMIT 1)
+    FROM gates g WHERE g.gate IS NOT NULL
+)"""
+    rooms = f"""SELECT gate, cap, running FROM (
+    SELECT g.gate,
+        (SELECT COALESCE(NULLIF(c.gate_limit, 0), 1) FROM {t} c WHERE {GATED}
+            AND c.gate = g.gate {app}AND {DUE} ORDER BY c.created_at LIMIT 1) AS cap,
+        (SELECT count(*) FROM {t} h WHERE {HOLDING} AND h.gate = g.gate) AS running
+    FROM gates g WHERE g.gate IS NOT NULL {{only}}
+) r WHERE cap IS NOT NULL AND cap > running"""
+    ready = f"SELECT task_id{{more}} FROM {t} WHERE {READY} {app}AND {DUE} {{extra}}" + (
+        "ORDER BY created_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED"
+    )
+    returning = ", ".join(f"{t}.{c}" for c in COLUMNS)
+    waiting = " OR ".join(f"starts_with(status_message, '{p}')" for p in WAITING_PREFIXES)
+    # A waiting message (`stores.flow`) is cleared by the claim, with its `message` change
+    # (the engine then writes nothing when the task starts); `note` runs for its notify.
+    fast = f"""WITH RECURSIVE {gates},
+room AS (SELECT array_agg(r.gate) AS gates FROM ({rooms.format(only="")}) r),
+picked AS ({
+        ready.format(
+            more=f", COALESCE({waiting}, false) AS waiting",
+            extra="AND (SELECT gates FROM room) IS NULL ",
+        )
+    }),
+u AS (
+    UPDATE {t} SET lease_owner = %(owner)s, lease_expires = %(until)s,
+        attempts = {t}.attempts + 1, not_before = NULL,
+        status_message = CASE WHEN picked.waiting THEN NULL ELSE {t}.status_message END,
+        updated_at = CASE WHEN picked.waiting THEN %(now)s ELSE {t}.updated_at END
+    FROM picked WHERE {t}.task_id = picked.task_id
+    RETURNING {returning}, picked.waiting
+),
+ch AS ({change} SELECT task_id, 'message', status, '{{}}', %(now)s FROM u
+    WHERE waiting RETURNING seq, kind),
+{note}
+SELECT NULL::text[], {", ".join(COLUMNS)} FROM u WHERE (SELECT count(*) FROM note) >= 0
+UNION ALL
+SELECT gates, {_NULLS} FROM room WHERE gates IS NOT NULL"""
+    who = "COALESCE(owner, '')"  # `stores.flow.ANONYMOUS` for tasks without an owner
+    candidates = f"""WITH RECURSIVE o AS (
+    (SELECT {who} AS who FROM {t} WHERE {GATED} AND gate = %(gate)s ORDER BY {who} LIMIT 1)
+    UNION ALL
+    SELECT (SELECT {who} FROM {t} WHERE {GATED} AND gate = %(gate)s AND {who} > o.who
+        ORDER BY {who} LIMIT 1)
+    FROM o WHERE o.who IS NOT NULL
+)
+SELECT c.task_id, c.created_at, c.owner, c.gate, c.gate_limit FROM o, LATERAL (
+    SELECT task_id, created_at, owner, gate, gate_limit FROM {t}
+    WHERE {GATED} AND gate = %(gate)s AND {who} = o.who {app}AND {DUE}
+    ORDER BY created_at LIMIT %(per)s
+) c WHERE o.who IS NOT NULL"""
+    return ClaimStatements(
+        claim_ready=fast,
+        rooms_of=f"WITH RECURSIVE {gates}\n"
+        f"{rooms.format(only='AND g.gate = ANY(%(gates)s::text[])')}",
+        ready_ids=ready.format(more=", created_at", extra=""),
+        candidates=candidates,
+    )
+
+
+__all__ = ["DUE", "ClaimStatements", "claim_statements"]

@@ -1,0 +1,127 @@
+"""What wakes whom on PostgreSQL: quiet notifications and the claim that clears a waiting
+message, on the machine's real server (skipped without one; failing with `CI=true`).
+
+A task's life on a worker writes several changes; only a claimable task, a cancel
+request and an answer (`sql.WAKING_KINDS`) need every process to read the change
+rows. A status or message change notifies ` quiet`: a reader whose subscribers want
+only the waking kinds reads nothing then, and its next read still delivers every row
+in order. A claim clears the engine's waiting message (`stores.flow.WAITING_PREFIXES`)
+in its own statement, with the `message` change, so the worker writes nothing more
+to start the task.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+import anyio
+import pytest
+
+from fastmcp_tasks.server.engine.leases import QUEUED_MESSAGE
+from fastmcp_tasks.server.engine.watcher import WATCHED
+from fastmcp_tasks.server.flow import retry_message
+from fastmcp_tasks.stores.base import TaskChange
+from fastmcp_tasks.stores.postgres import PostgresTaskStore
+from fastmcp_tasks.stores.postgres.sql import WAKING_KINDS
+from tests.test_postgres_store import fresh_schema
+from tests.test_store_contract import postgres_store, record
+
+pytestmark = pytest.mark.anyio
+
+WAIT = 10.0
+
+
+@pytest.fixture
+async def pair() -> AsyncIterator[tuple[PostgresTaskStore, PostgresTaskStore]]:
+    """Two store instances (two pools, two feeds) on one schema."""
+    schema = fresh_schema()
+    a, b = postgres_store(schema=schema), postgres_store(schema=schema)
+    assert isinstance(a, PostgresTaskStore) and isinstance(b, PostgresTaskStore)
+    await a.open()
+    await b.open()
+    try:
+        yield a, b
+    finally:
+        await b.close()
+        await a.close()
+
+
+async def next_change(feed: AsyncIterator[TaskChange]) -> TaskChange:
+    with anyio.fail_after(WAIT):
+        return await anext(feed)
+
+
+def test_every_kind_the_engine_waits_for_wakes_every_reader() -> None:
+    """A kind the watcher follows but a quiet notification could carry would be heard
+    late by every worker: the two lists must agree."""
+    assert frozenset(WATCHED) <= frozenset(WAKING_KINDS)
+
+
+async def test_a_quiet_change_is_not_read_by_an_engine_only_reader(
+    pair: tuple[PostgresTaskStore, PostgresTaskStore],
+) -> None:
+    engine, other = pair
+    task = record(app="app")
+    await other.create(task)
+    with anyio.fail_after(WAIT):
+        async with (
+            engine.changes(kinds=frozenset(WATCHED)) as engine_feed,
+            other.changes() as witness,
+        ):
+            reads = engine.stats["feed_reads"]
+            await other.set_status_message(task.task_id, "step 1")  # quiet
+            seen = await next_change(witness)  # committed and notified to every listener
+            assert (seen.kind, seen.task_id) == ("message", task.task_id)
+            await other.request_cancel(task.task_id)  # waking
+            change = await next_change(engine_feed)
+            assert (change.kind, change.task_id) == ("cancel_requested", task.task_id)
+            assert engine.stats["feed_reads"] - reads == 1  # one read took both rows
+            assert engine._feed.watermark is not None
+            assert engine._feed.watermark >= await other._newest_change()
+
+
+async def test_a_quiet_change_reaches_a_subscriber_that_wants_it_at_once(
+    pair: tuple[PostgresTaskStore, PostgresTaskStore],
+) -> None:
+    listener, writer = pair
+    task = record(app="app")
+    await writer.create(task)
+    with anyio.fail_after(WAIT):
+        async with listener.changes(kinds=frozenset({"status", "message"})) as feed:
+            await writer.set_status_message(task.task_id, "half way")
+            change = await next_change(feed)
+            assert (change.kind, change.task_id) == ("message", task.task_id)
+            await writer.transition(task.task_id, "completed", result={"content": []})
+            change = await next_change(feed)
+            assert (change.kind, change.status) == ("status", "completed")
+
+
+@pytest.mark.parametrize("message", [QUEUED_MESSAGE, retry_message(2, 3, "boom")])
+async def test_a_claim_clears_a_waiting_message_with_its_change(
+    pair: tuple[PostgresTaskStore, PostgresTaskStore], message: str
+) -> None:
+    worker, front = pair
+    queued = record(app="app", status_message=message)
+    mine = record(app="app", status_message="my own words")
+    for task in (queued, mine):
+        await front.create(task)
+    before = time.time()
+    with anyio.fail_after(WAIT):
+        async with front.changes(kinds=frozenset({"message"})) as feed:
+            claimed = await worker.claim_queued("worker-1", time.time() + 30, 10, app="app")
+            by_id = {task.task_id: task for task in claimed}
+            assert set(by_id) == {queued.task_id, mine.task_id}
+            assert by_id[queued.task_id].status_message is None
+            assert by_id[queued.task_id].updated_at >= before
+            assert by_id[mine.task_id].status_message == "my own words"
+            change = await next_change(feed)  # the cleared message is pushed, once
+            assert (change.kind, change.task_id) == ("message", queued.task_id)
+            stored = await front.get(queued.task_id)
+            assert stored is not None and stored.status_message is None
+            assert stored.lease_owner == "worker-1"
+            kept = await front.get(mine.task_id)
+            assert kept is not None and kept.status_message == "my own words"
+            await front.set_status_message(mine.task_id, "next")  # the next change is its own
+            change = await next_change(feed)
+            assert change.task_id == mine.task_id
