@@ -8,7 +8,7 @@ processes (`python -m fastmcp_tasks worker bench/redis_app.py`).
 
 Run from the repo root:
 
-    .venv/bin/python -m bench.run            # full run (~4.5 min on 2 cores)
+    .venv/bin/python -m bench.run            # full run (~6.5 min on 2 cores, every store)
     .venv/bin/python -m bench.run --quick    # smoke run (~55 s)
 
 Prints a table and writes JSON to bench/results/latest.json. See bench/README.md.
