@@ -62,6 +62,7 @@ async def test_a_quiet_change_is_not_read_by_an_engine_only_reader(
     pair: tuple[PostgresTaskStore, PostgresTaskStore],
 ) -> None:
     engine, other = pair
+    engine._feed.quiet_lag = 60.0  # no timed read (`QUIET_LAG`) within the test
     task = record(app="app")
     await other.create(task)
     with anyio.fail_after(WAIT):
@@ -79,6 +80,25 @@ async def test_a_quiet_change_is_not_read_by_an_engine_only_reader(
             assert engine.stats["feed_reads"] - reads == 1  # one read took both rows
             assert engine._feed.watermark is not None
             assert engine._feed.watermark >= await other._newest_change()
+
+
+async def test_quiet_rows_are_read_by_quiet_lag_at_the_latest(
+    pair: tuple[PostgresTaskStore, PostgresTaskStore],
+) -> None:
+    """Unread quiet rows do not wait for a waking change that may come only after the
+    retention trim has removed them (a gap to prove): they are read `quiet_lag` on
+    (`feed.QUIET_LAG`, or half the `change_retention` when that is shorter)."""
+    assert postgres_store(change_retention=1.0)._feed.quiet_lag == 0.5  # type: ignore[attr-defined]
+    engine, other = pair
+    engine._feed.quiet_lag = 0.2
+    task = record(app="app")
+    await other.create(task)
+    with anyio.fail_after(WAIT):
+        async with engine.changes(kinds=frozenset(WATCHED)):
+            await other.set_status_message(task.task_id, "step 1")  # quiet, nothing after
+            newest = await other._newest_change()
+            while (engine._feed.watermark or 0) < newest:  # noqa: ASYNC110 - no event to wait on
+                await anyio.sleep(0.02)
 
 
 async def test_a_quiet_change_reaches_a_subscriber_that_wants_it_at_once(
@@ -125,3 +145,25 @@ async def test_a_claim_clears_a_waiting_message_with_its_change(
             await front.set_status_message(mine.task_id, "next")  # the next change is its own
             change = await next_change(feed)
             assert change.task_id == mine.task_id
+
+
+async def test_the_reader_outlives_its_last_subscriber(
+    pair: tuple[PostgresTaskStore, PostgresTaskStore],
+) -> None:
+    """A front end's listen streams come and go: the next one reuses the LISTEN
+    connection, and starts after what was changed while nobody subscribed."""
+    reader, writer = pair
+    task = record(app="app")
+    await writer.create(task)
+    with anyio.fail_after(WAIT):
+        async with reader.changes() as feed:
+            await writer.set_status_message(task.task_id, "one")
+            assert (await next_change(feed)).kind == "message"
+        pid = reader._feed.listener_pid
+        assert pid is not None
+        await writer.set_status_message(task.task_id, "two")  # nobody subscribes
+        async with reader.changes() as feed:
+            assert reader._feed.listener_pid == pid
+            await writer.request_cancel(task.task_id)
+            change = await next_change(feed)
+            assert (change.kind, change.task_id) == ("cancel_requested", task.task_id)

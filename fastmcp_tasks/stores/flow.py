@@ -22,9 +22,11 @@ follows) means the same thing:
   after a cancel starts again.
 - **Waiting messages.** While a task waits to start, the engine shows a status message
   starting with one of `WAITING_PREFIXES` (queued behind a gate or a free slot, waiting
-  for a retry) and clears it once the task runs. A store may clear it as it leases the
-  task in `claim_queued`, with the `message` change a cleared message makes (the
-  PostgreSQL store does, in the claim's statement); the engine then has nothing to clear.
+  for a retry) and clears it once the task runs; recovery takes a task that still shows
+  one for a task that never started (`server.engine.leases`). A store may clear it as it
+  leases the task in `claim_queued`, with the `message` change a cleared message makes
+  (the PostgreSQL store does, in its one-statement ungated claim); the engine then has
+  nothing to clear, and the task counts as started from its claim.
 - **Tombstones.** A task removed by retention (`expired`) or an operator purge
   (`purged`) leaves a `Tombstone` (a hash of its id, its owner, when, why) for the
   store's `tombstone_retention` (default 24 h), so `tasks/get` can tell its owner

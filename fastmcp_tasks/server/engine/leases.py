@@ -17,7 +17,8 @@ lease is taken with compare-and-set, so exactly one does):
   run was lost and the tool is not marked idempotent;
 - a task that never started (it still shows its waiting message, "Queued: ..." or
   "Retrying ...", which a run clears before the tool runs) goes back to the queue:
-  nothing was interrupted.
+  nothing was interrupted. A store that clears the message as it leases the task
+  (PostgreSQL's ungated claim, `stores.flow`) makes it count as started from then on.
 
 A task leased to this very process that it does not hold is one whose lease
 reply was lost. Once the lease runs out, the process's own scan fails it if it

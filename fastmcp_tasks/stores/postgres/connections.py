@@ -44,7 +44,7 @@ from fastmcp_tasks.stores.base import TaskRecord, encode_json
 from fastmcp_tasks.stores.flow import DEFAULT_TOMBSTONE_RETENTION
 from fastmcp_tasks.stores.postgres import schema as tables
 from fastmcp_tasks.stores.postgres import sessions
-from fastmcp_tasks.stores.postgres.feed import PostgresChangeFeed
+from fastmcp_tasks.stores.postgres.feed import QUIET_LAG, PostgresChangeFeed
 from fastmcp_tasks.stores.postgres.liveness import Reach, session_defaults, setter
 from fastmcp_tasks.stores.postgres.sql import Statements
 
@@ -158,7 +158,6 @@ class PostgresConnections:
         self._prepare: bool | None = True if prepare else None
         self._secrets = [p for p in (_password(libpq), _password(self.listen_url)) if p]
         self.sql = Statements(schema)
-        #: Plain counters (module doc).
         self.stats: dict[str, int] = {"statements": 0, "feed_statements": 0, "feed_reads": 0}
         self._pool: AsyncConnectionPool[AsyncConnection[Any]] | None = None
         self._reach = Reach()
@@ -171,6 +170,7 @@ class PostgresConnections:
             application_name=f"fastmcp-tasks-feed:{schema}"[:63],
             label=self.where,
             gap_timeout=gap_timeout,
+            quiet_lag=min(QUIET_LAG, change_retention / 2),  # read before the trim
             stats=self.stats,
             scrub=self._scrub,
         )

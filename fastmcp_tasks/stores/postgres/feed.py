@@ -3,16 +3,18 @@
 Every change is a row of the `changes` table, inserted by the statement that makes
 the change, which also calls `pg_notify` on the store's channel with the highest
 `seq` it wrote (delivered at commit). `PostgresChangeFeed` keeps ONE reader per
-store instance while it has subscribers: a dedicated connection (`listen_url`, or
-the store's URL; a session, never a transaction-mode pooler) that LISTENs and,
+store instance, from its first subscriber until `close`: a dedicated connection
+(`listen_url`, or the store's URL; a session, never a transaction-mode pooler)
+that LISTENs and,
 on each notification whose `seq` is past its watermark, reads the rows past the
 watermark in `seq` order and hands them to every in-process subscriber whose
 filters select them. A quiet notification (its rows are all of kinds no task
 engine waits for: `sql.WAKING_KINDS`) is read only while a subscriber wants
-such kinds; its rows are read with the next notification that is. A notification
-only says "read": one lost or coalesced loses nothing, since the rows are read by
-watermark. While nothing happens the reader sends no statement at all (TCP
-keepalives watch the idle connection).
+such kinds; its rows are read with the next notification that is, or
+`QUIET_LAG` after the last read at the latest. A notification only says "read":
+one lost or coalesced loses nothing, since the rows are read by watermark. While
+nothing happens the reader sends no statement at all (TCP keepalives watch the idle
+connection).
 
 Commit order. `seq` is taken when a row is inserted, so a transaction that took
 `seq` 10 may commit after one that took 11. The reader never skips a missing
@@ -32,7 +34,10 @@ from its watermark, so what was committed meanwhile is delivered exactly once.
 Subscribing. A new subscription waits (up to the store's `timeout`) for the reader
 to be listening, then reads the newest `seq` through the pool and receives exactly
 the rows past it. Filtering is in-process; each subscriber has an unbounded queue,
-so a slow reader only delays itself.
+so a slow reader only delays itself. The reader outlives its last subscriber (the
+next one then needs no new connection, as a front end's `subscriptions/listen`
+streams come and go); while it has none it reads nothing and only moves its
+watermark past what it is notified of, which the next subscriber starts after.
 """
 
 from __future__ import annotations
@@ -60,6 +65,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger("fastmcp_tasks.stores.postgres")
 
 BATCH = 500
+#: The longest quiet rows wait unread (seconds) by a reader that does not want them
+#: (less with a `change_retention` under twice this: they are read before the trim).
+QUIET_LAG = 1.0
 _WAKING = frozenset(WAKING_KINDS)
 #: The longest wait between reconnection attempts (seconds).
 RETRY_LONGEST = 2.0
@@ -120,6 +128,7 @@ class PostgresChangeFeed:
         label: str,
         gap_timeout: float,
         stats: dict[str, int],
+        quiet_lag: float = QUIET_LAG,
         scrub: Callable[[str], str],
     ) -> None:
         self.url = url
@@ -129,6 +138,7 @@ class PostgresChangeFeed:
         self.application_name = application_name
         self.label = label
         self.gap_timeout = gap_timeout
+        self.quiet_lag = quiet_lag
         self.stats = stats
         self.scrub = scrub
         self._subscribers: set[_Subscriber] = set()
@@ -138,6 +148,7 @@ class PostgresChangeFeed:
         self.watermark: int | None = None  # the last seq dispatched (module doc)
         self._proven = 0  # every seq up to this one is committed or gone
         self._gap_since: float | None = None
+        self._last_read = 0.0  # `time.monotonic()` of the last read (`QUIET_LAG`)
         #: The backend pid of the LISTEN connection (None while disconnected).
         self.listener_pid: int | None = None
 
@@ -178,10 +189,7 @@ class PostgresChangeFeed:
         finally:
             send.close()
             receive.close()
-            self._subscribers.discard(sub)
-            if not self._subscribers:
-                with anyio.CancelScope(shield=True):
-                    await self._stop_reader()
+            self._subscribers.discard(sub)  # the reader stays, idle, until `close`
 
     async def close(self) -> None:
         """End every subscription and stop the reader. Idempotent."""
@@ -252,22 +260,34 @@ class PostgresChangeFeed:
     async def _follow(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """Catch up, then wait for notifications (or a pending gap's recheck) forever.
 
-        A quiet notification (`sql.WAKING_KINDS`) is read only while some subscriber
-        wants a kind outside those; otherwise its rows wait for the next read, which
-        takes every row past the watermark in order, so nothing is skipped."""
+        A quiet notification (`sql.WAKING_KINDS`) is read at once only while some
+        subscriber wants a kind outside those; otherwise its rows wait for the next
+        read (which takes every row past the watermark in order), `QUIET_LAG` at most:
+        unread rows never grow into a backlog, nor age into the retention trim, which
+        would leave a gap to prove."""
         wait = GAP_FIRST
         pending = await self._catch_up(conn)
+        quiet = 0  # the highest quiet seq heard (read once the watermark passes it)
         while True:
+            assert self.watermark is not None
             timeout = None
             if pending:
                 timeout, wait = wait, min(wait * 2, GAP_LONGEST)
-            newest = quiet = 0
+            if quiet > self.watermark:  # read them by `QUIET_LAG` after the last read
+                due = max(0.0, self.quiet_lag - (time.monotonic() - self._last_read))
+                timeout = due if timeout is None else min(timeout, due)
+            newest = 0
             async for notify in conn.notifies(timeout=timeout, stop_after=1):
                 newest, quiet = _heard(notify.payload, newest, quiet)
             async for notify in conn.notifies(timeout=0):  # whatever else has arrived
                 newest, quiet = _heard(notify.payload, newest, quiet)
-            assert self.watermark is not None
-            if quiet > self.watermark and self._wants_quiet():
+            if not self._subscribers:  # nobody to hand rows to: the next one starts later
+                self.watermark = max(self.watermark, newest, quiet)
+                pending, self._gap_since = False, None
+                continue
+            if quiet > self.watermark and (
+                self._wants_quiet() or time.monotonic() - self._last_read >= self.quiet_lag
+            ):
                 newest = max(newest, quiet)
             if pending or newest > self.watermark:
                 pending = await self._catch_up(conn)
@@ -280,6 +300,7 @@ class PostgresChangeFeed:
 
     async def _catch_up(self, conn: psycopg.AsyncConnection[Any]) -> bool:
         """Dispatch the rows past the watermark, in order; True when stopped at a gap."""
+        self._last_read = time.monotonic()
         proved = False
         while True:
             assert self.watermark is not None

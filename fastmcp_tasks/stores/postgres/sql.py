@@ -49,7 +49,7 @@ _TYPES = {
 }
 #: The change kinds whose notification every reader acts on: those a task engine waits
 #: for (`server.engine.watcher.WATCHED`: a claimable task, a cancel request, an answer).
-#: A notification of only other kinds (`status`, `message`) says ` quiet`, and wakes
+#: A notification of only other kinds (`status`, `message`, `inputs`) says ` quiet`, and wakes
 #: only the readers whose subscribers want them (a `subscriptions/listen` stream, a
 #: `tasks/result` waiter, the dashboard): a worker does not read the change rows of
 #: every status change made anywhere.
