@@ -13,7 +13,6 @@ to start the task.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 
 import anyio
 import pytest
@@ -21,35 +20,15 @@ import pytest
 from fastmcp_tasks.server.engine.leases import QUEUED_MESSAGE
 from fastmcp_tasks.server.engine.watcher import WATCHED
 from fastmcp_tasks.server.flow import retry_message
-from fastmcp_tasks.stores.base import TaskChange
 from fastmcp_tasks.stores.postgres import PostgresTaskStore
 from fastmcp_tasks.stores.postgres.sql import WAKING_KINDS
-from tests.test_postgres_store import fresh_schema
+from tests import test_postgres_store
+from tests.test_postgres_store import WAIT, next_change
 from tests.test_store_contract import postgres_store, record
 
 pytestmark = pytest.mark.anyio
 
-WAIT = 10.0
-
-
-@pytest.fixture
-async def pair() -> AsyncIterator[tuple[PostgresTaskStore, PostgresTaskStore]]:
-    """Two store instances (two pools, two feeds) on one schema."""
-    schema = fresh_schema()
-    a, b = postgres_store(schema=schema), postgres_store(schema=schema)
-    assert isinstance(a, PostgresTaskStore) and isinstance(b, PostgresTaskStore)
-    await a.open()
-    await b.open()
-    try:
-        yield a, b
-    finally:
-        await b.close()
-        await a.close()
-
-
-async def next_change(feed: AsyncIterator[TaskChange]) -> TaskChange:
-    with anyio.fail_after(WAIT):
-        return await anext(feed)
+pair = test_postgres_store.pair  # the fixture: two store instances on one schema
 
 
 def test_every_kind_the_engine_waits_for_wakes_every_reader() -> None:
