@@ -29,7 +29,7 @@ from fastmcp_tasks.stores.base import TaskRecord, TaskStore
 #: once, the job's first stretch of work (the tool's call, its result's encoding and
 #: the store write that records it) ran ahead of those hops and the client waited
 #: for it. Two turns carry an in-memory reply to its caller and an HTTP reply onto the
-#: socket (`bench.run`: creation p50 0.81x a sync call in memory, from 1.07x).
+#: socket (`bench.run`: creation p50 0.78x a sync call in memory, from 1.03x).
 REPLY_TURNS = 2
 
 
