@@ -29,7 +29,7 @@ tasks, in total (`t`) and per owner (`o:<owner>`), in 16 shards each, for `Activ
 `gate_turns`, `tombstones`. The counters are moved by the statements that insert,
 end and delete tasks; a writer adds to its backend's shard (`pg_backend_pid() % 16`),
 so concurrent writers rarely touch one row. Every `prepare` also (re)creates the
-function `caps_counts` (`CAPS_FUNCTION`), which needs no version of its own.
+function `caps_check` (`CAPS_FUNCTION`), which needs no version of its own.
 """
 
 from __future__ import annotations
@@ -166,21 +166,65 @@ MIGRATIONS: dict[int, list[str]] = {
     0: [statement.strip() for statement in _V1.split(";\n") if statement.strip()],
 }
 
-#: The caps check of a capped `create` (`sql.create_capped` calls it in its `caps` CTE):
-#: takes the advisory lock `lock_key`, then reads the active-task counters in a
-#: snapshot of its own, taken after the lock is granted (a volatile function's
-#: statements each take one), so it sees every create that held the lock before.
-#: (Re)created by every `prepare`, under its lock: it is no table, needs no version.
+#: The caps check of a capped `create` (`sql.create_capped` calls it in its `caps` CTE).
+#: Creates far from every cap take the advisory lock `lock_key` shared, so they never
+#: wait for each other; a create near a cap takes it exclusive and so waits for every
+#: shared holder to commit. The counters are read in a snapshot of their own, taken
+#: after the lock is granted (a volatile function's statements each take one).
+#:
+#: Why the shared path cannot overshoot: at most `margin` = `max_connections` +
+#: `max_prepared_transactions` transactions are in flight at once. Take the create Z
+#: with the newest decision snapshot among those committed by some time T: every
+#: other create committed between Z's snapshot and T took its snapshot before Z's, so
+#: it was in flight at Z's snapshot, and an exclusive holder cannot be (Z held the
+#: lock shared). So the count at T is at most Z's count + `margin`, under the cap
+#: when Z passed with count + `margin` < cap. An exclusive holder sees every create
+#: that held the lock before it, and none holds it meanwhile: its check is exact.
+#:
+#: `retry`: the counters moved into the margin between the unlocked look that chose
+#: the shared mode and the locked read; nothing may be inserted, and the caller runs
+#: the statement again with `exclusive` (a shared holder that waited for the lock
+#: exclusive could deadlock with another). (Re)created by every `prepare`, under its
+#: lock: it is no table, needs no version.
 CAPS_FUNCTION = """
-CREATE OR REPLACE FUNCTION {s}.caps_counts(lock_key text, total boolean, owner_key text)
-RETURNS TABLE (active bigint, owned bigint) LANGUAGE plpgsql VOLATILE AS $fn$
+CREATE OR REPLACE FUNCTION {s}.caps_check(lock_key text, total_cap bigint, owner_key text,
+    owner_cap bigint, exclusive boolean)
+RETURNS TABLE (active bigint, owned bigint, retry boolean)
+LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE
+    margin bigint := current_setting('max_connections')::bigint
+        + current_setting('max_prepared_transactions')::bigint;
+    a bigint := 0;
+    o bigint := 0;
 BEGIN
-    PERFORM pg_advisory_xact_lock(hashtextextended(lock_key, 0));
-    RETURN QUERY SELECT
-        CASE WHEN total THEN (SELECT COALESCE(sum(c.n), 0)::bigint
-            FROM {s}.active_counts c WHERE c.key = 't') ELSE 0::bigint END,
-        CASE WHEN owner_key IS NULL THEN 0::bigint ELSE (SELECT COALESCE(sum(c.n), 0)::bigint
-            FROM {s}.active_counts c WHERE c.key = owner_key) END;
+    IF NOT exclusive THEN
+        IF total_cap IS NOT NULL THEN
+            SELECT COALESCE(sum(c.n), 0) INTO a FROM {s}.active_counts c WHERE c.key = 't';
+        END IF;
+        IF owner_key IS NOT NULL THEN
+            SELECT COALESCE(sum(c.n), 0) INTO o FROM {s}.active_counts c WHERE c.key = owner_key;
+        END IF;
+        exclusive := (total_cap IS NOT NULL AND a + margin >= total_cap)
+            OR (owner_key IS NOT NULL AND owner_cap IS NOT NULL AND o + margin >= owner_cap);
+        IF NOT exclusive THEN
+            PERFORM pg_advisory_xact_lock_shared(hashtextextended(lock_key, 0));
+        END IF;
+    END IF;
+    IF exclusive THEN
+        PERFORM pg_advisory_xact_lock(hashtextextended(lock_key, 0));
+    END IF;
+    IF total_cap IS NOT NULL THEN
+        SELECT COALESCE(sum(c.n), 0) INTO a FROM {s}.active_counts c WHERE c.key = 't';
+    END IF;
+    IF owner_key IS NOT NULL THEN
+        SELECT COALESCE(sum(c.n), 0) INTO o FROM {s}.active_counts c WHERE c.key = owner_key;
+    END IF;
+    IF NOT exclusive AND ((total_cap IS NOT NULL AND a + margin >= total_cap)
+            OR (owner_key IS NOT NULL AND owner_cap IS NOT NULL AND o + margin >= owner_cap)) THEN
+        RETURN QUERY SELECT a, o, true;
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT a, o, false;
 END
 $fn$"""
 

@@ -115,13 +115,16 @@ ch AS ({change} SELECT task_id, 'queued', status, %(details)s, %(now)s FROM ins
             f"WITH {room}, {insert.format(caps='')}\n"
             "SELECT (SELECT count(*) FROM ins), (SELECT n FROM room), (SELECT count(*) FROM note)"
         )
-        #: The caps lock and counts, read after it is granted (`schema.CAPS_FUNCTION`).
+        #: The caps lock and counts, read after it is granted (`schema.CAPS_FUNCTION`);
+        #: `retry`: run the statement again with `exclusive` (nothing was inserted).
         caps = (
-            f"caps AS (SELECT active, owned FROM {s}.caps_counts(%(lock)s::text, "
-            "%(total)s::bigint IS NOT NULL, CASE WHEN %(per_owner)s::bigint IS NULL "
-            "OR %(owner)s::text IS NULL THEN NULL ELSE 'o:' || %(owner)s::text END))"
+            f"caps AS (SELECT active, owned, retry FROM {s}.caps_check(%(lock)s::text, "
+            "%(total)s::bigint, CASE WHEN %(per_owner)s::bigint IS NULL "
+            "OR %(owner)s::text IS NULL THEN NULL ELSE 'o:' || %(owner)s::text END, "
+            "%(per_owner)s::bigint, %(exclusive)s::boolean))"
         )
         cap_terms = (
+            "AND NOT (SELECT retry FROM caps) "
             "AND (%(total)s::bigint IS NULL OR (SELECT active FROM caps) < %(total)s::bigint) "
             "AND (%(per_owner)s::bigint IS NULL OR %(owner)s::text IS NULL "
             "OR (SELECT owned FROM caps) < %(per_owner)s::bigint)"
@@ -129,7 +132,7 @@ ch AS ({change} SELECT task_id, 'queued', status, %(details)s, %(now)s FROM ins
         self.create_capped = (
             f"WITH {room}, {caps}, {insert.format(caps=cap_terms)}\n"
             "SELECT (SELECT count(*) FROM ins), (SELECT n FROM room), (SELECT count(*) FROM note), "
-            "(SELECT active FROM caps), (SELECT owned FROM caps)"
+            "(SELECT active FROM caps), (SELECT owned FROM caps), (SELECT retry FROM caps)"
         )
         self.holder = (
             f"SELECT {SELECT_COLUMNS} FROM {t} WHERE dedupe_key = %(key)s AND {LIVE} "

@@ -16,21 +16,28 @@ changed: every UPDATE requires an active status, re-checked by PostgreSQL on the
 newest row version when a concurrent transaction changed it first.
 
 Serialisation. `create` with `ActiveCaps` is one statement (one round trip, in
-its own transaction unless it dedupes): its `caps` CTE calls `caps_counts`
+its own transaction unless it dedupes): its `caps` CTE calls `caps_check`
 (`schema.CAPS_FUNCTION`), which takes this schema's advisory transaction lock
 ("caps") and then reads the active-task counters (`active_counts`: the total and
 the owner's, 16 shard rows each, moved by the statements that create and end tasks,
 so a check costs the same with 10 or 10,000 tasks active) in a snapshot taken after
-the lock is granted; the statement inserts only under the caps and commits at once,
-releasing the lock after its insert is visible: concurrent creates in any process
-never overshoot (a task ending meanwhile only makes the count high for a moment),
-and the lock is held for no network round trip. A create without caps takes no
-lock and is one statement. A dedupe create takes the advisory lock of its key ("dedupe:<key>")
-before it looks for the key's holder, so of two concurrent creates with one key
-exactly one inserts. `max_tasks` counts retained tasks in 16 counter rows
-(`task_counts`, one per backend shard, moved by the same statements that insert
-and delete tasks): cheap, and exact except that creates racing at the very cap
-may overshoot it by the number racing (it bounds memory, not a contract).
+the lock is granted; the statement inserts only under the caps and commits at once.
+A create far from every cap (more than `max_connections` + `max_prepared_transactions`
+below it) takes the lock shared, so creates in any number of processes do not wait
+for each other; one nearer takes it exclusive, waits for the shared holders, and
+checks exactly; one whose counters moved into that margin between its unlocked look
+and its locked read inserts nothing and runs again exclusive (inside a dedupe
+transaction the check is exclusive from the start). Concurrent creates in any
+process never overshoot (the proof is at `CAPS_FUNCTION`; a task ending meanwhile only
+makes the count high for a moment), and the lock is held for no network round trip.
+A process of an earlier release takes the lock exclusive (`caps_counts`), which the
+rule allows. A create without caps takes no lock and is one statement. A dedupe
+create takes the advisory lock of its key ("dedupe:<key>") before it looks for the
+key's holder, so of two concurrent creates with one key exactly one inserts.
+`max_tasks` counts retained tasks in 16 counter rows (`task_counts`, one per backend
+shard, moved by the same statements that insert and delete tasks): cheap, and exact
+except that creates racing at the very cap may overshoot it by the number racing (it
+bounds memory, not a contract).
 
 Expiry. A finished task's `expires_at` (indexed) is set when it ends; reads
 never return a task past it; `purge_expired` deletes them (a range of the index),
@@ -114,7 +121,7 @@ class PostgresTaskStore(PostgresFlow, PostgresListing, PostgresLeases):
         key = record.dedupe_key if dedupe_window is not None else None
         if key is None:  # one statement, its own transaction (the caps lock's too)
             async with self._connection() as conn:
-                await self._insert(conn, record, caps if capped else None)
+                await self._insert(conn, record, caps if capped else None, own_transaction=True)
             return None
         async with self._tx() as conn:
             if key is not None and dedupe_window is not None:
@@ -125,11 +132,16 @@ class PostgresTaskStore(PostgresFlow, PostgresListing, PostgresLeases):
                     found = from_row(rows[0])
                     if dedupe_match(found, now, dedupe_window):
                         return found
-            await self._insert(conn, record, caps if capped else None)
+            await self._insert(conn, record, caps if capped else None, own_transaction=False)
         return None
 
     async def _insert(
-        self, conn: AsyncConnection[Any], record: TaskRecord, caps: ActiveCaps | None
+        self,
+        conn: AsyncConnection[Any],
+        record: TaskRecord,
+        caps: ActiveCaps | None,
+        *,
+        own_transaction: bool,
     ) -> None:
         params = dict(zip((*COLUMNS, "expires_at"), to_params(record), strict=True))
         params.update(
@@ -141,15 +153,27 @@ class PostgresTaskStore(PostgresFlow, PostgresListing, PostgresLeases):
         query = self.sql.create
         if caps is not None:
             query = self.sql.create_capped
-            params.update(total=caps.total, per_owner=caps.per_owner, lock=f"{self.schema}:caps")
-        for attempt in (0, 1):
+            # Inside a transaction (a dedupe create) the shared mode could not retry
+            # exclusive without risking a deadlock: check exactly from the start.
+            params.update(
+                total=caps.total,
+                per_owner=caps.per_owner,
+                lock=f"{self.schema}:caps",
+                exclusive=not own_transaction,
+            )
+        swept = False
+        while True:
             row = (await self._on(conn, query, params))[0]
             if row[0]:
                 return
+            if caps is not None and row[5]:  # came near a cap meanwhile: check exactly
+                params["exclusive"] = True
+                continue
             if caps is not None and (refused := caps.refusal(row[3], row[4], record.owner)):
                 raise refused
             if self.max_tasks is not None and row[1] >= self.max_tasks:
-                if attempt == 0:  # expired tasks make room
+                if not swept:  # expired tasks make room
+                    swept = True
                     await self._sweep(conn, time.time())
                     continue
                 raise TaskLimitExceeded("max_tasks", self.max_tasks)
