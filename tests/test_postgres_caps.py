@@ -11,6 +11,7 @@ margin, on the real server (skipped without one, failing when `CI=true`).
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -21,11 +22,25 @@ from fastmcp_tasks.errors import TaskLimitExceeded
 from fastmcp_tasks.stores.base import ActiveCaps
 from fastmcp_tasks.stores.postgres import PostgresTaskStore
 from tests.test_postgres_store import WAIT, _until_waiting_on_a_lock, fresh_schema, pair, raw, rows
-from tests.test_store_contract import postgres_store, record
+from tests.test_store_contract import POSTGRES_URL, postgres_store, record
 
 pytestmark = pytest.mark.anyio
 
 __all__ = ["pair", "raw"]  # fixtures of test_postgres_store, used below
+
+
+@pytest.fixture
+async def lone() -> AsyncIterator[tuple[PostgresTaskStore, psycopg.AsyncConnection[Any]]]:
+    """A store in a schema of its own, and a plain connection (not autocommit) beside it."""
+    store = postgres_store(schema=fresh_schema())
+    assert isinstance(store, PostgresTaskStore)
+    await store.open()
+    conn = await psycopg.AsyncConnection.connect(POSTGRES_URL)
+    try:
+        yield store, conn
+    finally:
+        await conn.close()
+        await store.close()
 
 
 async def margin_of(conn: psycopg.AsyncConnection[Any]) -> int:
@@ -51,77 +66,63 @@ async def hold_caps_lock(
 
 
 async def test_far_from_the_caps_creates_share_the_lock_and_near_them_one_waits(
+    lone: tuple[PostgresTaskStore, psycopg.AsyncConnection[Any]],
     raw: psycopg.AsyncConnection[Any],
 ) -> None:
-    store = postgres_store(schema=fresh_schema())
-    assert isinstance(store, PostgresTaskStore)
-    await store.open()
-    holder = await psycopg.AsyncConnection.connect(raw.info.dsn)
-    try:
-        margin = await margin_of(raw)
-        far = ActiveCaps(total=margin + 1_000)
-        await hold_caps_lock(holder, store, far.total or 0)  # shared, not committed
-        with anyio.fail_after(WAIT):  # does not wait for the open transaction
-            await store.create(record(), caps=far)
-        near = ActiveCaps(total=margin + 1)  # 1 active + margin: within the margin
-        done = anyio.Event()
+    store, holder = lone
+    margin = await margin_of(raw)
+    far = ActiveCaps(total=margin + 1_000)
+    await hold_caps_lock(holder, store, far.total or 0)  # shared, not committed
+    with anyio.fail_after(WAIT):  # does not wait for the open transaction
+        await store.create(record(), caps=far)
+    near = ActiveCaps(total=margin + 1)  # 1 active + margin: within the margin
+    done = anyio.Event()
 
-        async def create_near() -> None:
-            await store.create(record(), caps=near)
-            done.set()
+    async def create_near() -> None:
+        await store.create(record(), caps=near)
+        done.set()
 
-        with anyio.fail_after(WAIT):
-            async with anyio.create_task_group() as group:
-                group.start_soon(create_near)
-                await _until_waiting_on_a_lock(raw, store)
-                assert not done.is_set()  # exclusive: waits for the shared holder
-                await holder.commit()
-        assert done.is_set() and len(await store.active_tasks()) == 2
-    finally:
-        await holder.close()
-        await store.close()
+    with anyio.fail_after(WAIT):
+        async with anyio.create_task_group() as group:
+            group.start_soon(create_near)
+            await _until_waiting_on_a_lock(raw, store)
+            assert not done.is_set()  # exclusive: waits for the shared holder
+            await holder.commit()
+    assert done.is_set() and len(await store.active_tasks()) == 2
 
 
 async def test_counters_moved_into_the_margin_under_a_create_make_it_check_exactly(
+    lone: tuple[PostgresTaskStore, psycopg.AsyncConnection[Any]],
     raw: psycopg.AsyncConnection[Any],
 ) -> None:
     """The unlocked look says "far"; by the locked read another transaction has moved
     the counter into the margin: the create inserts nothing, retries exclusive, and
     then the exact check decides (here: room for one more, then refused)."""
-    store = postgres_store(schema=fresh_schema())
-    assert isinstance(store, PostgresTaskStore)
-    await store.open()
-    mover = await psycopg.AsyncConnection.connect(raw.info.dsn)
-    try:
-        margin = await margin_of(raw)
-        caps = ActiveCaps(total=margin + 10)
-        await rows(
-            mover, "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", f"{store.schema}:caps"
-        )
-        # 10 active tasks in the counters (as if created): 10 + margin >= the cap
-        await rows(
-            mover,
-            f"INSERT INTO {store.schema}.active_counts (key, shard, n) VALUES ('t', 99, 10) "
-            "RETURNING n",
-        )
-        before = store.stats["statements"]
-        created = record()
+    store, mover = lone
+    caps = ActiveCaps(total=await margin_of(raw) + 10)
+    lock = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
+    await rows(mover, lock, f"{store.schema}:caps")
+    # 10 active tasks in the counters (as if created): 10 + margin >= the cap
+    await rows(
+        mover,
+        f"INSERT INTO {store.schema}.active_counts (key, shard, n) VALUES ('t', 99, 10) "
+        "RETURNING n",
+    )
+    before = store.stats["statements"]
+    created = record()
 
-        async def create() -> None:
-            await store.create(created, caps=caps)
+    async def create() -> None:
+        await store.create(created, caps=caps)
 
-        with anyio.fail_after(WAIT):
-            async with anyio.create_task_group() as group:
-                group.start_soon(create)
-                await _until_waiting_on_a_lock(raw, store)  # chose shared, waits for it
-                await mover.commit()
-        assert store.stats["statements"] - before == 2  # the shared try, then the exact one
-        assert await store.get(created.task_id) is not None  # 10 < margin + 10
-        with pytest.raises(TaskLimitExceeded):  # exactly: 10 + 1 active
-            await store.create(record(), caps=ActiveCaps(total=11))
-    finally:
-        await mover.close()
-        await store.close()
+    with anyio.fail_after(WAIT):
+        async with anyio.create_task_group() as group:
+            group.start_soon(create)
+            await _until_waiting_on_a_lock(raw, store)  # chose shared, waits for it
+            await mover.commit()
+    assert store.stats["statements"] - before == 2  # the shared try, then the exact one
+    assert await store.get(created.task_id) is not None  # 10 < margin + 10
+    with pytest.raises(TaskLimitExceeded):  # exactly: 10 + 1 active
+        await store.create(record(), caps=ActiveCaps(total=11))
 
 
 @pytest.mark.parametrize("limit", ["total", "per_owner"])

@@ -196,35 +196,29 @@ DECLARE
         + current_setting('max_prepared_transactions')::bigint;
     a bigint := 0;
     o bigint := 0;
+    near boolean;
 BEGIN
-    IF NOT exclusive THEN
+    -- pass 1 looks without the lock and takes it; pass 2 reads under it and answers
+    FOR pass IN 1..2 LOOP
         IF total_cap IS NOT NULL THEN
             SELECT COALESCE(sum(c.n), 0) INTO a FROM {s}.active_counts c WHERE c.key = 't';
         END IF;
         IF owner_key IS NOT NULL THEN
             SELECT COALESCE(sum(c.n), 0) INTO o FROM {s}.active_counts c WHERE c.key = owner_key;
         END IF;
-        exclusive := (total_cap IS NOT NULL AND a + margin >= total_cap)
+        near := (total_cap IS NOT NULL AND a + margin >= total_cap)
             OR (owner_key IS NOT NULL AND owner_cap IS NOT NULL AND o + margin >= owner_cap);
-        IF NOT exclusive THEN
+        IF pass = 2 THEN
+            RETURN QUERY SELECT a, o, NOT exclusive AND near;
+            RETURN;
+        END IF;
+        exclusive := exclusive OR near;
+        IF exclusive THEN
+            PERFORM pg_advisory_xact_lock(hashtextextended(lock_key, 0));
+        ELSE
             PERFORM pg_advisory_xact_lock_shared(hashtextextended(lock_key, 0));
         END IF;
-    END IF;
-    IF exclusive THEN
-        PERFORM pg_advisory_xact_lock(hashtextextended(lock_key, 0));
-    END IF;
-    IF total_cap IS NOT NULL THEN
-        SELECT COALESCE(sum(c.n), 0) INTO a FROM {s}.active_counts c WHERE c.key = 't';
-    END IF;
-    IF owner_key IS NOT NULL THEN
-        SELECT COALESCE(sum(c.n), 0) INTO o FROM {s}.active_counts c WHERE c.key = owner_key;
-    END IF;
-    IF NOT exclusive AND ((total_cap IS NOT NULL AND a + margin >= total_cap)
-            OR (owner_key IS NOT NULL AND owner_cap IS NOT NULL AND o + margin >= owner_cap)) THEN
-        RETURN QUERY SELECT a, o, true;
-        RETURN;
-    END IF;
-    RETURN QUERY SELECT a, o, false;
+    END LOOP;
 END
 $fn$"""
 
