@@ -171,6 +171,51 @@ def scaleout_rows(t: Rows, so: dict[str, Any]) -> None:
         ">=",
         1.7,
     )
+    budget = cpu_budget(so)
+    if budget is None:
+        return
+    per_task = ", ".join(f"{name} {ms:.1f}" for name, ms in budget["ms_per_task"].items())
+    t.row(
+        kind,
+        f"{store} scale-out, 2 workers: CPU ms per task ({per_task}); busy / "
+        f"{budget['cores']} cores",
+        f"{budget['total_ms_per_task']:.1f} ms",
+        budget["busy"],
+        f"{store}_scaleout_2w_cpu_busy",
+    )
+    t.row(
+        kind,
+        f"{store} scale-out: what {budget['cores']} cores allow at that CPU per task / 1 worker "
+        "(under 1.7: at this CPU per task these cores cannot give 1.7x)",
+        f"{budget['ceiling_tps']:.0f} tasks/s",
+        budget["ceiling_tps"] / one["tps"],
+        f"{store}_scaleout_cpu_ceiling/1w_tps",
+    )
+
+
+def cpu_budget(so: dict[str, Any]) -> dict[str, Any] | None:
+    """What the 2-worker runs cost in CPU: milliseconds per task of each process kind
+    (front end, workers, the store's server), how busy the cores were while the clock
+    ran, and the throughput the cores allow at that cost (every core busy)."""
+    runs = [r for r in so["runs"] if r["workers"] == 2 and r.get("cpu_seconds")]
+    if not runs:
+        return None
+    cores = os.cpu_count() or 1
+    tasks = sum(r["tasks"] for r in runs)
+    seconds = sum(r["seconds"] for r in runs)
+    kinds: dict[str, float] = {}
+    for run in runs:
+        for name, cpu in run["cpu_seconds"].items():
+            kind = "workers" if name.startswith("worker_") else name
+            kinds[kind] = kinds.get(kind, 0.0) + cpu
+    total = sum(kinds.values())
+    return {
+        "cores": cores,
+        "ms_per_task": {name: cpu * 1000 / tasks for name, cpu in kinds.items()},
+        "total_ms_per_task": total * 1000 / tasks,
+        "busy": total / (seconds * cores),
+        "ceiling_tps": cores * tasks / total,
+    }
 
 
 def memory_rows(t: Rows, mem: dict[str, Any]) -> None:
