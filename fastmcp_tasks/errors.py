@@ -13,7 +13,8 @@ The hierarchy::
     ├── TaskFailed                  client: a task ended `failed` (also MCPError and ToolError)
     │   └── TaskCancelled           client: a task ended `cancelled`
     ├── NotATask                    client: `call_tool_task` got a synchronous answer (ToolError)
-    └── NoInputHandler              client: a task asks for input nothing can answer (ToolError)
+    ├── NoInputHandler              client: a task asks for input nothing can answer (ToolError)
+    └── TaskUnreachable             client: the server stayed unreachable for the reconnect window
 
 The client errors are also `fastmcp.exceptions.ToolError`, so code written for
 FastMCP's own client (`except ToolError`) catches them; `TaskFailed` is also the
@@ -30,10 +31,13 @@ so every code and message the server sends lives in this one module:
 - `limit_exceeded()`       -32000, a configured cap refuses a new task
 - `polling_too_fast()`     -32000, `tasks/get` of one task faster than the configured pace
 - `too_large()`            -32602, arguments or answers over a configured size limit
-- `store_unavailable()`    -32603, the task store failed (e.g. Redis unreachable)
+- `store_unavailable()`    -32603, the task store failed (e.g. Redis unreachable); retryable
 - `interrupted()`          -32603, the task's run was lost (shutdown, crash)
 - `flow_control_unsupported()` -32603, a tool's flow-control options on a store without it
 - `concurrency_key_failed()`   -32603, a tool's `concurrency_key` raised
+- `invalid_idempotency_key()`  -32602, a malformed `_meta` idempotency key
+- `idempotency_key_reused()`   -32602, an idempotency key names another call's task
+- `resent_not_run()`           -32602, a resent `tools/call` that would run synchronously
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 from mcp_types.jsonrpc import HEADER_MISMATCH, MISSING_REQUIRED_CLIENT_CAPABILITY
 
-from fastmcp_tasks.wire.names import TASKS_EXTENSION_ID
+from fastmcp_tasks.wire.names import IDEMPOTENCY_META_KEY, RESENT_META_KEY, TASKS_EXTENSION_ID
 
 #: Implementation-defined server error (JSON-RPC reserves -32000..-32099 for these).
 LIMIT_EXCEEDED = -32000
@@ -160,6 +164,36 @@ class NoInputHandler(ToolError, TasksError):
         self.requests = requests
 
 
+class TaskUnreachable(ToolError, TasksError):
+    """The server could not be reached about a task for the whole reconnect window.
+
+    The task itself may well be running or finished: only the way to it failed. The
+    message names the task, the last error, and how to pick the task up again.
+
+    Args:
+        task_id: the task's id.
+        last_error: what went wrong last (one line).
+        waited: seconds spent reconnecting before giving up.
+        server: the server's URL or name, when known (for the resume hint).
+    """
+
+    def __init__(
+        self, task_id: str, last_error: str, *, waited: float, server: str | None = None
+    ) -> None:
+        self.task_id = task_id
+        self.last_error = last_error
+        self.waited = waited
+        self.server = server
+        target = server or "SERVER"
+        self.resume_hint = (
+            f"fastmcp-tasks wait {target} {task_id}  (or ToolTask.resume(client, {task_id!r}))"
+        )
+        super().__init__(
+            f"Lost contact with task {task_id} for {waited:.0f}s (last error: {last_error}); "
+            f"it may still be running: resume with {self.resume_hint}"
+        )
+
+
 def missing_capability() -> MCPError:
     """-32021: the request did not declare the tasks extension in its `_meta`."""
     return MCPError(
@@ -255,6 +289,8 @@ def polling_too_fast(fraction: float, interval_ms: int, retry_after_ms: int) -> 
 
 
 STORE_UNAVAILABLE = "Task store unavailable; nothing was created or changed, retry later"
+#: How long a client should wait before retrying after `store_unavailable()`.
+STORE_RETRY_AFTER_MS = 1000
 
 
 def store_unavailable() -> MCPError:
@@ -263,7 +299,11 @@ def store_unavailable() -> MCPError:
     The message never carries the store's own error (it may name hosts, ports,
     prefixes or file paths): the server log has it (`fastmcp_tasks.health`).
     """
-    return MCPError(code=INTERNAL_ERROR, message=STORE_UNAVAILABLE)
+    return MCPError(
+        code=INTERNAL_ERROR,
+        message=STORE_UNAVAILABLE,
+        data={"retryable": True, "retryAfterMs": STORE_RETRY_AFTER_MS},
+    )
 
 
 def too_large(what: str, limit: str, value: int, size: int) -> MCPError:
@@ -299,6 +339,39 @@ def concurrency_key_failed(tool: str, error: BaseException) -> MCPError:
         code=INTERNAL_ERROR,
         message=f"The concurrency_key of tool {tool!r} failed for these arguments "
         f"({type(error).__name__}); no task was created",
+    )
+
+
+def invalid_idempotency_key(reason: str) -> MCPError:
+    """-32602: `_meta["fastmcp-tasks/idempotencyKey"]` is malformed; nothing ran or was created.
+
+    `reason` says what is wrong; it never quotes the key (a bearer secret).
+    """
+    return MCPError(
+        code=INVALID_PARAMS,
+        message=f"Invalid _meta[{IDEMPOTENCY_META_KEY!r}]: {reason}; nothing was run or created",
+        data={"key": IDEMPOTENCY_META_KEY, "problem": reason},
+    )
+
+
+def idempotency_key_reused() -> MCPError:
+    """-32602: the idempotency key's task is another call's (other tool or arguments)."""
+    return MCPError(
+        code=INVALID_PARAMS,
+        message="idempotency key already used for a different call (another tool or other "
+        "arguments); no task was created",
+        data={"key": IDEMPOTENCY_META_KEY},
+    )
+
+
+def resent_not_run(tool: str) -> MCPError:
+    """-32602: a `tools/call` resent after a lost reply (`_meta["fastmcp-tasks/resent"]`)
+    that this server would answer without a task; the tool is not run a second time."""
+    return MCPError(
+        code=INVALID_PARAMS,
+        message=f"tools/call of {tool!r} was resent after a lost reply, but {tool!r} does "
+        "not run as a task here, so it was not run again: the first attempt may have run",
+        data={"key": RESENT_META_KEY, "tool": tool},
     )
 
 

@@ -9,14 +9,15 @@ take it), the owning principal, the application and the flow-control fields
 the one module that writes and reads it.
 
 `create_task` is the whole of it for one `tools/call`: the record, the store's
-atomic `create` (caps, and dedupe: an identical call gets the existing task), and
-the hand-over to the runner.
+atomic `create` (caps, and dedupe: an identical call, or one with the same idempotency
+key (`server.idempotency`), gets the existing task), and the hand-over to the runner.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import math
 import secrets
 import sys
 import time
@@ -34,6 +35,7 @@ from fastmcp_tasks.errors import (
     TaskLimitExceeded,
     concurrency_key_failed,
     flow_control_unsupported,
+    idempotency_key_reused,
     limit_exceeded,
     store_unavailable,
 )
@@ -43,6 +45,7 @@ from fastmcp_tasks.server.engine.durable import DurableContext
 from fastmcp_tasks.server.engine.jobs import CreatingRunner, Job
 from fastmcp_tasks.server.engine.leases import QUEUED_MESSAGE
 from fastmcp_tasks.server.flow import Gate, dedupe_key, gate_for
+from fastmcp_tasks.server.idempotency import same_call, scoped_key
 from fastmcp_tasks.server.options import TaskOptions
 from fastmcp_tasks.server.ownership import current_principal
 from fastmcp_tasks.server.related import related_of_call
@@ -133,11 +136,19 @@ async def create_task(
     version: str | None,
     *,
     legacy: bool = False,
+    idempotency_key: str | None = None,
 ) -> TaskRecord:
     """Make the task of one `tools/call` and hand it to the runner; its record.
 
     With `task_options(dedupe=...)` the record may be an existing task's: an
     identical call within the window gets that task instead, and nothing new runs.
+    With a (checked) `idempotency_key` the task holding it answers for as long as it is
+    retained, whatever its status (`server.idempotency`); a tool's own `dedupe` takes
+    precedence for an authenticated caller (a resend has the same arguments, so it finds
+    the same task within that window). A store without flow control ignores the key.
+
+    Raises:
+        MCPError: -32602 when the key's task is another call's; nothing was created.
     """
     if runner is None or not runner.started:
         raise MCPError(
@@ -162,9 +173,13 @@ async def create_task(
     owner = current_principal() if options.dedupe is not None else None
     window: float | None = None
     key: str | None = None
+    keyed = False  # the key is the caller's idempotency key
     if owner is not None and options.dedupe is not None:
         window = options.dedupe.total_seconds()
         key = dedupe_key(runner.app, owner, name, version, arguments)
+    elif idempotency_key is not None and keeps_flow_control(store):
+        window, keyed = math.inf, True  # the holder's whole retained lifetime
+        key = scoped_key(runner.app, current_principal(), idempotency_key)
     related = await related_of_call(store, context)  # before the record: kept in it
     queued = gate is None and runner.saturated()
     record, input_kinds = new_record(
@@ -214,6 +229,8 @@ async def create_task(
         found = None
     if found is not None:  # an identical call's task answers this one
         runner.forget(record.task_id)
+        if keyed and not same_call(found, name, arguments):
+            raise idempotency_key_reused()
         return found
     observability.created.add(1, {"tool": record.tool})
     observability.transition(record.task_id, record.tool, "working", 1)

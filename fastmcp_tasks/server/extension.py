@@ -4,7 +4,11 @@
 - `methods()` binds `tasks/get`, `tasks/update`, `tasks/cancel` (see `handlers`).
 - `intercept_tool_call()` decides, per `tools/call`, between the synchronous
   path and a task (the mode table in the README), creates the task in the store
-  and hands it to the runner.
+  and hands it to the runner. It checks the call's idempotency `_meta` first
+  (`server.idempotency`), and refuses a resent call it would run synchronously.
+- `lifespan()` also advertises `capabilities.experimental["fastmcp-tasks"] =
+  {"idempotencyKey": ...}` (through FastMCP's public `experimental_capabilities`,
+  so `initialize` and `server/discover` both carry it).
 - `lifespan()` opens the store, serves `subscriptions/listen` (see `listen`)
   and runs the runner for the server's lifetime.
 
@@ -44,6 +48,8 @@ from fastmcp_tasks.server.engine.call import leaf_of, resolve_tool
 from fastmcp_tasks.server.engine.runner import TaskRunner
 from fastmcp_tasks.server.handlers import TaskMethods
 from fastmcp_tasks.server.health import EngineHealth, HealthMonitor
+from fastmcp_tasks.server.idempotency import read as read_idempotency
+from fastmcp_tasks.server.idempotency import refuse_resend
 from fastmcp_tasks.server.legacy import LegacyTasks, no_task_support, task_required
 from fastmcp_tasks.server.legacy_push import announce
 from fastmcp_tasks.server.limits import Limits
@@ -55,8 +61,9 @@ from fastmcp_tasks.server.termination import SigtermGuard
 from fastmcp_tasks.server.validation import arguments_valid
 from fastmcp_tasks.stores import store_from_url
 from fastmcp_tasks.stores.base import TaskStore
+from fastmcp_tasks.stores.flow import keeps_flow_control
 from fastmcp_tasks.wire.legacy import CAPABILITY as LEGACY_CAPABILITY
-from fastmcp_tasks.wire.names import TASKS_EXTENSION_ID
+from fastmcp_tasks.wire.names import EXPERIMENTAL_CAPABILITY, TASKS_EXTENSION_ID
 from fastmcp_tasks.wire.render import render_create_result
 
 URL_ENV = "FASTMCP_TASKS_URL"
@@ -228,6 +235,7 @@ class TasksExtension(ServerExtension):
         _compat.check_server(self.server)
         opened = await self._open_store()
         self.listen.install(_compat.low_level_server(self.server))
+        self._advertise_idempotency()
         if self.legacy is not None:  # 2025-11-25 connections get the V1 surface
             _compat.allow_task_results()
             _compat.advertise_tasks(self.server, LEGACY_CAPABILITY)
@@ -280,6 +288,16 @@ class TasksExtension(ServerExtension):
     def lifespan(self) -> Any:
         return self._run()
 
+    def _advertise_idempotency(self) -> None:
+        """`capabilities.experimental["fastmcp-tasks"]` on every protocol version: whether
+        this server honours idempotency keys (its store keeps the atomic dedupe)."""
+        server = self.server
+        honoured = {"idempotencyKey": keeps_flow_control(self.store)}
+        server.experimental_capabilities = {
+            **server.experimental_capabilities,
+            EXPERIMENTAL_CAPABILITY: honoured,
+        }
+
     @serving_related  # a synchronous call's `related_tasks()` reads this extension's store
     async def intercept_tool_call(
         self,
@@ -290,6 +308,7 @@ class TasksExtension(ServerExtension):
         request = context.request_context
         if request is None or not _compat.is_client_tool_call():
             return await call_next()  # a nested or direct call: never a task
+        idempotency = read_idempotency(request.meta)  # -32602 before any store sees it
         # The version exactly as core's `_on_call_tool` resolves it: from the raw
         # request `_meta`, a string only (`VersionSpec(eq=...)`), else the highest.
         version = extract_version_spec(request.meta)
@@ -299,6 +318,8 @@ class TasksExtension(ServerExtension):
         if tool is None or tool.task_config.mode == "forbidden":
             if wants_task and tool is not None:
                 raise no_task_support(params.name)
+            if tool is not None:  # (an unknown tool runs nothing: core reports it)
+                refuse_resend(idempotency, params.name)
             return await call_next()
         if legacy:
             opted_in = wants_task
@@ -310,6 +331,7 @@ class TasksExtension(ServerExtension):
         if not opted_in:
             if tool.task_config.mode == "required":
                 raise task_required(params.name) if legacy else missing_capability()
+            refuse_resend(idempotency, params.name)
             return await call_next()
         arguments = params.arguments or {}
         if (over := self.limits.over("max_argument_bytes", arguments)) is not None:
@@ -331,6 +353,7 @@ class TasksExtension(ServerExtension):
             options,
             version,
             legacy=legacy,
+            idempotency_key=idempotency.key,
         )
         if legacy and self.legacy is not None:
             return announce(self.legacy, record, context, self.runner)

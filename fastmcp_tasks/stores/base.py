@@ -261,6 +261,8 @@ class TaskStore(Protocol):
         instead, and nothing is created, when `stores.flow.dedupe_match` says it
         answers the call; otherwise the key moves to the new task. Atomic: of two
         concurrent creates with one key, in any processes, exactly one creates.
+        `dedupe_window=math.inf` matches the holder for as long as it is retained,
+        whatever its status (cancelled included).
 
         Raises:
             TaskLimitExceeded: `max_tasks` or one of `caps` refuses the task;

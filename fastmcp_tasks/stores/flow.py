@@ -19,7 +19,9 @@ follows) means the same thing:
   returns the task holding that key instead of creating one when that task was created
   at most `w` seconds ago and is still active, or ended `completed`/`failed` within
   those `w` seconds (`dedupe_match`). A cancelled task never matches: calling again
-  after a cancel starts again.
+  after a cancel starts again. `w = math.inf` (idempotency keys, `server.idempotency`)
+  matches the task holding the key for its whole retained lifetime, whatever its
+  status, cancelled included: only its removal (retention, purge) frees the key.
 - **Waiting messages.** While a task waits to start, the engine shows a status message
   starting with one of `WAITING_PREFIXES` (queued behind a gate or a free slot, waiting
   for a retry) and clears it once the task runs; recovery takes a task that still shows
@@ -36,6 +38,7 @@ follows) means the same thing:
 from __future__ import annotations
 
 import hashlib
+import math
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -72,7 +75,10 @@ def tombstone_key(task_id: str) -> str:
 
 
 def dedupe_match(record: TaskRecord, now: float, window: float) -> bool:
-    """Whether an existing task answers a new call with the same dedupe key."""
+    """Whether an existing (retained, unexpired) task answers a new call with the same
+    dedupe key. `window = math.inf`: always, whatever its status or age."""
+    if window == math.inf:
+        return True
     if record.created_at < now - window:
         return False  # created before the window: a new call starts new work
     if record.is_active:

@@ -1,5 +1,7 @@
 """The flow-control part of the store contract (`stores.flow`): gates and fair turns,
-retry waits, deduplication, tombstones. Only for stores that set `flow_control = True`.
+retry waits, deduplication (with the lifetime deduplication of
+`testing.idempotency.IdempotencyContract`, and its `peer` fixture), tombstones. Only for
+stores that set `flow_control = True`.
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ import anyio
 
 from fastmcp_tasks.stores.base import TaskChange, TaskRecord, TaskStore
 from fastmcp_tasks.stores.flow import FlowControlStore
-from fastmcp_tasks.testing.base import ContractBase, make_record
+from fastmcp_tasks.testing.base import make_record
+from fastmcp_tasks.testing.idempotency import IdempotencyContract
 
 LATER = 3600.0
 
@@ -25,7 +28,7 @@ async def _ids(store: TaskStore, owner: str, limit: int = 10) -> list[str]:
     return [r.task_id for r in await store.claim_queued(owner, time.time() + 60, limit)]
 
 
-class FlowContract(ContractBase):
+class FlowContract(IdempotencyContract):
     """Gates, fair turns, retry waits, deduplication and tombstones."""
 
     # --- gates ------------------------------------------------------------------

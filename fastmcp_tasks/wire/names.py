@@ -26,3 +26,14 @@ RELATED_TASKS_META_KEY: Final = "io.modelcontextprotocol/relatedTaskIds"
 
 ACK: dict[str, Any] = {"resultType": "complete"}
 """The empty acknowledgement of `tasks/update` and `tasks/cancel`."""
+
+#: `tools/call` `_meta` key of this package (not the spec's namespace): the caller's
+#: idempotency key. A resend with the same key, by the same principal (or, without
+#: authentication, by whoever holds the key), gets the task the first send created.
+IDEMPOTENCY_META_KEY: Final = "fastmcp-tasks/idempotencyKey"
+#: `tools/call` `_meta` key: `true` on a resend after a lost reply. A server that would
+#: answer such a call synchronously refuses it instead of running the tool a second time.
+RESENT_META_KEY: Final = "fastmcp-tasks/resent"
+#: `capabilities.experimental` entry a server of this package advertises, so a client
+#: knows its idempotency keys are honoured before it resends a `tools/call`.
+EXPERIMENTAL_CAPABILITY: Final = "fastmcp-tasks"

@@ -26,9 +26,9 @@ from fastmcp_tasks.stores.redis.flow_lua import FLOW_PRELUDE
 #: ARGV[4..]: max_tasks ('' none), task key base, 'active'|'terminal', created score,
 #: route ('q' queued, 'f' delayed or gated: `enqueue` reads the hash, 'r' leased and
 #: gated, '' leased), expiry score, pexpire ms ('' none), active cap ('' none),
-#: per-owner active cap ('' none), the owner's active set key ('' no owner), the
-#: `queued` change's details JSON, dedupe key ('' none: no dedupe asked), dedupe
-#: window seconds, tombstone hash ('' none), tombstone ms, then field/value pairs.
+#: per-owner active cap ('' none), the owner's active set key ('' no owner), the `queued`
+#: change's details JSON, dedupe key ('' none: no dedupe asked), dedupe window seconds
+#: ('inf': for life), tombstone hash ('' none), tombstone ms, then field/value pairs.
 #: Returns 'ok', 'exists', 'limit', 'limit_total', 'limit_owner', or `{id, hash}` of
 #: the task that answers the call (dedupe: nothing created, caps not checked).
 CREATE = """
@@ -42,12 +42,13 @@ if dedupe ~= '' then
   local v = held and redis.call(
     'HMGET', found, 'status', 'terminal_at', 'retention_ms', 'created_at') or {}
   local ended, match = tonumber(v[2] or ''), is_active(v[1])
-  if v[1] and not match and ended and v[1] ~= 'cancelled' then
+  local life = ARGV[16] == 'inf' -- the holder's whole retained life, any status: no arithmetic
+  if v[1] and not match and ended and (life or v[1] ~= 'cancelled') then
     local kept = not v[3] or ended + tonumber(v[3]) / 1000 > tonumber(now)
-    match = kept and ended >= tonumber(now) - tonumber(ARGV[16])
+    match = kept and (life or ended >= tonumber(now) - tonumber(ARGV[16]))
   end
   -- created before the window: a new call starts new work
-  if match and tonumber(v[4] or '0') < tonumber(now) - tonumber(ARGV[16]) then match = false end
+  match = match and (life or tonumber(v[4] or '0') >= tonumber(now) - tonumber(ARGV[16]))
   if match then return {held, redis.call('HGETALL', found)} end
 end
 -- index entries of an evicted hash with this id are stale: drop them first
