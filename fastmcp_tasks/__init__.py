@@ -15,6 +15,7 @@ from __future__ import annotations
 from fastmcp_tasks._compat import check_seams
 from fastmcp_tasks.client.extension import register_transparent_client
 from fastmcp_tasks.client.handles import ToolTask, call_tool_task
+from fastmcp_tasks.client.http import install_as_default as install_default_http_client
 from fastmcp_tasks.client.proxy import install_proxy_resolution
 from fastmcp_tasks.client.snapshot import TaskSnapshot
 from fastmcp_tasks.client.tasklog import TaskLog
@@ -26,6 +27,7 @@ from fastmcp_tasks.errors import (
     TaskFailed,
     TaskLimitExceeded,
     TasksError,
+    TaskUnreachable,
 )
 from fastmcp_tasks.server.engine.context import install_core_hooks
 from fastmcp_tasks.server.engine.progress import Progress, install_core_progress_adapter
@@ -48,6 +50,7 @@ __version__ = "0.1.0.dev0"
 
 check_seams()  # before any seam is used: fail loudly on an incompatible FastMCP
 register_transparent_client()
+install_default_http_client()  # a failed POST fails its request, never the client's session
 install_proxy_resolution()  # a FastMCP proxy in front of a tasks server returns the result
 install_core_progress_adapter()  # core's `Progress` reports into tasks from import on
 install_core_hooks()  # core's background-task hooks answer from the running task
@@ -72,6 +75,7 @@ __all__ = [
     "TaskRecord",
     "TaskSnapshot",
     "TaskStore",
+    "TaskUnreachable",
     "TasksError",
     "TasksExtension",
     "ToolTask",

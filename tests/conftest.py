@@ -1,7 +1,8 @@
 """Shared fixtures: the asyncio backend, the transports, and a time bound on every test.
 
 Every `async def` test runs inside `anyio.fail_after(ASYNC_TEST_TIMEOUT)`, so a
-hang fails the test with a clear timeout instead of stalling the suite.
+hang fails the test with a clear timeout instead of stalling the suite. A test that
+lives through a real outage longer than that says so: `@pytest.mark.bound(120)`.
 
 Hypothesis runs under a profile loaded here, before any test module builds its
 settings (which inherit from it): `ci` when `CI=true` (derandomized, so a run is
@@ -44,10 +45,16 @@ def transport(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-def _bounded(fn: Any) -> Any:
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "bound(seconds): this async test's time bound, instead of ASYNC_TEST_TIMEOUT"
+    )
+
+
+def _bounded(fn: Any, seconds: float) -> Any:
     @functools.wraps(fn)
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
-        with anyio.fail_after(ASYNC_TEST_TIMEOUT):
+        with anyio.fail_after(seconds):
             return await fn(*args, **kwargs)
 
     return wrapper
@@ -71,7 +78,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Any:
     function = pyfuncitem.obj
     if inspect.iscoroutinefunction(function):
-        pyfuncitem.obj = _bounded(function)
+        marker = pyfuncitem.get_closest_marker("bound")
+        seconds = float(marker.args[0]) if marker is not None else ASYNC_TEST_TIMEOUT
+        pyfuncitem.obj = _bounded(function, seconds)
     try:
         return (yield)
     finally:

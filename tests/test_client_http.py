@@ -24,8 +24,9 @@ from mcp.shared.exceptions import MCPError
 from fastmcp_tasks.client import TasksClientExtension
 from fastmcp_tasks.client.watch import RetryPolicy, get_task_state
 from fastmcp_tasks.client_http import RetryingTransport, TasksHttpTransport, tasks_http_client
+from fastmcp_tasks.errors import TaskUnreachable
 from tests.servers import napping
-from tests.wire import http_server
+from tests.wire import free_port, http_server
 
 pytestmark = pytest.mark.anyio
 
@@ -111,13 +112,28 @@ def _contains(exc: BaseException, kind: type[BaseException]) -> bool:
     return isinstance(exc, kind)
 
 
-async def test_retries_are_bounded_then_the_error_surfaces() -> None:
+def transport_error(response: httpx2.Response) -> dict[str, Any]:
+    """The JSON-RPC error `RetryingTransport` answered a failed POST with."""
+    assert response.status_code == 503
+    error: dict[str, Any] = response.json()["error"]
+    assert error["code"] == -32000
+    return error
+
+
+async def test_retries_are_bounded_then_the_request_gets_its_own_error() -> None:
     flaky = Flaky("tasks/get", 99)
     retrying = RetryingTransport(flaky, retry=QUICK)
     async with httpx2.AsyncClient(transport=retrying) as http:
-        with pytest.raises(httpx2.RemoteProtocolError):
-            await http.post("http://127.0.0.1:9/mcp", json={}, headers={"Mcp-Method": "tasks/get"})
-    assert flaky.sent == ["tasks/get"] * 3 and retrying.retries == 2
+        answer = await http.post(
+            "http://127.0.0.1:9/mcp", json={}, headers={"Mcp-Method": "tasks/get"}
+        )
+    error = transport_error(answer)
+    assert error["message"] == (
+        "Lost the connection to the MCP server: "
+        "RemoteProtocolError: Server disconnected without sending a response."
+    )
+    assert error["data"]["fastmcp-tasks/transport"]["delivered"] == "unknown"
+    assert flaky.sent == ["tasks/get"] * 3 and retrying.retries == 2 and retrying.failures == 1
 
 
 @pytest.mark.parametrize("method", ["tasks/update", "tasks/cancel", "tools/call"])
@@ -125,9 +141,32 @@ async def test_requests_with_effects_are_never_resent(method: str) -> None:
     flaky = Flaky(method, 99)
     retrying = RetryingTransport(flaky, retry=QUICK)
     async with httpx2.AsyncClient(transport=retrying) as http:
-        with pytest.raises(httpx2.RemoteProtocolError):
-            await http.post("http://127.0.0.1:9/mcp", json={}, headers={"Mcp-Method": method})
+        answer = await http.post("http://127.0.0.1:9/mcp", json={}, headers={"Mcp-Method": method})
+    assert transport_error(answer)["data"]["fastmcp-tasks/transport"]["delivered"] == "unknown"
     assert flaky.sent == [method] and retrying.retries == 0
+
+
+async def test_a_refused_connection_says_the_request_never_arrived() -> None:
+    retrying = RetryingTransport(retry=QUICK)
+    async with httpx2.AsyncClient(transport=retrying) as http:
+        for method in ("tools/call", "tasks/get"):
+            answer = await http.post(
+                f"http://127.0.0.1:{free_port()}/mcp", json={}, headers={"Mcp-Method": method}
+            )
+            error = transport_error(answer)
+            assert error["message"].startswith("Could not reach the MCP server: ConnectError")
+            assert error["data"]["fastmcp-tasks/transport"]["delivered"] == "no"
+
+
+async def test_the_handshake_still_fails_the_connect() -> None:
+    retrying = RetryingTransport(retry=QUICK)
+    async with httpx2.AsyncClient(transport=retrying) as http:
+        with pytest.raises(httpx2.ConnectError):
+            await http.post(
+                f"http://127.0.0.1:{free_port()}/mcp",
+                json={},
+                headers={"Mcp-Method": "server/discover"},
+            )
 
 
 async def test_a_json_rpc_error_is_not_retried() -> None:
@@ -161,9 +200,12 @@ async def test_get_task_state_retries_transport_errors_but_not_mcp_errors() -> N
         state = await get_task_state(flaky, task_id, retry=QUICK)  # type: ignore[arg-type]
         assert state["taskId"] == task_id and flaky.calls == 3
         broken = DroppingSession(client.session, 99, ConnectionResetError("reset"))
-        with pytest.raises(ConnectionResetError):
-            await get_task_state(broken, task_id, retry=QUICK)  # type: ignore[arg-type]
+        with pytest.raises(TaskUnreachable) as gave_up:
+            await get_task_state(broken, task_id, retry=QUICK, reconnect_timeout=0)  # type: ignore[arg-type]
         assert broken.calls == 3
+        assert gave_up.value.task_id == task_id
+        assert gave_up.value.last_error == "ConnectionResetError: reset"
+        assert isinstance(gave_up.value.__cause__, ConnectionResetError)
         refused = DroppingSession(client.session, 99, MCPError(code=-32602, message="unknown"))
         with pytest.raises(MCPError):
             await get_task_state(refused, task_id, retry=QUICK)  # type: ignore[arg-type]
@@ -172,6 +214,9 @@ async def test_get_task_state_retries_transport_errors_but_not_mcp_errors() -> N
         # the server's answer; a pacing refusal says when to come back
         for made_up in (
             MCPError(code=-32000, message="SSE stream ended without a response"),
+            MCPError(code=-32603, message="Server returned an error response"),
+            MCPError(code=-32000, message="Lost", data={"fastmcp-tasks/transport": {}}),
+            MCPError(code=-32603, message="Task store unavailable", data={"retryable": True}),
             MCPError(code=-32700, message="Failed to parse JSON response: truncated"),
             MCPError(code=-32000, message="Polling too fast", data={"retryAfterMs": 20}),
         ):

@@ -27,8 +27,10 @@ SERVER = Path(__file__).parent / "durable_server.py"
 
 
 class Server:
-    def __init__(self, db: Path | str, markers: Path, concurrency: int = 100) -> None:
-        self.port = free_port()
+    def __init__(
+        self, db: Path | str, markers: Path, concurrency: int = 100, port: int | None = None
+    ) -> None:
+        self.port = port if port is not None else free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         self.process = subprocess.Popen(
             [

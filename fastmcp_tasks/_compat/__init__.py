@@ -23,7 +23,11 @@ fallback that fails open (error details leaking, a call raising).
 from __future__ import annotations
 
 from fastmcp_tasks._compat.checks import check_seams, check_server, missing_seams
-from fastmcp_tasks._compat.client import elicitation_callback, parse_tool_result
+from fastmcp_tasks._compat.client import (
+    elicitation_callback,
+    install_default_http_client,
+    parse_tool_result,
+)
 from fastmcp_tasks._compat.core import (
     SDK_TRANSPORT_ERRORS,
     CoreProgress,
@@ -76,6 +80,7 @@ __all__ = [
     "child_middleware",
     "core_progress_aenter",
     "elicitation_callback",
+    "install_default_http_client",
     "is_client_tool_call",
     "is_function_tool",
     "low_level_server",

@@ -1,10 +1,11 @@
-"""Seams of the client half: the elicitation callback and FastMCP's result parser.
+"""Seams of the client half: the elicitation callback, FastMCP's result parser, its HTTP client.
 
 See `fastmcp_tasks._compat` for what a seam is and how it is checked.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import mcp_types
@@ -74,10 +75,33 @@ async def parse_tool_result(
 _PINS_VERSION = "pinned_version" in _params(Client._parse_call_tool_result)
 
 
+def install_default_http_client(factory: Callable[..., Any]) -> None:
+    """Make `factory` the httpx client FastMCP's HTTP transport builds when given none.
+
+    `StreamableHttpTransport.connect_session` calls the SDK's private
+    `mcp.shared._httpx_utils.create_mcp_http_client(headers=, timeout=, auth=)` by
+    its name in `fastmcp.client.transports.http` when the `Client` has no
+    `httpx_client_factory` (and no `verify`); there is no public default to set.
+    Idempotent.
+    """
+    from fastmcp.client.transports import http as fastmcp_http
+
+    if getattr(fastmcp_http.create_mcp_http_client, "__fastmcp_tasks__", False):
+        return
+    factory.__fastmcp_tasks__ = True  # type: ignore[attr-defined]
+    fastmcp_http.create_mcp_http_client = factory
+
+
 def client_seams() -> Checks:
     from fastmcp.client.mixins import tools as tools_mixin
+    from fastmcp.client.transports import http as fastmcp_http
 
     return {
+        "fastmcp.client.transports.http.create_mcp_http_client(headers, timeout, auth)": (
+            lambda: _callable_with(
+                fastmcp_http, "create_mcp_http_client", {"headers", "timeout", "auth"}
+            )
+        ),
         "fastmcp.Client._elicitation_callback": lambda: _assigned(Client, "_elicitation_callback"),
         "fastmcp.Client._parse_call_tool_result(name, result, raise_on_error)": (
             lambda: _callable_with(

@@ -16,6 +16,13 @@ cancelling. `get` prints the task as JSON, `cancel` cancels it. `call --related 
 (repeatable) names tasks the call relates to, a hint the tool reads (`related_tasks()`).
 A server's refusal is printed as it sent it (e.g. "Task expired (...)", with its data).
 
+`call` and `wait` keep following their task while the server cannot be reached (a
+restart, a deploy, a proxy's 502/503/504, its store down) for `--reconnect-timeout`
+seconds (10 minutes by default, `none` for no limit); `call` resends a `tools/call`
+whose reply was lost with the same idempotency key, so it never starts a second task.
+Past the window they say so in a few lines, with the `wait` command that resumes the
+task, and exit 1.
+
 Exit status: 0 on success; 1 when the task failed or was cancelled, the tool reported
 an error, or the server could not be reached (the reason on stderr); 2 for usage errors.
 """
@@ -38,10 +45,12 @@ from fastmcp_tasks.cli.target import (
     SERVER_HELP,
     Target,
     add_connection_options,
+    add_reconnect_option,
     parse_arguments,
     parse_target,
 )
 from fastmcp_tasks.cli.terminal import Prompter, TaskView
+from fastmcp_tasks.client.watch import DEFAULT_RECONNECT_TIMEOUT
 
 if TYPE_CHECKING:
     from fastmcp.client.client import CallToolResult as FastMCPCallToolResult
@@ -72,8 +81,11 @@ def result_text(result: mcp_types.CallToolResult | FastMCPCallToolResult) -> str
 class Session:
     """One client command run: the consoles, the prompts, the view and Ctrl-C."""
 
-    def __init__(self, target: Target, *, lines: bool) -> None:
+    def __init__(
+        self, target: Target, *, lines: bool, reconnect_timeout: float | None = None
+    ) -> None:
         self.target = target
+        self.reconnect_timeout = reconnect_timeout
         self.out = Console(highlight=False, soft_wrap=True)
         self.err = Console(stderr=True, highlight=False, soft_wrap=True)
         self.prompter = Prompter(self.out if self.out.is_terminal else self.err)
@@ -268,6 +280,7 @@ class Session:
                     allow_synchronous=True,  # a tool that is not a task still runs
                     raise_on_error=False,  # an error result is shown (exit 1), not raised
                     related=related,
+                    reconnect_timeout=self.reconnect_timeout,
                 )
                 if task.task_id is None:  # the server answered without a task
                     return self.show(await task)
@@ -281,7 +294,11 @@ class Session:
         with anyio.open_signal_receiver(signal.SIGINT) as self.signals:
             async with self.connect() as client:
                 task = await ToolTask.resume(
-                    client, task_id, on_input=self.on_input, on_input_rejected=self.input_rejected
+                    client,
+                    task_id,
+                    on_input=self.on_input,
+                    on_input_rejected=self.input_rejected,
+                    reconnect_timeout=self.reconnect_timeout,
                 )
                 return await self.follow(task, limit, "detach")
 
@@ -321,6 +338,7 @@ def add_client_commands(commands: Any) -> None:
     call.add_argument("tool", help="the tool to call")
     call.add_argument("arguments", nargs="*", help="key=value (values parsed as JSON if valid)")
     call.add_argument("--timeout", type=float, default=None, help="cancel after SECONDS")
+    add_reconnect_option(call)
     call.add_argument(
         "--related",
         action="append",
@@ -341,14 +359,18 @@ def add_client_commands(commands: Any) -> None:
             command.add_argument(
                 "--timeout", type=float, default=None, help="stop waiting after SECONDS"
             )
+            add_reconnect_option(command)
 
 
 def run_client_command(args: argparse.Namespace) -> int:
     """Run a parsed client command; the exit status (errors reported on stderr)."""
     from mcp.shared.exceptions import MCPError
 
+    from fastmcp_tasks.errors import TaskUnreachable
+
     target = parse_target(args.server, token=args.token, headers=args.header)
-    session = Session(target, lines=args.command == "call")
+    reconnect = getattr(args, "reconnect_timeout", DEFAULT_RECONNECT_TIMEOUT)
+    session = Session(target, lines=args.command == "call", reconnect_timeout=reconnect)
     try:
         if args.command == "call":
             arguments = parse_arguments(args.arguments)
@@ -362,6 +384,12 @@ def run_client_command(args: argparse.Namespace) -> int:
         session.report(f"{exc.error.message} (error {exc.error.code})")
         if exc.error.data is not None:
             session.report(f"data: {json.dumps(exc.error.data)}")
+    except TaskUnreachable as exc:
+        session.report(
+            f"lost contact with task {exc.task_id} for {exc.waited:.0f}s: {exc.last_error}"
+        )
+        session.report("the task may still be running; resume with:")
+        session.report(f"  fastmcp-tasks wait {target.text} {exc.task_id}")
     except TaskFailure as exc:
         session.report(str(exc))
     except KeyboardInterrupt:

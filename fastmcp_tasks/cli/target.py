@@ -4,10 +4,13 @@ SERVER is a Streamable HTTP URL or `path/to/server.py[:object]` (loaded in memor
 For a URL, `--token` (default `$FASTMCP_TASKS_TOKEN`) sends `Authorization: Bearer ...`
 and `--header 'Name: value'` (repeatable) any other header, e.g. for a proxy; neither is
 ever printed. Tool arguments are `key=value` pairs whose values are JSON when they parse.
+`--reconnect-timeout` (on `call` and `wait`) is how long to follow a task the server
+cannot be reached about.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 from dataclasses import dataclass, field
@@ -15,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from fastmcp_tasks.cli.common import CommandError, load_server
+from fastmcp_tasks.client.watch import DEFAULT_RECONNECT_TIMEOUT
 
 TOKEN_ENV = "FASTMCP_TASKS_TOKEN"
 
@@ -142,4 +146,29 @@ def add_connection_options(command: Any) -> None:
         default=[],
         metavar="'NAME: VALUE'",
         help="an HTTP header to send (repeatable)",
+    )
+
+
+def reconnect_seconds(text: str) -> float | None:
+    """`--reconnect-timeout`: seconds (at least 0), or `none` for no limit."""
+    if text.strip().lower() in ("none", "inf", "infinite"):
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not seconds >= 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, or 'none': {text!r}")
+    return seconds
+
+
+def add_reconnect_option(command: Any) -> None:
+    """`--reconnect-timeout` on `call` and `wait`."""
+    command.add_argument(
+        "--reconnect-timeout",
+        type=reconnect_seconds,
+        default=DEFAULT_RECONNECT_TIMEOUT,
+        metavar="SECONDS",
+        help="keep following the task while the server cannot be reached for this long "
+        f"(default {DEFAULT_RECONNECT_TIMEOUT:.0f}; 'none': no limit)",
     )

@@ -61,6 +61,7 @@ from mcp.shared.exceptions import MCPError
 from fastmcp_tasks.client.answers import InputAnswerer, InputHandler
 from fastmcp_tasks.client.watch import (
     DEFAULT_POLL_SECONDS,
+    DEFAULT_RECONNECT_TIMEOUT,
     DEFAULT_RETRY,
     LISTEN_TIMEOUT,
     SAFETY_POLL,
@@ -202,7 +203,12 @@ class TasksClientExtension(ClientExtension):
         elicitation_callback: the SDK-level elicitation callback (what a `Client`
             builds from its `elicitation_handler`); used by the transparent mode.
         retry: how a `tasks/get` that fails in the transport is retried
-            (`RetryPolicy`: 0.1 s doubling up to 2 s, 5 tries by default).
+            (`RetryPolicy`: 0.1 s doubling up to 2 s, at least 5 tries by default).
+        reconnect_timeout: how long to keep following a task while its server cannot
+            be reached (restarted, deployed, behind a failing proxy, its store down):
+            seconds after the first failed try, 10 minutes by default, `None` for no
+            limit. Then the call raises `TaskUnreachable`, which names the task and
+            how to resume it; the task itself is not cancelled.
     """
 
     identifier = TASKS_EXTENSION_ID
@@ -217,9 +223,11 @@ class TasksClientExtension(ClientExtension):
         push: bool = True,
         elicitation_callback: ElicitationFnT | None = None,
         retry: RetryPolicy = DEFAULT_RETRY,
+        reconnect_timeout: float | None = DEFAULT_RECONNECT_TIMEOUT,
     ) -> None:
         self.push = push
         self.retry = retry
+        self.reconnect_timeout = reconnect_timeout
         self._watchers: dict[str, list[MemoryObjectSendStream[TaskStateDict]]] = {}
         self.on_status = on_status
         self.min_poll_interval = min_poll_interval
@@ -270,6 +278,7 @@ class TasksClientExtension(ClientExtension):
             min_poll_interval=self.min_poll_interval,
             read_timeout=ctx.read_timeout_seconds,
             retry=self.retry,
+            reconnect_timeout=self.reconnect_timeout,
         )
         async with watch:
             state = latest[0]

@@ -23,7 +23,7 @@ from fastmcp_tasks import _compat
 from fastmcp_tasks.client.answers import InputAnswerer, InputHandler
 from fastmcp_tasks.client.extension import CANCEL_GRACE, TasksClientExtension
 from fastmcp_tasks.client.snapshot import TaskSnapshot
-from fastmcp_tasks.client.watch import TaskWatch
+from fastmcp_tasks.client.watch import DEFAULT_RECONNECT_TIMEOUT, TaskWatch
 from fastmcp_tasks.wire.models import (
     CancelTaskRequest,
     CreateTaskResult,
@@ -38,6 +38,17 @@ if TYPE_CHECKING:
     from fastmcp.client.client import CallToolResult
 
     from fastmcp_tasks.client.tasklog import TaskLog
+
+
+class Default:
+    """The type of `DEFAULT`: an option left to the client's `TasksClientExtension`."""
+
+    def __repr__(self) -> str:
+        return "DEFAULT"
+
+
+#: `reconnect_timeout=DEFAULT`: the client's `TasksClientExtension(reconnect_timeout=)`.
+DEFAULT = Default()
 
 StatusChange = Callable[[TaskSnapshot], Awaitable[None] | None]
 InputRejected = Callable[[MCPError], Awaitable[None] | None]
@@ -61,6 +72,14 @@ def tasks_extension(client: Client[Any]) -> TasksClientExtension | None:
     return owner if isinstance(owner, TasksClientExtension) else None
 
 
+def reconnect_window(client: Client[Any], given: float | Default | None) -> float | None:
+    """`given`, or for `DEFAULT` the client's `TasksClientExtension(reconnect_timeout=)`."""
+    if not isinstance(given, Default):
+        return given
+    extension = tasks_extension(client)
+    return DEFAULT_RECONNECT_TIMEOUT if extension is None else extension.reconnect_timeout
+
+
 class TaskFollower:
     """The observing half of a task handle (see `client.handles.ToolTask` for the options)."""
 
@@ -80,6 +99,7 @@ class TaskFollower:
         min_poll_interval: float = 0.0,
         log: TaskLog | None = None,
         push: bool = True,
+        reconnect_timeout: float | Default | None = DEFAULT,
     ) -> None:
         self.client = client
         self.task_id = task_id
@@ -87,6 +107,7 @@ class TaskFollower:
         self.raise_on_error = raise_on_error
         self.version = version
         self.push = push
+        self.reconnect_timeout = reconnect_timeout
         self.state: TaskStateDict = state.copy() if state else cast(TaskStateDict, {})
         self.on_status_change = on_status_change
         self.on_input = on_input
@@ -202,12 +223,16 @@ class TaskFollower:
         return self.done and not _missing_outcome(self.state)
 
     def _watch(self) -> TaskWatch:
+        extension = tasks_extension(self.client)
+        reconnect = reconnect_window(self.client, self.reconnect_timeout)
         return TaskWatch(
             self.client.session,
             str(self.task_id),
-            extension=tasks_extension(self.client),
+            extension=extension,
             push=self.push,
             min_poll_interval=self.min_poll_interval,
+            reconnect_timeout=reconnect,
+            server=str(url) if (url := getattr(self.client.transport, "url", None)) else None,
         )
 
     async def _observe(self, state: TaskStateDict) -> None:

@@ -54,12 +54,16 @@ import anyio
 
 from fastmcp_tasks import _compat
 from fastmcp_tasks.client.answers import InputAnswerer, InputHandler
+from fastmcp_tasks.client.creating import send_with_key
 from fastmcp_tasks.client.drive import finished_result, not_a_task, request_meta
 from fastmcp_tasks.client.extension import TaskCreated, handing_back_tasks
 from fastmcp_tasks.client.following import (
+    DEFAULT,
+    Default,
     InputRejected,
     StatusChange,
     TaskFollower,
+    reconnect_window,
     server_name,
     tasks_extension,
 )
@@ -103,6 +107,12 @@ class ToolTask(TaskFollower):
         push: receive pushed states over `subscriptions/listen` when the server offers
             it and the client has a `TasksClientExtension` (the default); polls then
             only run as a slow safety net.
+        reconnect_timeout: how long to keep following the task while its server cannot
+            be reached (restarts, deploys, a proxy's 502/503/504, "Task store
+            unavailable"): seconds after the first failed try, `None` for no limit; by
+            default the client's `TasksClientExtension(reconnect_timeout=)`, 10
+            minutes. Then `status()`, `wait()`, `updates()` and `result()` raise
+            `TaskUnreachable` (the task is not cancelled: resume it by id).
     """
 
     @classmethod
@@ -235,6 +245,7 @@ async def call_tool_task(
     server: str | None = None,
     push: bool = True,
     allow_synchronous: bool = False,
+    reconnect_timeout: float | Default | None = DEFAULT,
 ) -> ToolTask:
     """Call a tool as a task and return its handle without waiting for the outcome.
 
@@ -264,6 +275,12 @@ async def call_tool_task(
         push: follow the task over `subscriptions/listen` when offered (see `ToolTask`).
         allow_synchronous: accept a synchronous answer as an already complete handle
             (`task_id` `None`) instead of raising `NotATask`.
+        reconnect_timeout: how long the call and the handle keep trying while the server
+            cannot be reached (see `ToolTask`); by default the client's
+            `TasksClientExtension(reconnect_timeout=)`, 10 minutes.
+
+    The call carries an idempotency key (`client.creating`): when its reply is lost
+    it is sent again with the same key and answered with the same task.
 
     Returns:
         The task's handle.
@@ -283,15 +300,18 @@ async def call_tool_task(
         "on_input_rejected": on_input_rejected,
         "min_poll_interval": min_poll_interval,
         "push": push,
+        "reconnect_timeout": reconnect_timeout,
     }
-    try:
+
+    async def send(sent: dict[str, Any]) -> Any:
         with handing_back_tasks(client.session):
-            answer = await client.call_tool_mcp(
-                name,
-                arguments or {},
-                timeout=timeout,
-                meta=request_meta(meta, version, related),
-            )
+            return await client.call_tool_mcp(name, arguments or {}, timeout=timeout, meta=sent)
+
+    reconnect = reconnect_window(client, reconnect_timeout)
+    try:
+        answer = await send_with_key(
+            client, send, request_meta(meta, version, related), reconnect_timeout=reconnect
+        )
     except TaskCreated as handed_back:
         created = handed_back.created
     else:

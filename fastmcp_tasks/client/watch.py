@@ -5,23 +5,32 @@ Both ways of waiting for a task share this module: the transparent resolver
 (`ToolTask.result()`, `wait()`, `updates()`).
 
 `get_task_state()` sends one `tasks/get` (with `Mcp-Name: <taskId>`, C73) and
-retries it when the transport fails transiently (a dropped connection, a reset,
-an `httpx2.TransportError`): after 0.1 s, then doubling up to 2 s, at most
-`RetryPolicy.attempts` tries, then the last error surfaces. A JSON-RPC error
-(`MCPError`) is the server's answer and is never retried.
+keeps resending it while the way to the server is down: a transport error (the
+connection refused or reset), the error a `client.http.RetryingTransport` answers
+for a failed POST (`data["fastmcp-tasks/transport"]`), the SDK's stand-ins for a
+broken stream or a proxy's 5xx, and a server error that says it is retryable
+(`data.retryable`, `data.retryAfterMs`, e.g. "Task store unavailable"). It waits
+0.1 s, doubling up to `RetryPolicy.max_delay` with jitter (never sooner than a
+`retryAfterMs`), for at least `RetryPolicy.attempts` tries and for as long as the
+reconnect window lasts (`reconnect_timeout`, 10 minutes by default, `None` for no
+limit), then raises `TaskUnreachable`: the task id, the last error and how to
+resume. Any other JSON-RPC error is the server's answer about the task: final.
 
 `TaskWatch` yields the task's next state: a pushed `notifications/tasks` when
 the server serves `subscriptions/listen` (C72), otherwise a poll no sooner than
 the latest `pollIntervalMs` (C62). While push works, a slow safety poll still
 runs every `SAFETY_POLL` seconds. The subscription runs as its own asyncio
 task (FastMCP's client is asyncio-only), so a `TaskWatch` may be held across
-the `yield`s of an async generator and closed from any task.
+the `yield`s of an async generator and closed from any task. A listen stream
+that broke (the server restarted) is opened again after the next good poll.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import random
+import time
 from dataclasses import dataclass
 from typing import Protocol, cast
 
@@ -31,6 +40,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
+    INTERNAL_ERROR,
     SubscriptionFilter,
     SubscriptionsListenRequest,
     SubscriptionsListenRequestParams,
@@ -38,6 +48,7 @@ from mcp_types import (
 )
 
 from fastmcp_tasks import _compat
+from fastmcp_tasks.errors import TaskUnreachable
 from fastmcp_tasks.wire.models import GetTaskRequest, TaskIdParams, TaskState, TaskStateDict
 
 #: Poll interval used when the server gives none (the spec's default is the server's).
@@ -48,6 +59,13 @@ SAFETY_POLL = 30.0
 LISTEN_TIMEOUT = 24 * 3600.0
 #: The exceptions a retry may cure: the connection failed, the server did not answer it.
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (httpx2.TransportError, OSError)
+#: `error.data` key of the JSON-RPC error `client.http.RetryingTransport` answers a
+#: request with when its POST failed in the transport.
+TRANSPORT_ERROR_KEY = "fastmcp-tasks/transport"
+#: How long a watcher keeps trying to reach the server about a task by default.
+DEFAULT_RECONNECT_TIMEOUT = 600.0
+#: The SDK's stand-in for a non-JSON 4xx/5xx answer (e.g. a proxy's 502 page).
+SDK_HTTP_ERROR = "Server returned an error response"
 
 
 class PushSource(Protocol):
@@ -85,22 +103,74 @@ DEFAULT_RETRY = RetryPolicy()
 
 
 def transient_error(error: MCPError) -> float | None:
-    """Seconds to wait before resending a `tasks/get` that got `error`, or `None`: final.
+    """Seconds to wait before resending a request that got `error`, or `None`: final.
 
-    Two kinds of JSON-RPC error are not the server's answer about the task: the
-    ones the SDK makes up when an HTTP response stream breaks (-32000 "SSE stream
-    ...", -32700 "Failed to parse JSON response ..."), and a pacing refusal that
-    says when to come back (`data.retryAfterMs`, C19). Every other error is final.
+    Some JSON-RPC errors are not the server's answer about the task: the one a
+    `RetryingTransport` answers for a failed POST (`data["fastmcp-tasks/transport"]`),
+    the ones the SDK makes up when an HTTP response stream breaks (-32000 "SSE stream
+    ...", -32700 "Failed to parse JSON response ...") or a proxy answers a non-JSON
+    5xx (-32603 "Server returned an error response", no data), and a server error
+    that says when, or that, to come back (`data.retryAfterMs`, C19; `data.retryable`,
+    as "Task store unavailable" does). Every other error is final.
     """
     data = error.error
     message = data.message or ""
+    extra = data.data if isinstance(data.data, dict) else {}
+    if TRANSPORT_ERROR_KEY in extra:
+        return 0.0
     prefix = _compat.SDK_TRANSPORT_ERRORS.get(data.code)
     if prefix is not None and message.startswith(prefix):
         return 0.0
-    retry_after = data.data.get("retryAfterMs") if isinstance(data.data, dict) else None
+    if data.code == INTERNAL_ERROR and message == SDK_HTTP_ERROR and data.data is None:
+        return 0.0
+    retry_after = extra.get("retryAfterMs")
     if isinstance(retry_after, int) and 0 < retry_after <= 60_000:
         return retry_after / 1000
+    if extra.get("retryable") is True:
+        return 0.0
     return None
+
+
+def describe_error(error: BaseException) -> str:
+    """One line for a person: the JSON-RPC message, or the exception's type and text."""
+    if isinstance(error, MCPError):
+        return f"{error.error.message} (error {error.error.code})"
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+
+
+class Outage:
+    """One stretch of failed tries: when to try again, and when to give up.
+
+    Args:
+        retry: at least `retry.attempts` tries, `retry.first_delay` doubling up to
+            `retry.max_delay` apart (each a random 50-100 % of that, so many clients
+            cut off together do not come back together).
+        reconnect_timeout: keep trying for this many seconds after the first failure
+            (`None`: as long as it takes).
+    """
+
+    def __init__(self, retry: RetryPolicy, reconnect_timeout: float | None) -> None:
+        self.retry = retry
+        self.reconnect_timeout = reconnect_timeout
+        self.started = time.monotonic()
+        self.tries = 0
+
+    @property
+    def waited(self) -> float:
+        return time.monotonic() - self.started
+
+    def next_delay(self, at_least: float = 0.0) -> float | None:
+        """Seconds before the next try, or `None` once the attempts and the window are spent."""
+        self.tries += 1
+        window = self.reconnect_timeout
+        if self.tries >= self.retry.attempts and window is not None and self.waited >= window:
+            return None
+        ceiling = min(self.retry.first_delay * 2 ** min(self.tries - 1, 32), self.retry.max_delay)
+        delay: float = max(ceiling * random.uniform(0.5, 1.0), at_least)
+        if self.tries >= self.retry.attempts and window is not None:
+            delay = min(delay, max(window - self.waited, 0.0))
+        return delay
 
 
 async def get_task_state(
@@ -109,39 +179,53 @@ async def get_task_state(
     *,
     read_timeout: float | None = None,
     retry: RetryPolicy = DEFAULT_RETRY,
+    reconnect_timeout: float | None = DEFAULT_RECONNECT_TIMEOUT,
+    server: str | None = None,
 ) -> TaskStateDict:
-    """One `tasks/get`, retried on transient transport errors; the DetailedTask fields.
+    """One `tasks/get`, resent while the server cannot be reached; the DetailedTask fields.
+
+    Args:
+        session: the connected client session.
+        task_id: the task.
+        read_timeout: the read timeout of each try (`None`: the session's).
+        retry: the least number of tries, and how far apart.
+        reconnect_timeout: how long to keep trying after the first failure (`None`: no limit).
+        server: the server's URL or name, for the resume hint of `TaskUnreachable`.
 
     Raises:
-        MCPError: the server's JSON-RPC error (not retried, except the transient ones
-            of `transient_error`, which count as tries).
-        httpx2.TransportError | OSError: the transport kept failing `retry.attempts` times.
+        MCPError: the server's JSON-RPC error about the task (never retried, except the
+            transient ones of `transient_error`).
+        TaskUnreachable: the tries and the reconnect window ran out.
     """
     timeout = None if read_timeout in (None, math.inf) else read_timeout
     request = GetTaskRequest(params=TaskIdParams(taskId=task_id))
-    for delay in [*retry.delays(), None]:
+    outage: Outage | None = None
+    while True:
         try:
             result = await session.send_request(
                 request, TaskState, request_read_timeout_seconds=timeout
             )
         except MCPError as exc:
             wait = transient_error(exc)
-            if wait is None or delay is None:
+            if wait is None:
                 raise
-            await anyio.sleep(max(wait, delay))
-            continue
-        except TRANSIENT_ERRORS:
-            if delay is None:
-                raise
-            await anyio.sleep(delay)
-            continue
-        state = result.model_dump(by_alias=True, exclude_none=False)
-        state.pop("resultType", None)
-        state.pop("_meta", None)
-        return cast(
-            TaskStateDict, {k: v for k, v in state.items() if v is not None or k == "ttlMs"}
-        )
-    raise AssertionError("unreachable")  # pragma: no cover
+            failure: BaseException = exc
+        except TRANSIENT_ERRORS as exc:
+            wait, failure = 0.0, exc
+        else:
+            state = result.model_dump(by_alias=True, exclude_none=False)
+            state.pop("resultType", None)
+            state.pop("_meta", None)
+            return cast(
+                TaskStateDict, {k: v for k, v in state.items() if v is not None or k == "ttlMs"}
+            )
+        outage = outage or Outage(retry, reconnect_timeout)
+        delay = outage.next_delay(wait)
+        if delay is None:
+            raise TaskUnreachable(
+                task_id, describe_error(failure), waited=outage.waited, server=server
+            ) from failure
+        await anyio.sleep(delay)
 
 
 def poll_interval(state: TaskStateDict, floor: float = 0.0) -> float:
@@ -166,6 +250,9 @@ class TaskWatch:
         min_poll_interval: the shortest wait between polls, whatever the server says.
         read_timeout: the read timeout of each `tasks/get` (`None`: the session's).
         retry: how a transiently failing `tasks/get` is retried.
+        reconnect_timeout: how long a `tasks/get` keeps trying while the server cannot
+            be reached (`None`: no limit); then `TaskUnreachable`.
+        server: the server's URL or name, for the resume hint of `TaskUnreachable`.
     """
 
     def __init__(
@@ -178,6 +265,8 @@ class TaskWatch:
         min_poll_interval: float = 0.0,
         read_timeout: float | None = None,
         retry: RetryPolicy = DEFAULT_RETRY,
+        reconnect_timeout: float | None = DEFAULT_RECONNECT_TIMEOUT,
+        server: str | None = None,
     ) -> None:
         self.session = session
         self.task_id = task_id
@@ -185,7 +274,10 @@ class TaskWatch:
         self.min_poll_interval = min_poll_interval
         self.read_timeout = read_timeout
         self.retry = retry
+        self.reconnect_timeout = reconnect_timeout
+        self.server = server
         self.pushed = False
+        self.broken = False  # the listen stream broke: open it again after a good poll
         self._inbox: MemoryObjectSendStream[TaskStateDict] | None = None
         self._pushes: MemoryObjectReceiveStream[TaskStateDict] | None = None
         self._listen: asyncio.Task[None] | None = None
@@ -207,10 +299,19 @@ class TaskWatch:
         self._listen = asyncio.get_running_loop().create_task(self._subscribe())
 
     async def get(self) -> TaskStateDict:
-        """One `tasks/get` (retried on transient transport errors)."""
-        return await get_task_state(
-            self.session, self.task_id, read_timeout=self.read_timeout, retry=self.retry
+        """One `tasks/get` (resent while the server cannot be reached)."""
+        state = await get_task_state(
+            self.session,
+            self.task_id,
+            read_timeout=self.read_timeout,
+            retry=self.retry,
+            reconnect_timeout=self.reconnect_timeout,
+            server=self.server,
         )
+        if self.broken and not self._closed and self._pushes is None:
+            self.broken = False  # the server answers again: listen again (C72)
+            self.start()
+        return state
 
     async def next(self, state: TaskStateDict) -> TaskStateDict:
         """The task's next state after `state`: the next push, or a poll once it is due."""
@@ -221,6 +322,7 @@ class TaskWatch:
                     fresh = await self._pushes.receive()
                 except anyio.EndOfStream:
                     self._pushes = None
+                    self.pushed = False
                 else:
                     self.pushed = True
                     return fresh
@@ -251,8 +353,10 @@ class TaskWatch:
             await self.session.send_request(
                 request, SubscriptionsListenResult, request_read_timeout_seconds=LISTEN_TIMEOUT
             )
-        except Exception:  # -32601 from a server without push, a dropped stream, ...
-            pass
+        except MCPError as exc:  # -32601 from a server without push, a dropped stream, ...
+            self.broken = transient_error(exc) is not None
+        except Exception:
+            self.broken = True
         finally:  # what was pushed is still read; then `next()` polls at the normal pace
             self._stop_pushes()
 
