@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -25,7 +26,9 @@ from fastmcp_tasks.client import TasksClientExtension
 from fastmcp_tasks.client.watch import RetryPolicy, get_task_state
 from fastmcp_tasks.client_http import RetryingTransport, TasksHttpTransport, tasks_http_client
 from fastmcp_tasks.errors import TaskUnreachable
+from fastmcp_tasks.wire.models import GetTaskRequest, TaskIdParams, TaskState
 from tests.servers import napping
+from tests.test_durability import Server
 from tests.wire import free_port, http_server
 
 pytestmark = pytest.mark.anyio
@@ -304,3 +307,59 @@ def test_tasks_http_client_takes_what_fastmcp_passes() -> None:
     client = tasks_http_client(headers={"x": "1"}, auth=None, follow_redirects=True, verify=False)
     assert isinstance(client._transport, RetryingTransport)
     assert client.headers["x"] == "1" and client.timeout.read == 300.0
+
+
+class Gateway(httpx2.AsyncBaseTransport):
+    """A proxy whose upstream is down: a non-JSON 502/503/504 page for the first `fails`."""
+
+    def __init__(self, fails: int, status: int) -> None:
+        self.fails, self.status, self.sent = fails, status, 0
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        self.sent += 1
+        if self.fails > 0:
+            self.fails -= 1
+            return httpx2.Response(self.status, text="<html>Bad Gateway</html>")
+        return httpx2.Response(200, json={"jsonrpc": "2.0", "id": 1, "result": {}})
+
+
+@pytest.mark.parametrize("status", [502, 503, 504])
+async def test_a_gateway_error_is_resent_for_safe_requests_and_contained_for_others(
+    status: int,
+) -> None:
+    safe = Gateway(2, status)
+    async with httpx2.AsyncClient(transport=RetryingTransport(safe, retry=QUICK)) as http:
+        answer = await http.post("http://proxy/mcp", json={}, headers={"Mcp-Method": "tasks/get"})
+    assert answer.status_code == 200 and safe.sent == 3
+    effect = Gateway(1, status)
+    async with httpx2.AsyncClient(transport=RetryingTransport(effect, retry=QUICK)) as http:
+        answer = await http.post("http://proxy/mcp", json={}, headers={"Mcp-Method": "tools/call"})
+    error = transport_error(answer)
+    assert error["data"]["fastmcp-tasks/transport"] == {
+        "error": f"HTTP {status} from a proxy or gateway",
+        "delivered": "unknown",
+    }
+    assert effect.sent == 1  # never resent
+
+
+async def test_a_plain_client_keeps_its_session_when_the_server_is_gone(tmp_path: Path) -> None:
+    """Importing fastmcp_tasks gives `Client(url)` a transport whose failures stay per request:
+    each request to a server that is gone gets its own error, the session lives on, and
+    leaving `async with Client(...)` raises nothing of its own."""
+    (tmp_path / "markers").mkdir()
+    server = Server(tmp_path / "tasks.db", tmp_path / "markers")
+    try:
+        await server.ready()
+        async with Client(server.url) as client:
+            assert await client.list_tools()
+            server.kill()  # the server is gone
+            for _ in range(2):
+                with pytest.raises(MCPError) as lost:
+                    await client.session.send_request(
+                        GetTaskRequest(params=TaskIdParams(taskId="any")), TaskState
+                    )
+                transport = lost.value.error.data["fastmcp-tasks/transport"]
+                assert transport["delivered"] == "no"
+                assert transport["error"].startswith("ConnectError")
+    finally:
+        server.stop()

@@ -185,6 +185,8 @@ class RetryingTransport(httpx2.AsyncBaseTransport):
             return response  # an event stream: the SDK reads it and resolves a broken one
         try:
             body = b"".join([chunk async for chunk in response.aiter_raw()])
+        except httpx2.StreamConsumed:  # a response made whole in memory (a mock transport)
+            body = response.content
         finally:
             await response.aclose()
         return httpx2.Response(
