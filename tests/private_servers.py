@@ -27,12 +27,14 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import IO, Any
 
 import anyio
+import anyio.abc
+import httpx2
 import pytest
 from anyio.abc import SocketStream, TaskGroup
 
@@ -255,6 +257,20 @@ async def blackhole_proxy(target_port: int, target_host: str = LOOPBACK) -> Asyn
         finally:
             proxy.resume()
             group.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def tcp_relay(
+    upstream: httpx2.URL, relay: Callable[[SocketStream], Awaitable[None]]
+) -> AsyncIterator[str]:
+    """Serve `relay` for each connection on a free loopback port; yield `upstream` with that
+    port (an HTTP proxy in front of a server: the relay decides what it passes on)."""
+    listener = await anyio.create_tcp_listener(local_host=LOOPBACK)
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    async with listener, anyio.create_task_group() as group:
+        group.start_soon(listener.serve, relay)
+        yield str(upstream.copy_with(port=port))
+        group.cancel_scope.cancel()
 
 
 # --- a SQLite lock held by another process -------------------------------------------

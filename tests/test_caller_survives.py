@@ -134,38 +134,26 @@ async def three_callers(
         assert runs(markers, key) == 1
 
 
-async def test_callers_ride_through_a_killed_front_end(tmp_path: Path, store_at: str) -> None:
+@pytest.mark.parametrize("how", ["sigkill", "sigterm"])
+async def test_callers_ride_through_a_restart(tmp_path: Path, store_at: str, how: str) -> None:
+    """SIGKILL and a new front end 20 s later; or SIGTERM, as a deploy, and 5 s later."""
     async with deployment(tmp_path, store_at) as (front, _worker, markers):
-        replacement: list[Server] = []
+        replacements: list[Server] = []
 
-        async def kill_and_come_back_later() -> None:
-            front.kill()
-            await anyio.sleep(DOWN)  # the outage itself: nothing to wait for but time
-            replacement.append(restart(front, store_at, markers))
-            await replacement[0].ready()
+        async def stop_then_replace() -> None:
+            if how == "sigkill":
+                front.kill()
+            else:
+                front.process.send_signal(signal.SIGTERM)
+                await anyio.to_thread.run_sync(front.process.wait, 30)
+            await anyio.sleep(DOWN if how == "sigkill" else 5.0)  # the outage: only time
+            replacements.append(restart(front, store_at, markers))
+            await replacements[-1].ready()
 
         try:
-            await three_callers(front, markers, kill_and_come_back_later)
+            await three_callers(front, markers, stop_then_replace)
         finally:
-            for server in replacement:
-                server.stop()
-
-
-async def test_callers_ride_through_a_deploy(tmp_path: Path, store_at: str) -> None:
-    async with deployment(tmp_path, store_at) as (front, _worker, markers):
-        replacement: list[Server] = []
-
-        async def sigterm_then_new_one() -> None:
-            front.process.send_signal(signal.SIGTERM)
-            await anyio.to_thread.run_sync(front.process.wait, 30)
-            await anyio.sleep(5)  # a deploy's gap between the old and the new replica
-            replacement.append(restart(front, store_at, markers))
-            await replacement[0].ready()
-
-        try:
-            await three_callers(front, markers, sigterm_then_new_one)
-        finally:
-            for server in replacement:
+            for server in replacements:
                 server.stop()
 
 

@@ -8,8 +8,8 @@ which ends the whole FastMCP session (`test_a_dropped_poll_ends_a_plain_session`
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from fastmcp_tasks.client.watch import RetryPolicy, get_task_state
 from fastmcp_tasks.client_http import RetryingTransport, TasksHttpTransport, tasks_http_client
 from fastmcp_tasks.errors import TaskUnreachable
 from fastmcp_tasks.wire.models import GetTaskRequest, TaskIdParams, TaskState
+from tests.private_servers import tcp_relay
 from tests.servers import napping
 from tests.test_durability import Server
 from tests.wire import free_port, http_server
@@ -244,14 +245,9 @@ class KeepAliveExpiry:
         self.upstream = httpx2.URL(upstream)
         self.idle, self.dropped = idle, 0
 
-    @asynccontextmanager
-    async def serving(self) -> AsyncIterator[str]:
-        listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
-        port = listener.extra(anyio.abc.SocketAttribute.local_port)
-        async with listener, anyio.create_task_group() as group:
-            group.start_soon(listener.serve, self._relay)
-            yield str(self.upstream.copy_with(port=port))
-            group.cancel_scope.cancel()
+    def serving(self) -> AbstractAsyncContextManager[str]:
+        """Serve the proxy; yield its URL."""
+        return tcp_relay(self.upstream, self._relay)
 
     async def _relay(self, client: anyio.abc.SocketStream) -> None:
         last, answered = anyio.current_time(), False

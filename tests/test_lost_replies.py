@@ -10,8 +10,7 @@ and the tool body runs exactly once.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import anyio
@@ -21,6 +20,7 @@ import pytest
 from fastmcp import Client
 
 from fastmcp_tasks import call_tool_task
+from tests.private_servers import tcp_relay
 from tests.test_caller_survives import cli_call, finished, runs
 from tests.test_durability import release, servers, started_in, wire_to
 
@@ -30,19 +30,15 @@ pytestmark = [pytest.mark.anyio, pytest.mark.bound(60)]
 class ReplyDropper:
     """A TCP proxy that swallows the answer to the first `drops` `tools/call` requests."""
 
-    def __init__(self, upstream: str, drops: int) -> None:
+    def __init__(self, upstream: str, drops: int, *, hold: bool = False) -> None:
         self.upstream = httpx2.URL(upstream)
         self.drops = drops
+        self.hold = hold  # keep the connection open, silent, instead of dropping it
         self.dropped = 0
 
-    @asynccontextmanager
-    async def serving(self) -> AsyncIterator[str]:
-        listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
-        port = listener.extra(anyio.abc.SocketAttribute.local_port)
-        async with listener, anyio.create_task_group() as group:
-            group.start_soon(listener.serve, self._relay)
-            yield str(self.upstream.copy_with(port=port))
-            group.cancel_scope.cancel()
+    def serving(self) -> AbstractAsyncContextManager[str]:
+        """Serve the proxy; yield its URL."""
+        return tcp_relay(self.upstream, self._relay)
 
     async def _relay(self, client: anyio.abc.SocketStream) -> None:
         upstream = await anyio.connect_tcp("127.0.0.1", self.upstream.port or 80)
@@ -60,6 +56,8 @@ class ReplyDropper:
             async def answers() -> None:
                 async for chunk in upstream:
                     if dropping.is_set():
+                        if self.hold:
+                            await anyio.sleep_forever()  # until the caller gives up
                         break  # the server answered: drop the connection, answer unsent
                     await client.send(chunk)
                 group.cancel_scope.cancel()
@@ -90,3 +88,44 @@ async def test_a_lost_tools_call_reply_is_resent_and_answered_with_the_same_task
     assert out.strip().splitlines()[-1] == "plain cli"
     assert dropper.dropped == 2  # both first replies were lost
     assert runs(markers, "handle") == 1 and runs(markers, "cli") == 1  # no second run
+
+
+async def test_a_transparent_call_whose_reply_is_lost_gets_its_one_task(tmp_path: Path) -> None:
+    markers = tmp_path / "markers"
+    with servers(tmp_path, 1) as (server,):
+        async with wire_to(server):
+            pass  # ready
+        dropper = ReplyDropper(server.url, drops=1)
+        async with dropper.serving() as proxied, Client(proxied) as client:
+
+            async def released() -> None:
+                await started_in(markers, "call")
+                release(markers, "call")
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(released)
+                result = await client.call_tool("plain_job", {"key": "call"})
+    assert result.data == "plain call"
+    assert dropper.dropped == 1 and runs(markers, "call") == 1
+
+
+async def test_an_abandoned_transparent_call_cancels_the_task_it_made(tmp_path: Path) -> None:
+    """The caller gives up before the reply comes: the task it made is found and cancelled."""
+    markers = tmp_path / "markers"
+    with servers(tmp_path, 1) as (server,):
+        async with wire_to(server):
+            pass  # ready
+        holder = ReplyDropper(server.url, drops=1, hold=True)
+        async with holder.serving() as proxied, Client(proxied) as client:
+            with anyio.move_on_after(2) as gave_up:
+                await client.call_tool("plain_job", {"key": "orphan"})
+            assert gave_up.cancelled_caught and holder.dropped == 1
+            with anyio.fail_after(15):  # the tool was stopped by the task's cancellation
+                while not cancelled(markers, "orphan"):  # noqa: ASYNC110 - a file signal
+                    await anyio.sleep(0.05)
+    assert runs(markers, "orphan") == 1
+
+
+def cancelled(markers: Path, key: str) -> bool:
+    """Whether the tool body of `key` was stopped by a cancellation."""
+    return any(markers.glob(f"{key}.cancelled.*"))

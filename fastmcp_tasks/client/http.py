@@ -42,6 +42,7 @@ that uses `tasks_http_client` by default.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -51,7 +52,9 @@ from fastmcp.client.transports import StreamableHttpTransport
 from mcp_types import CONNECTION_CLOSED
 
 from fastmcp_tasks import _compat
+from fastmcp_tasks.client.resend import send_tool_call, spawn_on_loop
 from fastmcp_tasks.client.watch import DEFAULT_RETRY, TRANSPORT_ERROR_KEY, RetryPolicy
+from fastmcp_tasks.wire.names import EXPERIMENTAL_CAPABILITY
 
 #: The MCP methods a dropped connection may resend: they change nothing on the server.
 RETRY_SAFE_METHODS = frozenset(
@@ -144,12 +147,24 @@ class RetryingTransport(httpx2.AsyncBaseTransport):
         self.methods = methods
         self.retries = 0  # resends so far, for observability and tests
         self.failures = 0  # requests answered with `transport_failure`
+        #: the server said in its handshake that it honours idempotency keys
+        self.honours_keys = False
+        #: tasks of abandoned `tools/call`s this transport cancelled (`client.resend`)
+        self.abandoned: list[str] = []
+        self._background: set[asyncio.Task[None]] = set()
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         method = request.headers.get("mcp-method")
-        if request.method != "POST" or method is None or method in HANDSHAKE_METHODS:
+        if request.method != "POST" or method is None:
             return await self.inner.handle_async_request(request)
-        safe = method in self.methods
+        if method in HANDSHAKE_METHODS:
+            return await self._handshake(request)
+        if method == "tools/call" and self.honours_keys:
+            return await send_tool_call(self, request)
+        return await self.deliver(request, safe=method in self.methods)
+
+    async def deliver(self, request: httpx2.Request, *, safe: bool) -> httpx2.Response:
+        """Send one request: resent a few times if `safe`; a final failure is its own error."""
         delays: list[float | None] = [*self.retry.delays(), None] if safe else [None]
         for delay in delays:
             try:
@@ -178,11 +193,29 @@ class RetryingTransport(httpx2.AsyncBaseTransport):
             return response
         raise AssertionError("unreachable")  # pragma: no cover
 
+    async def _handshake(self, request: httpx2.Request) -> httpx2.Response:
+        """`initialize` / `server/discover`: failures are the connect's; note what it says."""
+        response = await self.inner.handle_async_request(request)
+        if not is_json(response):
+            return response
+        response = await self._whole(request, response)
+        self.honours_keys = honours_idempotency_keys(response.content)
+        return response
+
+    def spawn(self, coroutine: Any) -> None:
+        """Run `coroutine` in the background, beyond the request that started it."""
+        spawn_on_loop(coroutine, self._background)
+
     async def _send(self, request: httpx2.Request, *, buffer: bool) -> httpx2.Response:
         """Send once; read a JSON (or any, with `buffer`) body whole, so a lost body fails here."""
         response = await self.inner.handle_async_request(request)
         if not (buffer or is_json(response)):
             return response  # an event stream: the SDK reads it and resolves a broken one
+        return await self._whole(request, response)
+
+    @staticmethod
+    async def _whole(request: httpx2.Request, response: httpx2.Response) -> httpx2.Response:
+        """`response` with its body read."""
         try:
             body = b"".join([chunk async for chunk in response.aiter_raw()])
         except httpx2.StreamConsumed:  # a response made whole in memory (a mock transport)
@@ -199,6 +232,18 @@ class RetryingTransport(httpx2.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+
+def honours_idempotency_keys(handshake: bytes) -> bool:
+    """Whether a handshake's answer advertises `experimental["fastmcp-tasks"]["idempotencyKey"]`."""
+    try:
+        result = json.loads(handshake).get("result") or {}
+        ours = (
+            (result.get("capabilities") or {}).get("experimental", {}).get(EXPERIMENTAL_CAPABILITY)
+        )
+    except (ValueError, AttributeError):
+        return False
+    return isinstance(ours, dict) and ours.get("idempotencyKey") is True
 
 
 def is_json(response: httpx2.Response) -> bool:
