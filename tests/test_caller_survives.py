@@ -69,13 +69,17 @@ def restart(front: Server, db: str, markers: Path) -> Server:
     return Server(db, markers, concurrency=0, port=front.port)
 
 
-def cli_call(url: str, tool: str, *arguments: str, reconnect: float | None = None) -> Any:
-    command = [sys.executable, "-m", "fastmcp_tasks", "call", url, tool, *arguments]
-    if reconnect is not None:
-        command += ["--reconnect-timeout", str(reconnect)]
+def cli(*arguments: str) -> Any:
+    """`fastmcp-tasks ARGUMENTS...` as a subprocess (stdin closed, output piped)."""
+    command = [sys.executable, "-m", "fastmcp_tasks", *arguments]
     return subprocess.Popen(
         command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
     )
+
+
+def cli_call(url: str, tool: str, *arguments: str, reconnect: float | None = None) -> Any:
+    extra = [] if reconnect is None else ["--reconnect-timeout", str(reconnect)]
+    return cli("call", url, tool, *arguments, *extra)
 
 
 async def finished(process: Any, within: float) -> tuple[int, str, str]:
@@ -209,3 +213,29 @@ async def test_callers_ride_through_a_store_outage(tmp_path: Path) -> None:
             assert unavailable and unavailable[0].startswith("Task store unavailable")
     await store.open()
     await store.close()  # deletes the prefix's keys
+
+
+async def test_wait_started_while_the_server_is_down_gets_the_result(tmp_path: Path) -> None:
+    db = str(tmp_path / "tasks.db")
+    async with deployment(tmp_path, db) as (front, _worker, markers):
+        async with Client(front.url) as client:
+            task = await call_tool_task(client, "plain_job", {"key": "later"})
+        await started_in(markers, "later")
+        front.kill()
+        waiting = cli("wait", front.url, str(task.task_id))
+        try:
+            await anyio.sleep(3)  # the outage: `wait` starts and keeps trying
+            assert waiting.poll() is None
+            back = restart(front, db, markers)
+            try:
+                await back.ready()
+                release(markers, "later")
+                code, out, err = await finished(waiting, 30)
+            finally:
+                back.stop()
+        finally:
+            if waiting.poll() is None:
+                waiting.kill()
+    assert code == 0, err
+    assert out.strip().splitlines()[-1] == "plain later"
+    assert f"cannot reach {front.url} yet; retrying" in err

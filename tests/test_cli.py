@@ -169,7 +169,7 @@ def test_errors_are_clear_and_exit_nonzero(live: Live) -> None:
     unknown = cli("get", live.url, "no-such-task")
     assert unknown.returncode == 1 and "Task not found" in unknown.stderr
     assert unknown.stdout == ""
-    unreachable = cli("wait", "http://127.0.0.1:9/mcp", "x")
+    unreachable = cli("wait", "http://127.0.0.1:9/mcp", "x", "--reconnect-timeout", "0")
     assert (
         unreachable.returncode == 1 and "cannot reach http://127.0.0.1:9/mcp" in unreachable.stderr
     )

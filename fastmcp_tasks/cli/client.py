@@ -50,6 +50,7 @@ from fastmcp_tasks.cli.target import (
     parse_target,
 )
 from fastmcp_tasks.cli.terminal import Prompter, TaskView
+from fastmcp_tasks.cli.views import result_text
 from fastmcp_tasks.client.watch import DEFAULT_RECONNECT_TIMEOUT
 
 if TYPE_CHECKING:
@@ -62,20 +63,6 @@ CANCEL_GRACE = 5.0
 
 class TaskFailure(Exception):
     """A client command's failure, reported on stderr with exit status 1."""
-
-
-def result_text(result: mcp_types.CallToolResult | FastMCPCallToolResult) -> str:
-    """What a person reads of a `CallToolResult`: its text blocks, other blocks as JSON."""
-    parts = []
-    for block in result.content:
-        text = getattr(block, "text", None)
-        if isinstance(text, str):
-            parts.append(text)
-        else:
-            parts.append(json.dumps(block.model_dump(by_alias=True, mode="json")))
-    if not parts and result.structured_content is not None:
-        parts.append(json.dumps(result.structured_content))
-    return "\n".join(parts)
 
 
 class Session:
@@ -106,17 +93,29 @@ class Session:
         return 0
 
     @asynccontextmanager
-    async def connect(self) -> AsyncIterator[Any]:
-        """A connected `fastmcp.Client` for the target, which prompts for elicitations."""
+    async def connect(self, *, patient: bool = False) -> AsyncIterator[Any]:
+        """A connected `fastmcp.Client` for the target, which prompts for elicitations;
+        `patient` (`wait`) tries an unreachable server for `reconnect_timeout`, not once."""
         from fastmcp import Client
 
-        source = self.target.transport()
-        try:
-            client = Client(source, elicitation_handler=self.elicitation_handler)
-            await client.__aenter__()
-        except Exception as exc:
-            reason = await self.target.refusal() or str(exc)
-            raise TaskFailure(f"cannot reach {self.target.text}: {reason}") from None
+        from fastmcp_tasks.client.watch import DEFAULT_RETRY, Outage, RetryPolicy
+
+        once = RetryPolicy(attempts=1)
+        outage = Outage(DEFAULT_RETRY, self.reconnect_timeout) if patient else Outage(once, 0.0)
+        while True:
+            client = Client(self.target.transport(), elicitation_handler=self.elicitation_handler)
+            try:
+                await client.__aenter__()
+                break
+            except Exception as exc:
+                refusal = await self.target.refusal()
+                delay = None if refusal else outage.next_delay()
+                if delay is None:
+                    reason = refusal or str(exc)
+                    raise TaskFailure(f"cannot reach {self.target.text}: {reason}") from None
+                if outage.tries == 1:
+                    self.report(f"cannot reach {self.target.text} yet; retrying")
+                await anyio.sleep(delay)
         try:
             yield client
         finally:
@@ -292,7 +291,7 @@ class Session:
         from fastmcp_tasks.client.handles import ToolTask
 
         with anyio.open_signal_receiver(signal.SIGINT) as self.signals:
-            async with self.connect() as client:
+            async with self.connect(patient=True) as client:
                 task = await ToolTask.resume(
                     client,
                     task_id,

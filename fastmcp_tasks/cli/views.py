@@ -1,6 +1,7 @@
 """How the operator commands (`fastmcp-tasks ls` / `show`) show a task: times and ages,
 the one-line field view of `show` (with what flow control says of the task: its gate,
-retries and when a retry is due), and the JSON documents of `ls --json` / `show --json`.
+retries and when a retry is due), the JSON documents of `ls --json` / `show --json`, and
+what `call` / `wait` print of a result (`result_text`).
 """
 
 from __future__ import annotations
@@ -8,10 +9,14 @@ from __future__ import annotations
 import dataclasses
 import json
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastmcp_tasks.server.flow import shown_gate
 from fastmcp_tasks.stores.base import TaskRecord
+
+if TYPE_CHECKING:
+    import mcp_types
+    from fastmcp.client.client import CallToolResult as FastMCPCallToolResult
 
 _SHORT = 300  # characters of arguments, errors and results shown
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
@@ -133,3 +138,17 @@ def record_json(task: TaskRecord) -> dict[str, Any]:
     document["result"] = task.result
     document["expires_at"] = task.expires_at
     return document
+
+
+def result_text(result: mcp_types.CallToolResult | FastMCPCallToolResult) -> str:
+    """What a person reads of a `CallToolResult`: its text blocks, other blocks as JSON."""
+    parts = []
+    for block in result.content:
+        text = getattr(block, "text", None)
+        if isinstance(text, str):
+            parts.append(text)
+        else:
+            parts.append(json.dumps(block.model_dump(by_alias=True, mode="json")))
+    if not parts and result.structured_content is not None:
+        parts.append(json.dumps(result.structured_content))
+    return "\n".join(parts)
