@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import math
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -18,6 +19,18 @@ import anyio
 from bench.proto import TERMINAL, Conn, OptIn, Send
 
 TOOL = "noop"
+#: Task-creating calls carry an idempotency key, as `call_tool_task()` and the default
+#: HTTP transport of `fastmcp_tasks` send them (`--idempotency-keys`).
+KEYED = False
+IDEMPOTENCY_META_KEY = "fastmcp-tasks/idempotencyKey"
+
+
+def creation(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """The params of a task-creating `tools/call` (with a fresh key under `KEYED`)."""
+    params: dict[str, Any] = {"name": name, "arguments": arguments}
+    if KEYED:
+        params["_meta"] = {IDEMPOTENCY_META_KEY: secrets.token_urlsafe(24)}
+    return params
 
 
 async def sync_call(send: Send) -> dict[str, Any]:
@@ -27,7 +40,7 @@ async def sync_call(send: Send) -> dict[str, Any]:
 
 
 async def create_task(send: Send) -> str:
-    result = await send("tools/call", {"name": TOOL, "arguments": {}}, True)
+    result = await send("tools/call", creation(TOOL, {}), True)
     assert result["resultType"] == "task", result
     return result["taskId"]  # type: ignore[no-any-return]
 
@@ -51,7 +64,7 @@ async def run_task(send: Send, poll_sleep: float) -> int:
 
 
 async def call_probe(send: Send, name: str, arguments: dict[str, Any], opt_in: OptIn = True) -> str:
-    result = await send("tools/call", {"name": name, "arguments": arguments}, opt_in)
+    result = await send("tools/call", creation(name, arguments), opt_in)
     assert result["resultType"] == "task", result
     return result["taskId"]  # type: ignore[no-any-return]
 

@@ -255,6 +255,7 @@ def request_frame(
     HTTP transport and the load test's `Caller`)."""
     params = dict(params)
     params["_meta"] = {
+        **(params.get("_meta") or {}),
         "io.modelcontextprotocol/protocolVersion": MODERN,
         "io.modelcontextprotocol/clientInfo": {"name": client, "version": "1"},
         "io.modelcontextprotocol/clientCapabilities": capabilities,

@@ -182,6 +182,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="raw",
         help="HTTP client: a minimal keep-alive HTTP/1.1 client (default) or httpx",
     )
+    p.add_argument(
+        "--idempotency-keys",
+        action="store_true",
+        help="every task-creating tools/call carries an idempotency key, as our client sends",
+    )
     p.add_argument("--output", type=Path, default=RESULTS / "latest.json")
     p.add_argument("--_memory-child", type=int, help=argparse.SUPPRESS)
     return p.parse_args(argv)
@@ -291,6 +296,7 @@ def main(argv: list[str] | None = None) -> None:
     # SIGTERM unwinds like Ctrl-C, so worker processes are stopped and Redis keys deleted
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     transports.HTTP_CLIENT = args.http_client
+    calls.KEYED = args.idempotency_keys
     server.REDIS_URL = args.redis_url
     pg.POSTGRES_URL = args.postgres_url
     cfg = config(args)
