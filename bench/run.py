@@ -39,7 +39,7 @@ from typing import Any
 if __package__ in (None, ""):  # `python bench/run.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import pg, server, transports
+from bench import calls, pg, server, transports
 from bench.config import Config
 from bench.pg import postgres_answers
 from bench.phases import bench_get, bench_latency, bench_throughput
