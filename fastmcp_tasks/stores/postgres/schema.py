@@ -29,7 +29,8 @@ tasks, in total (`t`) and per owner (`o:<owner>`), in 16 shards each, for `Activ
 `gate_turns`, `tombstones`. The counters are moved by the statements that insert,
 end and delete tasks; a writer adds to its backend's shard (`pg_backend_pid() % 16`),
 so concurrent writers rarely touch one row. Every `prepare` also (re)creates the
-function `caps_check` (`CAPS_FUNCTION`), which needs no version of its own.
+functions `caps_check` (`CAPS_FUNCTION`) and `key_free` (`KEY_FREE_FUNCTION`), which
+need no version of their own.
 """
 
 from __future__ import annotations
@@ -222,6 +223,21 @@ BEGIN
 END
 $fn$"""
 
+#: Whether no live task holds dedupe key `held_key`, asked under the key's advisory lock
+#: (held to the end of the calling statement's transaction). A function, so its query
+#: takes its snapshot after the lock is granted: a create that waited for the lock sees
+#: the task the lock's holder committed, and one statement can be lock, check and insert.
+KEY_FREE_FUNCTION = """
+CREATE OR REPLACE FUNCTION {s}.key_free(lock_key text, held_key text, at float8)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE AS $fn$
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended(lock_key, 0));
+    RETURN NOT EXISTS (SELECT 1 FROM {s}.tasks t WHERE t.dedupe_key = held_key
+        AND (t.expires_at IS NULL OR t.expires_at > at));
+END
+$fn$"""
+
 _CLASSIFY = """
 SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
@@ -277,6 +293,7 @@ async def prepare(conn: AsyncConnection[Any], schema: str, where: str) -> None:
                 (str(SCHEMA_VERSION),),
             )
         await conn.execute(CAPS_FUNCTION.format(s=schema))
+        await conn.execute(KEY_FREE_FUNCTION.format(s=schema))
 
 
 def clean_text(text: str | None) -> str | None:
@@ -364,6 +381,7 @@ __all__ = [
     "COLUMNS",
     "GATED",
     "HOLDING",
+    "KEY_FREE_FUNCTION",
     "MIGRATIONS",
     "READY",
     "SCHEMA_VERSION",

@@ -115,6 +115,13 @@ ch AS ({change} SELECT task_id, 'queued', status, %(details)s, %(now)s FROM ins
             f"WITH {room}, {insert.format(caps='')}\n"
             "SELECT (SELECT count(*) FROM ins), (SELECT n FROM room), (SELECT count(*) FROM note)"
         )
+        #: `create`, unless a live task holds the record's dedupe key (an idempotency key,
+        #: matched for the task's lifetime): `key_free` takes the key's advisory lock first.
+        unheld = f"AND {s}.key_free(%(lock)s::text, %(dedupe_key)s::text, %(now)s::float8)"
+        self.create_unheld = (
+            f"WITH {room}, {insert.format(caps=unheld)}\n"
+            "SELECT (SELECT count(*) FROM ins), (SELECT n FROM room), (SELECT count(*) FROM note)"
+        )
         #: The caps lock and counts, read after it is granted (`schema.CAPS_FUNCTION`);
         #: `retry`: run the statement again with `exclusive` (nothing was inserted).
         caps = (

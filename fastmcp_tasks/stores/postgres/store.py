@@ -33,7 +33,11 @@ makes the count high for a moment), and the lock is held for no network round tr
 A process of an earlier release takes the lock exclusive (`caps_counts`), which the
 rule allows. A create without caps takes no lock and is one statement. A dedupe
 create takes the advisory lock of its key ("dedupe:<key>") before it looks for the
-key's holder, so of two concurrent creates with one key exactly one inserts.
+key's holder, so of two concurrent creates with one key exactly one inserts. An
+idempotency key (matched for the task's whole lifetime, `dedupe_window=inf`) without
+caps is one statement on its first use: the insert, guarded by the function `key_free`,
+which takes the same lock and then looks for a live holder (`create_unheld`); only a
+held key (a resend) goes on to read the holder.
 `max_tasks` counts retained tasks in 16 counter rows (`task_counts`, one per backend
 shard, moved by the same statements that insert and delete tasks): cheap, and exact
 except that creates racing at the very cap may overshoot it by the number racing (it
@@ -46,6 +50,7 @@ leaving tombstones, and prunes tombstones, turns and old change rows.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
@@ -123,6 +128,9 @@ class PostgresTaskStore(PostgresFlow, PostgresListing, PostgresLeases):
             async with self._connection() as conn:
                 await self._insert(conn, record, caps if capped else None, own_transaction=True)
             return None
+        unheld = dedupe_window is not None and math.isinf(dedupe_window) and not capped
+        if unheld and await self._create_unheld(record, key):
+            return None  # the usual case of an idempotency key: its first use, one round trip
         async with self._tx() as conn:
             if key is not None and dedupe_window is not None:
                 await self._lock(conn, f"dedupe:{key}")
@@ -135,6 +143,26 @@ class PostgresTaskStore(PostgresFlow, PostgresListing, PostgresLeases):
             await self._insert(conn, record, caps if capped else None, own_transaction=False)
         return None
 
+    async def _create_unheld(self, record: TaskRecord, key: str) -> bool:
+        """Insert `record` unless a live task holds `key`, in one statement (`key_free` takes
+        the key's lock, as the general path does). `False`: nothing was inserted (the key
+        is held, or `max_tasks` is reached): the general path decides what that means."""
+        params = {**self._params(record), "lock": f"{self.schema}:dedupe:{key}"}
+        async with self._connection() as conn:
+            rows = await self._on(conn, self.sql.create_unheld, params)
+        return bool(rows[0][0])
+
+    def _params(self, record: TaskRecord) -> dict[str, Any]:
+        """The parameters of `create` / `create_unheld` for `record`."""
+        params = dict(zip((*COLUMNS, "expires_at"), to_params(record), strict=True))
+        params.update(
+            max=self.max_tasks,
+            queued=record.is_active and record.lease_owner is None,
+            details=encode_json({"app": record.app}),
+            now=time.time(),
+        )
+        return params
+
     async def _insert(
         self,
         conn: AsyncConnection[Any],
@@ -143,13 +171,7 @@ class PostgresTaskStore(PostgresFlow, PostgresListing, PostgresLeases):
         *,
         own_transaction: bool,
     ) -> None:
-        params = dict(zip((*COLUMNS, "expires_at"), to_params(record), strict=True))
-        params.update(
-            max=self.max_tasks,
-            queued=record.is_active and record.lease_owner is None,
-            details=encode_json({"app": record.app}),
-            now=time.time(),
-        )
+        params = self._params(record)
         query = self.sql.create
         if caps is not None:
             query = self.sql.create_capped
