@@ -11,6 +11,9 @@ margin, on the real server (skipped without one, failing when `CI=true`).
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -125,22 +128,29 @@ async def test_counters_moved_into_the_margin_under_a_create_make_it_check_exact
         await store.create(record(), caps=ActiveCaps(total=11))
 
 
+@pytest.mark.parametrize("keyed", [False, True], ids=["plain", "idempotency-keyed"])
 @pytest.mark.parametrize("limit", ["total", "per_owner"])
 async def test_creates_racing_across_the_margin_fill_the_cap_exactly(
     pair: tuple[PostgresTaskStore, PostgresTaskStore],
     raw: psycopg.AsyncConnection[Any],
     limit: str,
+    keyed: bool,
 ) -> None:
     """Two instances (two pools, as two processes) race 40 creates more than the cap
-    allows: the first ones take the lock shared, the last ones exclusive."""
+    allows: the first ones take the lock shared, the last ones exclusive. A create with
+    an idempotency key (its own, `dedupe_window=inf`) is one statement too, as capped."""
     cap = await margin_of(raw) + 20
     caps = ActiveCaps(total=cap) if limit == "total" else ActiveCaps(per_owner=cap)
     accepted = refused = 0
 
     async def attempt(store: PostgresTaskStore) -> None:
         nonlocal accepted, refused
+        made = record(owner="app|alice")
+        window = {"dedupe_window": math.inf} if keyed else {}
+        if keyed:
+            made = dataclasses.replace(made, dedupe_key=uuid.uuid4().hex)
         try:
-            await store.create(record(owner="app|alice"), caps=caps)
+            await store.create(made, caps=caps, **window)
             accepted += 1
         except TaskLimitExceeded:
             refused += 1
@@ -151,3 +161,24 @@ async def test_creates_racing_across_the_margin_fill_the_cap_exactly(
                 group.start_soon(attempt, pair[n % 2])
     assert (accepted, refused) == (cap, 40)
     assert len(await pair[0].active_tasks()) == cap
+
+
+async def test_racing_resends_with_one_key_under_caps_make_one_task(
+    pair: tuple[PostgresTaskStore, PostgresTaskStore],
+) -> None:
+    """Twelve creates with one idempotency key, capped, across two instances: one task."""
+    caps = ActiveCaps(total=10_000, per_owner=1_000)
+    made = [record(owner="app|alice") for _ in range(12)]
+    made = [dataclasses.replace(r, dedupe_key="one-key") for r in made]
+    answers: list[str] = []
+
+    async def attempt(n: int) -> None:
+        found = await pair[n % 2].create(made[n], caps=caps, dedupe_window=math.inf)
+        answers.append(made[n].task_id if found is None else found.task_id)
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as group:
+            for n in range(12):
+                group.start_soon(attempt, n)
+    assert len(set(answers)) == 1
+    assert len(await pair[0].active_tasks()) == 1

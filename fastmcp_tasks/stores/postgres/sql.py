@@ -117,7 +117,7 @@ ch AS ({change} SELECT task_id, 'queued', status, %(details)s, %(now)s FROM ins
         )
         #: `create`, unless a live task holds the record's dedupe key (an idempotency key,
         #: matched for the task's lifetime): `key_free` takes the key's advisory lock first.
-        unheld = f"AND {s}.key_free(%(lock)s::text, %(dedupe_key)s::text, %(now)s::float8)"
+        unheld = f"AND {s}.key_free(%(key_lock)s::text, %(dedupe_key)s::text, %(now)s::float8)"
         self.create_unheld = (
             f"WITH {room}, {insert.format(caps=unheld)}\n"
             "SELECT (SELECT count(*) FROM ins), (SELECT n FROM room), (SELECT count(*) FROM note)"
@@ -138,6 +138,12 @@ ch AS ({change} SELECT task_id, 'queued', status, %(details)s, %(now)s FROM ins
         )
         self.create_capped = (
             f"WITH {room}, {caps}, {insert.format(caps=cap_terms)}\n"
+            "SELECT (SELECT count(*) FROM ins), (SELECT n FROM room), (SELECT count(*) FROM note), "
+            "(SELECT active FROM caps), (SELECT owned FROM caps), (SELECT retry FROM caps)"
+        )
+        #: `create_capped`, unless a live task holds the record's dedupe key.
+        self.create_capped_unheld = (
+            f"WITH {room}, {caps}, {insert.format(caps=cap_terms + ' ' + unheld)}\n"
             "SELECT (SELECT count(*) FROM ins), (SELECT n FROM room), (SELECT count(*) FROM note), "
             "(SELECT active FROM caps), (SELECT owned FROM caps), (SELECT retry FROM caps)"
         )

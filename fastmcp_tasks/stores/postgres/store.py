@@ -35,9 +35,10 @@ rule allows. A create without caps takes no lock and is one statement. A dedupe
 create takes the advisory lock of its key ("dedupe:<key>") before it looks for the
 key's holder, so of two concurrent creates with one key exactly one inserts. An
 idempotency key (matched for the task's whole lifetime, `dedupe_window=inf`) without
-caps is one statement on its first use: the insert, guarded by the function `key_free`,
-which takes the same lock and then looks for a live holder (`create_unheld`); only a
-held key (a resend) goes on to read the holder.
+is one statement on its first use, with or without caps: the insert, guarded by the
+function `key_free`, which takes the same lock and then looks for a live holder
+(`create_unheld`, `create_capped_unheld`); only a held key (a resend), a refused cap or
+a full store go on to the general path, which reads the holder or raises.
 `max_tasks` counts retained tasks in 16 counter rows (`task_counts`, one per backend
 shard, moved by the same statements that insert and delete tasks): cheap, and exact
 except that creates racing at the very cap may overshoot it by the number racing (it
@@ -128,8 +129,8 @@ class PostgresTaskStore(PostgresFlow, PostgresListing, PostgresLeases):
             async with self._connection() as conn:
                 await self._insert(conn, record, caps if capped else None, own_transaction=True)
             return None
-        unheld = dedupe_window is not None and math.isinf(dedupe_window) and not capped
-        if unheld and await self._create_unheld(record, key):
+        lifetime = dedupe_window is not None and math.isinf(dedupe_window)
+        if lifetime and await self._create_unheld(record, key, caps if capped else None):
             return None  # the usual case of an idempotency key: its first use, one round trip
         async with self._tx() as conn:
             if key is not None and dedupe_window is not None:
@@ -143,14 +144,28 @@ class PostgresTaskStore(PostgresFlow, PostgresListing, PostgresLeases):
             await self._insert(conn, record, caps if capped else None, own_transaction=False)
         return None
 
-    async def _create_unheld(self, record: TaskRecord, key: str) -> bool:
+    async def _create_unheld(self, record: TaskRecord, key: str, caps: ActiveCaps | None) -> bool:
         """Insert `record` unless a live task holds `key`, in one statement (`key_free` takes
-        the key's lock, as the general path does). `False`: nothing was inserted (the key
-        is held, or `max_tasks` is reached): the general path decides what that means."""
-        params = {**self._params(record), "lock": f"{self.schema}:dedupe:{key}"}
+        the key's lock, as the general path does; the caps as `_insert` checks them, in
+        their shared mode while far from a cap). `False`: nothing was inserted (the key is
+        held, a cap or `max_tasks` refused): the general path decides what that means."""
+        params = {**self._params(record), "key_lock": f"{self.schema}:dedupe:{key}"}
+        query = self.sql.create_unheld
+        if caps is not None:
+            query = self.sql.create_capped_unheld
+            params.update(
+                total=caps.total,
+                per_owner=caps.per_owner,
+                lock=f"{self.schema}:caps",
+                exclusive=False,
+            )
         async with self._connection() as conn:
-            rows = await self._on(conn, self.sql.create_unheld, params)
-        return bool(rows[0][0])
+            while True:
+                row = (await self._on(conn, query, params))[0]
+                if caps is not None and not row[0] and row[5] and not params["exclusive"]:
+                    params["exclusive"] = True  # came near a cap meanwhile: check exactly
+                    continue
+                return bool(row[0])
 
     def _params(self, record: TaskRecord) -> dict[str, Any]:
         """The parameters of `create` / `create_unheld` for `record`."""
