@@ -11,10 +11,10 @@ for a failed POST (`data["fastmcp-tasks/transport"]`), the SDK's stand-ins for a
 broken stream or a proxy's 5xx, and a server error that says it is retryable
 (`data.retryable`, `data.retryAfterMs`, e.g. "Task store unavailable"). It waits
 0.1 s, doubling up to `RetryPolicy.max_delay` with jitter (never sooner than a
-`retryAfterMs`), for at least `RetryPolicy.attempts` tries and for as long as the
-reconnect window lasts (`reconnect_timeout`, 10 minutes by default, `None` for no
-limit), then raises `TaskUnreachable`: the task id, the last error and how to
-resume. Any other JSON-RPC error is the server's answer about the task: final.
+`retryAfterMs`), for as long as the reconnect window lasts (`reconnect_timeout`, 10
+minutes by default, `None` for no limit; 0 for `RetryPolicy.attempts` quick tries),
+then raises `TaskUnreachable`: the task id, the last error and how to resume. Any
+other JSON-RPC error is the server's answer about the task: final.
 
 `TaskWatch` yields the task's next state: a pushed `notifications/tasks` when
 the server serves `subscriptions/listen` (C72), otherwise a poll no sooner than
@@ -143,11 +143,11 @@ class Outage:
     """One stretch of failed tries: when to try again, and when to give up.
 
     Args:
-        retry: at least `retry.attempts` tries, `retry.first_delay` doubling up to
-            `retry.max_delay` apart (each a random 50-100 % of that, so many clients
-            cut off together do not come back together).
+        retry: tries `retry.first_delay` doubling up to `retry.max_delay` apart (each a
+            random 50-100 % of that, so many clients cut off together do not come back
+            together); with a window of 0, `retry.attempts` tries in all.
         reconnect_timeout: keep trying for this many seconds after the first failure
-            (`None`: as long as it takes).
+            (`None`: as long as it takes; 0: `retry.attempts` quick tries).
     """
 
     def __init__(self, retry: RetryPolicy, reconnect_timeout: float | None) -> None:
@@ -161,14 +161,17 @@ class Outage:
         return time.monotonic() - self.started
 
     def next_delay(self, at_least: float = 0.0) -> float | None:
-        """Seconds before the next try, or `None` once the attempts and the window are spent."""
+        """Seconds before the next try, or `None` once the window is spent (with a window
+        of 0, once `retry.attempts` tries failed)."""
         self.tries += 1
         window = self.reconnect_timeout
-        if self.tries >= self.retry.attempts and window is not None and self.waited >= window:
+        if window is not None and (
+            self.waited >= window if window > 0 else self.tries >= self.retry.attempts
+        ):
             return None
         ceiling = min(self.retry.first_delay * 2 ** min(self.tries - 1, 32), self.retry.max_delay)
         delay: float = max(ceiling * random.uniform(0.5, 1.0), at_least)
-        if self.tries >= self.retry.attempts and window is not None:
+        if window is not None and window > 0:
             delay = min(delay, max(window - self.waited, 0.0))
         return delay
 
