@@ -11,6 +11,9 @@ the one module that writes and reads it.
 `create_task` is the whole of it for one `tools/call`: the record, the store's
 atomic `create` (caps, and dedupe: an identical call, or one with the same idempotency
 key (`server.idempotency`), gets the existing task), and the hand-over to the runner.
+A gated task's `Job` is handed over before `create` (this process may claim the task
+the moment it exists); every way the call ends without a new task (a refusal, a
+dedupe or idempotency hit, a store failure, any other exception) forgets it again.
 """
 
 from __future__ import annotations
@@ -227,6 +230,9 @@ async def create_task(
             runner.forget(record.task_id)
             raise store_unavailable() from None
         found = None
+    except BaseException:  # a store's bug, a cancelled request: no client learns this id
+        runner.forget(record.task_id)
+        raise
     if found is not None:  # an identical call's task answers this one
         runner.forget(record.task_id)
         if keyed and not same_call(found, name, arguments):
