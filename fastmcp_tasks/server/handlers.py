@@ -44,6 +44,7 @@ from fastmcp_tasks.errors import (
 )
 from fastmcp_tasks.server.engine.inputs import answer_problem
 from fastmcp_tasks.server.engine.leases import CANCELLED_BEFORE_START
+from fastmcp_tasks.server.engine.outcomes import CANCELLED_MESSAGE
 from fastmcp_tasks.server.legacy import LegacyTasks, ListParams
 from fastmcp_tasks.server.limits import Limits
 from fastmcp_tasks.server.monitored_store import deadline_at, request_deadline
@@ -62,6 +63,8 @@ from fastmcp_tasks.wire.names import (
 from fastmcp_tasks.wire.render import could_be_task_id, render_get_result
 
 MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
+#: The status a parked task is cancelled from (`TaskMethods.cancel`).
+PARKED = frozenset({"input_required"})
 
 
 def check_request(ctx: ServerRequestContext[Any, Any], task_id: str) -> None:
@@ -183,18 +186,30 @@ class TaskMethods:
     async def cancel(
         self, ctx: ServerRequestContext[Any, Any], params: TaskIdParams
     ) -> dict[str, Any]:
-        """`tasks/cancel`: record the request and ack; terminal tasks are left as they are."""
+        """`tasks/cancel`: record the request and ack; terminal tasks are left as they are.
+
+        The ack comes after the state a client reads next: a task that runs nothing now
+        ends `cancelled` before it. That is one waiting in the store (a front end's
+        queue, a gate, a retry's backoff: no process runs it to hear the request; a
+        claim racing this sees `cancel_requested` and records the same) and one parked
+        in `input_required` (its run waits for answers; compare-and-set from that
+        status, so an answer that resumed it first leaves the ending to its run). The
+        process running a parked task hears the request and stops the run; its own
+        `cancelled` then finds the task already so. A `working` task ends when its run
+        stops (C40).
+        """
         check_request(ctx, params.task_id)
         await self._visible(params.task_id)
         record = await self.store.request_cancel(params.task_id)
         if record is None:
             raise await missing(self.store, params.task_id)
         if record.is_active and record.lease_owner is None:
-            # waiting in the store (a front end's queue, a gate, a retry's backoff): no
-            # process runs it to hear the request, so it ends now (a claim racing this
-            # sees `cancel_requested` and records the same)
             await self.store.transition(
                 params.task_id, "cancelled", status_message=CANCELLED_BEFORE_START
+            )
+        elif record.status == "input_required":
+            await self.store.transition(
+                params.task_id, "cancelled", expect=PARKED, status_message=CANCELLED_MESSAGE
             )
         return dict(ACK)
 
