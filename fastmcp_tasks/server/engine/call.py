@@ -63,7 +63,7 @@ from pydantic import ValidationError as PydanticValidationError
 from fastmcp_tasks import _compat
 from fastmcp_tasks.errors import error_object, state_only_rounds
 from fastmcp_tasks.server.engine.caller import Caller, carried, needs_access_token, token_error
-from fastmcp_tasks.server.engine.context import RunningTask, TaskContext
+from fastmcp_tasks.server.engine.context import NO_HANDLER_HINT, RunningTask, TaskContext
 from fastmcp_tasks.server.engine.inputs import CAPABILITY_OF, ELICIT, new_key
 from fastmcp_tasks.server.engine.jobs import Job, let_the_reply_go
 
@@ -343,10 +343,11 @@ async def run_rounds(
             - running.input_kinds
         )
         if missing:
+            hint = f" ({NO_HANDLER_HINT})" if "elicitation" in missing else ""
             return _error_outcome(
                 server,
                 f"Tool {name!r} asked for input the client cannot give: the tools/call that "
-                f"created this task did not declare {', '.join(missing)}",
+                f"created this task did not declare {', '.join(missing)}{hint}",
             )
         responses = await _gather(running, requests, round_number)
         request_state = ask.request_state
