@@ -375,6 +375,12 @@ def resent_not_run(tool: str) -> MCPError:
     )
 
 
+def state_only_rounds(tool: str, rounds: int) -> dict[str, Any]:
+    """A task's tool set only a `requestState` (no input request) `rounds` times in a row."""
+    message = f"Tool {tool!r} asked for input without naming any request (only a requestState)"
+    return {"code": INTERNAL_ERROR, "message": f"{message} {rounds} times in a row; stopped"}
+
+
 def interrupted(reason: str) -> dict[str, Any]:
     """The JSON-RPC error object stored on a task whose run was lost."""
     return {"code": INTERNAL_ERROR, "message": f"Task interrupted: {reason}"}

@@ -244,8 +244,8 @@ class FaultyStore:
             feed.break_now()
         await self.inner.close()
 
-    async def create(self, record: Any, *, caps: Any = None) -> None:
-        await self._call("create", record, caps=caps)
+    async def create(self, record: Any, *, caps: Any = None, **kw: Any) -> Any:
+        return await self._call("create", record, caps=caps, **kw)  # (`dedupe_window=`)
 
     async def get(self, task_id: str) -> Any:
         return await self._call("get", task_id)

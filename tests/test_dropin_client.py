@@ -27,6 +27,7 @@ from mcp.shared.exceptions import MCPError
 import fastmcp_tasks  # enables client task support, as the docs say
 from fastmcp_tasks import NotATask, TaskCancelled, TaskFailed, TasksExtension, TaskSnapshot
 from fastmcp_tasks.client import TasksClientExtension, ToolTask, call_tool_task
+from fastmcp_tasks.client.answers import InputAnswerer
 from fastmcp_tasks.client_models import ClientCreateTaskResult, ClientGetTaskResult
 from tests.wire import http_server
 
@@ -390,6 +391,37 @@ async def test_without_a_handler_input_is_a_clear_tool_error(transport: str) -> 
                     await resumed.result()
             assert len(probe.cancels) == 1  # not cancelled: the handle's owner may answer
             assert (await task.result()).data == "Thai, vegetarian=True"
+
+
+async def test_without_an_elicitation_handler_the_official_match_holds(transport: str) -> None:
+    """`pytest.raises(ToolError, match="no elicitation handler")`, as code written for the
+    official package checks it, holds for every way a client can lack the handler."""
+    probe = dropin_server()
+    async with serving(probe.mcp, transport) as target:
+        async with Client(target) as plain:  # declares no elicitation at all
+            with pytest.raises(ToolError, match="no elicitation handler"):
+                await plain.call_tool("plan_dinner", {})
+            task = await call_tool_task(plain, "plan_dinner")
+            with pytest.raises(ToolError, match="no elicitation handler"):
+                await task.result()
+        answers = {"elicitation_handler": handle_elicitation}
+        async with Client(target, extensions=[TasksClientExtension()], **answers) as lone:
+            with pytest.raises(ToolError, match="no elicitation handler"):
+                await lone.call_tool("plan_dinner", {})  # declared, but nothing answers
+        async with Client(target, **answers) as owner, Client(target) as other:
+            task = await call_tool_task(owner, "plan_dinner")
+            await task.wait(state="input_required", timeout=30.0)
+            assert task.task_id is not None
+            resumed = await ToolTask.resume(other, task.task_id, tool_name="plan_dinner")
+            with pytest.raises(ToolError, match="no elicitation handler"):
+                await resumed.result()
+            assert (await task.result()).data == "Thai, vegetarian=True"
+    requests = {
+        "a": {"method": "elicitation/create", "params": {"message": "Which?"}},
+        "b": {"method": "sampling/createMessage", "params": {"messages": []}},
+    }
+    with pytest.raises(ToolError, match="no elicitation handler"):  # asked with more
+        InputAnswerer().check("t1", requests, set())
 
 
 # --- timeouts ------------------------------------------------------------------------

@@ -7,7 +7,9 @@ foreground elicitation, C66). Keys are answered once (C67) and all answers of
 one state go back in a single `tasks/update` (C65).
 
 A request that neither can answer makes `check()` raise `NoInputHandler` (a
-`ToolError`) before anything is asked, with a message saying what to pass;
+`ToolError`) before anything is asked, with a message saying what to pass (with the
+words "no elicitation handler" when an elicitation is among them, which code written
+for the official package matches);
 `strict=False` keeps the older lenient rule (elicitations answered
 `{"action": "cancel"}`, other requests left unanswered).
 """
@@ -45,10 +47,11 @@ def unanswerable_message(task_id: str, requests: dict[str, Any]) -> str:
             "call_tool_task) to answer it; a TasksClientExtension given in extensions= "
             "takes its own elicitation_handler= or on_input="
         )
+    lacks = " (it has no elicitation handler and no on_input=)" if ELICITATION in methods else ""
     return (
         f"Task {task_id} asks for {', '.join(methods)}{asked}, which this client cannot "
-        "answer: pass on_input= to call_tool_task (or to TasksClientExtension) to answer "
-        "it; elicitations alone can also be answered by Client(elicitation_handler=...)"
+        f"answer{lacks}: pass on_input= to call_tool_task (or to TasksClientExtension) to "
+        "answer it; elicitations alone can also be answered by Client(elicitation_handler=...)"
     )
 
 

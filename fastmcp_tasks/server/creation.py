@@ -11,6 +11,10 @@ the one module that writes and reads it.
 `create_task` is the whole of it for one `tools/call`: the record, the store's
 atomic `create` (caps, and dedupe: an identical call, or one with the same idempotency
 key (`server.idempotency`), gets the existing task), and the hand-over to the runner.
+A gated task's `Job` is handed over before `create` (this process may claim the task
+the moment it exists); every way the call ends without a new task (a refusal, a
+dedupe or idempotency hit, a store failure, any other exception) forgets it again.
+Its store calls share one `store_timeout` (`stored`).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+import anyio
 from fastmcp.server.context import Context
 from fastmcp.tools.base import Tool
 from mcp.shared.exceptions import MCPError
@@ -46,6 +51,7 @@ from fastmcp_tasks.server.engine.jobs import CreatingRunner, Job
 from fastmcp_tasks.server.engine.leases import QUEUED_MESSAGE
 from fastmcp_tasks.server.flow import Gate, dedupe_key, gate_for
 from fastmcp_tasks.server.idempotency import same_call, scoped_key
+from fastmcp_tasks.server.monitored_store import deadline_at, request_deadline
 from fastmcp_tasks.server.options import TaskOptions
 from fastmcp_tasks.server.ownership import current_principal
 from fastmcp_tasks.server.related import related_of_call
@@ -56,6 +62,8 @@ logger = logging.getLogger("fastmcp_tasks.validation")
 
 TASK_ID_BYTES = 24  # 192 bits from `secrets`, 32 URL-safe characters
 UNCONFIRMED_KEPT = 10_000
+#: The share of a `tools/call`'s `store_timeout` a create leaves for reading it back.
+READ_BACK_SHARE = 0.2
 
 
 def new_task_id() -> str:
@@ -180,7 +188,9 @@ async def create_task(
     elif idempotency_key is not None and keeps_flow_control(store):
         window, keyed = math.inf, True  # the holder's whole retained lifetime
         key = scoped_key(runner.app, current_principal(), idempotency_key)
-    related = await related_of_call(store, context)  # before the record: kept in it
+    deadline = request_deadline(store)  # every store call of this request: one store_timeout
+    with deadline_at(deadline):
+        related = await related_of_call(store, context)  # before the record: kept in it
     queued = gate is None and runner.saturated()
     record, input_kinds = new_record(
         tool,
@@ -215,18 +225,10 @@ async def create_task(
     if waits_in_store:  # before `create`: this process may claim it the moment it exists
         runner.accept(job, wake=False)
     try:
-        if window is None:  # (a third-party store may not know `dedupe_window`)
-            found = await store.create(record, caps=admission.caps)
-        else:
-            found = await store.create(record, caps=admission.caps, dedupe_window=window)
-    except TaskLimitExceeded as exc:
+        found = await stored(admission, runner, record, window, deadline)
+    except BaseException:  # refused, failed, a store's bug, a cancelled request
         runner.forget(record.task_id)
-        raise limit_exceeded(exc.limit, exc.value) from None
-    except StoreError:
-        if not await created_after_all(store, record, runner):
-            runner.forget(record.task_id)
-            raise store_unavailable() from None
-        found = None
+        raise
     if found is not None:  # an identical call's task answers this one
         runner.forget(record.task_id)
         if keyed and not same_call(found, name, arguments):
@@ -242,8 +244,44 @@ async def create_task(
     return record
 
 
+async def stored(
+    admission: Admission,
+    runner: CreatingRunner,
+    record: TaskRecord,
+    window: float | None,
+    deadline: float | None,
+) -> TaskRecord | None:
+    """`store.create(record)`: `None` when created, else the existing task that answers.
+
+    All within the request's one `store_timeout` (`deadline`, `server.monitored_store`):
+    the create may take all of it but `READ_BACK_SHARE`, so that when it fails (a
+    timeout: it may have committed) `created_after_all` reads back with what is left,
+    that share at least, and the answer still comes within `store_timeout`.
+
+    Raises:
+        MCPError: a cap refused it, or "Task store unavailable"; nothing was created.
+    """
+    store = admission.store
+    create_until = None
+    if deadline is not None:
+        create_until = deadline - (deadline - anyio.current_time()) * READ_BACK_SHARE
+    with deadline_at(deadline):
+        try:
+            with deadline_at(create_until):
+                if window is None:  # (a third-party store may not know `dedupe_window`)
+                    return await store.create(record, caps=admission.caps)
+                return await store.create(record, caps=admission.caps, dedupe_window=window)
+        except TaskLimitExceeded as exc:
+            raise limit_exceeded(exc.limit, exc.value) from None
+        except StoreError:
+            if not await created_after_all(store, record, runner):
+                raise store_unavailable() from None
+            return None
+
+
 async def created_after_all(store: TaskStore, record: TaskRecord, runner: CreatingRunner) -> bool:
-    """After a failed `create`: did it commit anyway (a lost reply)? One bounded read.
+    """After a failed `create`: did it commit anyway (a lost reply)? One read, bounded by
+    what is left of the request's `store_timeout` (`stored`).
 
     When the answer is no, or even that read fails, the id is remembered as
     unconfirmed: if the task does exist after all, this process's recovery fails it

@@ -7,6 +7,11 @@ says how much of it may run and how failures are retried:
   once across every process sharing the store; the rest wait `working` with a
   `statusMessage` naming the limit. Waiting tasks are started round-robin across
   principals (`stores.flow`). The gate is the tool's public name, plus the key.
+  The key is the client's to choose (`concurrency_key(arguments)`), so it enters the
+  gate through `gate_key`: a readable key is kept as it is; anything a store or an
+  operator's screen cannot take (control characters, NUL, lone surrogates, the gate's
+  own separators, more than `MAX_GATE_KEY` characters) becomes an escaped prefix and a
+  digest of the whole key, so equal keys still share a gate and different ones do not.
 - `dedupe=timedelta(...)`: a call whose principal, tool and canonical JSON arguments
   equal an active task's (or one that completed or failed within the window) gets that
   task's `CreateTaskResult` instead of a new task. Atomic in every store.
@@ -22,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -36,6 +42,13 @@ GATE_SEPARATOR = "\x1f"
 APP_SEPARATOR = "\x1e"
 #: Longest concurrency key shown in a status message.
 SHOWN_KEY = 60
+#: Longest concurrency key a gate name carries as it is (characters); see `gate_key`.
+MAX_GATE_KEY = 200
+#: How much of an encoded key stays readable, escaped, before its digest.
+_ENCODED_PREFIX = 40
+#: The end of an encoded key: a printable key ending so is encoded too, so no key a
+#: client sends can name another key's gate.
+_ENCODED_END = re.compile(r"…#[0-9a-f]{32}\Z")
 
 
 @dataclass(frozen=True)
@@ -108,13 +121,42 @@ def gate_for(
     scope = f"{app or ''}{APP_SEPARATOR}{tool_name}"
     if key_function is None:
         return Gate(scope, limit, f"{QUEUED_PREFIX}tool {tool_name!r} runs {_at_once(limit)}")
-    key = str(key_function(arguments))
+    key = gate_key(key_function(arguments))
     shown = key if len(key) <= SHOWN_KEY else key[: SHOWN_KEY - 1] + "…"
     return Gate(
         f"{scope}{GATE_SEPARATOR}{key}",
         limit,
         f"{QUEUED_PREFIX}tool {tool_name!r} runs {_at_once(limit)} for {shown!r}",
     )
+
+
+def gate_key(value: Any) -> str:
+    """The concurrency key `value` as a gate name carries it: printable, bounded, storable.
+
+    A string is the key itself, a list or dict its canonical JSON (sorted keys, so the
+    same object in another order is the same key), anything else `str(value)`. That
+    text is kept when it is printable (`str.isprintable`: no control characters, NUL,
+    separators or lone surrogates) and at most `MAX_GATE_KEY` characters long; otherwise
+    it becomes `<escaped prefix>…#<32 hex digits of its SHA-256>` (its first characters
+    as `repr` escapes them), which every store takes and a person can still recognise.
+    """
+    text = value if isinstance(value, str) else _key_text(value)
+    if len(text) <= MAX_GATE_KEY and text.isprintable() and not _ENCODED_END.search(text):
+        return text
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    readable = repr(text[:_ENCODED_PREFIX])[1:-1][:_ENCODED_PREFIX]
+    return f"{readable}…#{digest}"
+
+
+def _key_text(value: Any) -> str:
+    if isinstance(value, dict | list | tuple):
+        try:
+            return json.dumps(
+                value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
+            )
+        except (TypeError, ValueError):  # keys that do not sort, a cycle: as it prints
+            pass
+    return str(value)
 
 
 def shown_gate(gate: str) -> str:

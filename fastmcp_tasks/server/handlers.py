@@ -15,7 +15,9 @@ With `Limits.min_poll_fraction` set, `tasks/get` of one task is paced
 (`pacing.PollPacer`, C19). Unknown ids, and tasks of another principal, get
 the same -32602 (C14, C24); so do expired and purged tasks, except for the
 principal that owned them, who hears when and why (`ownership.missing`, read
-from the store's tombstone on the miss path only). Handlers never talk to the
+from the store's tombstone on the miss path only). However many store calls one
+of these requests makes, it answers within one `store_timeout`
+(`monitored_store.request_deadline`). Handlers never talk to the
 runner: a cancel is a store write that the runner hears about.
 """
 
@@ -42,8 +44,10 @@ from fastmcp_tasks.errors import (
 )
 from fastmcp_tasks.server.engine.inputs import answer_problem
 from fastmcp_tasks.server.engine.leases import CANCELLED_BEFORE_START
+from fastmcp_tasks.server.engine.outcomes import CANCELLED_MESSAGE
 from fastmcp_tasks.server.legacy import LegacyTasks, ListParams
 from fastmcp_tasks.server.limits import Limits
+from fastmcp_tasks.server.monitored_store import deadline_at, request_deadline
 from fastmcp_tasks.server.ownership import current_principal, may_access, missing
 from fastmcp_tasks.server.pacing import PollPacer
 from fastmcp_tasks.stores.base import TaskRecord, TaskStore
@@ -59,6 +63,8 @@ from fastmcp_tasks.wire.names import (
 from fastmcp_tasks.wire.render import could_be_task_id, render_get_result
 
 MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
+#: The status a parked task is cancelled from (`TaskMethods.cancel`).
+PARKED = frozenset({"input_required"})
 
 
 def check_request(ctx: ServerRequestContext[Any, Any], task_id: str) -> None:
@@ -81,13 +87,15 @@ def check_request(ctx: ServerRequestContext[Any, Any], task_id: str) -> None:
 Handler = Callable[[ServerRequestContext[Any, Any], Any], Awaitable[dict[str, Any]]]
 
 
-def _store_errors(handler: Handler) -> Handler:
-    """A store failure becomes a clear -32603, not an anonymous internal error."""
+def _store_errors(handler: Handler, store: TaskStore | None = None) -> Handler:
+    """A store failure becomes a clear -32603, not an anonymous internal error. With
+    `store`, the request's store calls share one `store_timeout` (`monitored_store`)."""
 
     @functools.wraps(handler)
     async def guarded(ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
         try:
-            return await handler(ctx, params)
+            with deadline_at(None if store is None else request_deadline(store)):
+                return await handler(ctx, params)
         except StoreError:
             raise store_unavailable() from None  # the monitor logged the cause
 
@@ -118,20 +126,26 @@ class TaskMethods:
         self.pacer = None if fraction is None else PollPacer(fraction, self.limits.poll_burst)
 
     def bindings(self) -> list[MethodBinding]:
-        update = MethodBinding(METHOD_UPDATE, UpdateTaskParams, _store_errors(self.update), MODERN)
+        """`tasks/get`, `tasks/update` and `tasks/cancel` answer within one `store_timeout`;
+        the 2025-11-25 `tasks/result` waits for the task, and `tasks/list` is a listing."""
+        store = self.store
+        update = _store_errors(self.update, store)
+        updating = MethodBinding(METHOD_UPDATE, UpdateTaskParams, update, MODERN)
         legacy = self.legacy
         if legacy is None:
             return [
-                MethodBinding(METHOD_GET, TaskIdParams, _store_errors(self.get), MODERN),
-                update,
-                MethodBinding(METHOD_CANCEL, TaskIdParams, _store_errors(self.cancel), MODERN),
+                MethodBinding(METHOD_GET, TaskIdParams, _store_errors(self.get, store), MODERN),
+                updating,
+                MethodBinding(
+                    METHOD_CANCEL, TaskIdParams, _store_errors(self.cancel, store), MODERN
+                ),
             ]
         both, old = MODERN | {LEGACY_VERSION}, frozenset({LEGACY_VERSION})
         get, cancel = _by_era(self.get, legacy.get), _by_era(self.cancel, legacy.cancel)
         return [
-            MethodBinding(METHOD_GET, TaskIdParams, _store_errors(get), both),
-            update,
-            MethodBinding(METHOD_CANCEL, TaskIdParams, _store_errors(cancel), both),
+            MethodBinding(METHOD_GET, TaskIdParams, _store_errors(get, store), both),
+            updating,
+            MethodBinding(METHOD_CANCEL, TaskIdParams, _store_errors(cancel, store), both),
             MethodBinding(METHOD_RESULT, TaskIdParams, _store_errors(legacy.result), old),
             MethodBinding(METHOD_LIST, ListParams, _store_errors(legacy.list_tasks), old),
         ]
@@ -172,18 +186,30 @@ class TaskMethods:
     async def cancel(
         self, ctx: ServerRequestContext[Any, Any], params: TaskIdParams
     ) -> dict[str, Any]:
-        """`tasks/cancel`: record the request and ack; terminal tasks are left as they are."""
+        """`tasks/cancel`: record the request and ack; terminal tasks are left as they are.
+
+        The ack comes after the state a client reads next: a task that runs nothing now
+        ends `cancelled` before it. That is one waiting in the store (a front end's
+        queue, a gate, a retry's backoff: no process runs it to hear the request; a
+        claim racing this sees `cancel_requested` and records the same) and one parked
+        in `input_required` (its run waits for answers; compare-and-set from that
+        status, so an answer that resumed it first leaves the ending to its run). The
+        process running a parked task hears the request and stops the run; its own
+        `cancelled` then finds the task already so. A `working` task ends when its run
+        stops (C40).
+        """
         check_request(ctx, params.task_id)
         await self._visible(params.task_id)
         record = await self.store.request_cancel(params.task_id)
         if record is None:
             raise await missing(self.store, params.task_id)
         if record.is_active and record.lease_owner is None:
-            # waiting in the store (a front end's queue, a gate, a retry's backoff): no
-            # process runs it to hear the request, so it ends now (a claim racing this
-            # sees `cancel_requested` and records the same)
             await self.store.transition(
                 params.task_id, "cancelled", status_message=CANCELLED_BEFORE_START
+            )
+        elif record.status == "input_required":
+            await self.store.transition(
+                params.task_id, "cancelled", expect=PARKED, status_message=CANCELLED_MESSAGE
             )
         return dict(ACK)
 

@@ -16,14 +16,24 @@ protocol (`get_many`, `active_leases`, listing) are wrapped the same way when
 present, and absent when the store lacks them, so `getattr(store, name, None)`
 keeps working.
 
+One request, one bound: a request handler that makes several store calls takes its
+`request_deadline(store)` when it begins and makes them inside `deadline_at(it)`:
+each bounded call gets what is left, at most `store_timeout`, so the answer comes
+within one `store_timeout` however many calls it took. A nested `deadline_at`
+narrows it for a part of the request, so that a later part keeps a share (task
+creation keeps one for reading back a create that timed out, `server.creation`). A
+call that finds no time left fails at once with `StoreTimeout` and is not reported
+to health (the store was never asked).
+
 The in-memory store cannot fail or hang and is used unwrapped.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 import anyio
@@ -58,6 +68,44 @@ BOUNDED = frozenset(
 )
 
 
+#: When (anyio's clock) the store calls of the request being served must have ended, and
+#: the task serving it: a task spawned meanwhile copies the context, not the deadline.
+_deadline: ContextVar[tuple[float, int] | None] = ContextVar(
+    "fastmcp_tasks_store_deadline", default=None
+)
+
+
+def current_deadline() -> float | None:
+    """The deadline the current task's bounded store calls end by, if any."""
+    found = _deadline.get()
+    if found is None or found[1] != anyio.get_current_task().id:
+        return None
+    return found[0]
+
+
+@contextmanager
+def deadline_at(when: float | None) -> Iterator[float | None]:
+    """Bounded store calls inside end by `when` (anyio's clock; `None`: no deadline of its
+    own), or by an enclosing deadline if that is earlier; yields the deadline in force.
+    Only the calls of the current task: one it spawns inside is not bounded by it."""
+    current = current_deadline()
+    if when is None or (current is not None and current <= when):
+        yield current
+        return
+    token = _deadline.set((when, anyio.get_current_task().id))
+    try:
+        yield when
+    finally:
+        _deadline.reset(token)
+
+
+def request_deadline(store: TaskStore) -> float | None:
+    """The deadline of a request that begins now: `store_timeout` from now (anyio's
+    clock), or `None` for a store without a bound (the in-memory store)."""
+    timeout = store.timeout if isinstance(store, MonitoredStore) else None
+    return None if timeout is None else anyio.current_time() + timeout
+
+
 class MonitoredStore:
     """A `TaskStore` that bounds and reports every call of the store it wraps."""
 
@@ -73,14 +121,21 @@ class MonitoredStore:
     ) -> T:
         """`await fn(*args, **kw)`, bounded when `operation` is, reported to health."""
         health = self.health
+        limit = self.timeout if operation in BOUNDED else None
+        deadline = current_deadline() if limit is not None else None
+        if limit is not None and deadline is not None:
+            limit = min(limit, deadline - anyio.current_time())
+            if limit <= 0:
+                raise StoreTimeout(f"{operation}: no time left of the request's store_timeout")
         try:
-            if self.timeout is not None and operation in BOUNDED:
-                with anyio.fail_after(self.timeout):
+            if limit is not None:
+                with anyio.fail_after(limit):
                     result = await fn(*args, **kw)
             else:
                 result = await fn(*args, **kw)
         except TimeoutError:
-            error = StoreTimeout(f"{operation} did not answer within {self.timeout:g} s")
+            within = "in time" if limit is None else f"within {limit:g} s"
+            error = StoreTimeout(f"{operation} did not answer {within}")
             health.store_failed(operation, error)
             raise error from None
         except (TaskLimitExceeded, DuplicateTask):

@@ -21,6 +21,16 @@ again with `ctx.input_responses` (keyed as the tool minted them) and
 `ctx.request_state` set, exactly as core documents. `requestState` stays on
 the server; it never appears on the task's wire.
 
+A round that only sets state (an `InputRequiredResult` with a `requestState` and no
+input request, which the spec allows) is what FastMCP's foreground path re-runs: its
+`Client` (the SDK's `run_input_required_driver`) waits 50 ms, doubling to 250 ms, and
+retries the call with the state and no responses, for at most 10 rounds. A task does
+exactly that (`STATE_ONLY_BACKOFF`, `STATE_ONLY_ROUNDS`): the tool runs again with
+`ctx.request_state` and `ctx.input_responses` `None`, the task staying `working`, and
+an 11th such round in a row ends the task `failed` with a -32603 saying the tool asked
+for input without naming any request (`errors.state_only_rounds`), where the
+foreground client raises `InputRequiredRoundsExceededError`.
+
 Mounted tools. In the foreground a mounted tool runs through the child's
 `call_tool`: the child's middleware, then the body, under a Context of the
 child. A task does the same at every mount level (`invoke`), with a
@@ -36,6 +46,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import anyio
 import mcp_types
 from fastmcp.exceptions import DisabledError, FastMCPError, NotFoundError, ToolError
 from fastmcp.server.dependencies import get_context
@@ -50,9 +61,9 @@ from pydantic import TypeAdapter
 from pydantic import ValidationError as PydanticValidationError
 
 from fastmcp_tasks import _compat
-from fastmcp_tasks.errors import error_object
+from fastmcp_tasks.errors import error_object, state_only_rounds
 from fastmcp_tasks.server.engine.caller import Caller, carried, needs_access_token, token_error
-from fastmcp_tasks.server.engine.context import RunningTask, TaskContext
+from fastmcp_tasks.server.engine.context import NO_HANDLER_HINT, RunningTask, TaskContext
 from fastmcp_tasks.server.engine.inputs import CAPABILITY_OF, ELICIT, new_key
 from fastmcp_tasks.server.engine.jobs import Job, let_the_reply_go
 
@@ -260,6 +271,11 @@ def to_wire(result: mcp_types.CallToolResult, server: Any) -> dict[str, Any]:
 
 #: Rounds after which a tool that keeps asking is stopped (a loop guard).
 MAX_ROUNDS = 50
+#: State-only rounds in a row a task re-runs (the SDK client's default round cap).
+STATE_ONLY_ROUNDS = 10
+#: The wait before a state-only round's re-run: first, and longest (it doubles), as the
+#: SDK client's `run_input_required_driver` waits before retrying the call.
+STATE_ONLY_BACKOFF = (0.05, 0.25)
 
 _requests_adapter: TypeAdapter[mcp_types.InputRequests] = TypeAdapter(mcp_types.InputRequests)
 
@@ -301,6 +317,7 @@ async def run_rounds(
     that created the task: token, headers, session id, request-scoped state.
     """
     scoped = caller.request_state if caller is not None else None
+    state_only, wait = 0, STATE_ONLY_BACKOFF[0]
     for round_number in range(1, MAX_ROUNDS + 1):
         ctx = TaskContext(server, running, responses, request_state, scoped_state=scoped)
         with carried(caller):
@@ -312,15 +329,25 @@ async def run_rounds(
         requests = _requests_adapter.dump_python(
             ask.input_requests or {}, mode="json", by_alias=True, exclude_none=True
         )
+        if not requests:  # only a state: run again with it, as the foreground client does
+            state_only += 1
+            if state_only > STATE_ONLY_ROUNDS:
+                return Outcome("failed", error=state_only_rounds(name, state_only))
+            await anyio.sleep(wait)
+            wait = min(wait * 2, STATE_ONLY_BACKOFF[1])
+            responses, request_state = None, ask.request_state
+            continue
+        state_only, wait = 0, STATE_ONLY_BACKOFF[0]
         missing = sorted(
             {CAPABILITY_OF.get(r.get("method"), str(r.get("method"))) for r in requests.values()}
             - running.input_kinds
         )
         if missing:
+            hint = f" ({NO_HANDLER_HINT})" if "elicitation" in missing else ""
             return _error_outcome(
                 server,
                 f"Tool {name!r} asked for input the client cannot give: the tools/call that "
-                f"created this task did not declare {', '.join(missing)}",
+                f"created this task did not declare {', '.join(missing)}{hint}",
             )
         responses = await _gather(running, requests, round_number)
         request_state = ask.request_state

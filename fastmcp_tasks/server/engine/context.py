@@ -140,9 +140,14 @@ def progress_message(progress: float, total: float | None, message: str | None) 
     return f"{progress:g}"
 
 
+#: What a client that cannot answer input lacks, as a fastmcp `Client` sees it: the words
+#: code written for the official package matches (`match="no elicitation handler"`).
+NO_HANDLER_HINT = (
+    "a client with no elicitation handler declares none: pass elicitation_handler= to Client(...)"
+)
 NO_ELICITATION = (
     "ctx.elicit() inside this task needs a client that can answer it: the tools/call "
-    "that created the task did not declare the elicitation capability"
+    f"that created the task did not declare the elicitation capability ({NO_HANDLER_HINT})"
 )
 
 
