@@ -41,7 +41,7 @@ from fastmcp_tasks.cli.common import load_server
 from fastmcp_tasks.cli.operator import COMMANDS as OPERATOR_COMMANDS
 from fastmcp_tasks.cli.operator import add_operator_commands, run_operator_command
 from fastmcp_tasks.cli.ui import add_ui_command, run_ui_command
-from fastmcp_tasks.cli.worker import run_worker
+from fastmcp_tasks.cli.worker import CONCURRENCY_HELP, run_worker
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> None:
     add_ui_command(commands)
     worker = commands.add_parser("worker", help="run a server's task tools for a shared store")
     worker.add_argument("server", help="path/to/server.py[:object]")
-    worker.add_argument("--concurrency", type=int, default=None, help="tasks at once")
+    worker.add_argument("--concurrency", type=int, default=None, help=CONCURRENCY_HELP)
     worker.add_argument(
         "--grace", type=float, default=30.0, help="seconds running tasks may finish at shutdown"
     )

@@ -3,6 +3,11 @@
 It enters the server's lifespan, so its `TasksExtension` takes queued tasks from
 the shared store and runs them; SIGTERM or SIGINT stops taking work, lets
 running tasks finish for `--grace` seconds, then hands the rest back.
+
+Its concurrency is `--concurrency`, else the extension's; an extension with
+`concurrency=0` is a front end's (the README's scale-out recipe serves one server
+file both ways), so the worker then runs `DEFAULT_CONCURRENCY` (the extension's own
+default) and its startup line says so. An explicit `--concurrency` below 1 is refused.
 """
 
 from __future__ import annotations
@@ -14,7 +19,14 @@ import anyio
 
 from fastmcp_tasks import _compat
 from fastmcp_tasks.cli.common import CommandError
+from fastmcp_tasks.server.extension import DEFAULT_CONCURRENCY
 from fastmcp_tasks.wire.names import TASKS_EXTENSION_ID
+
+#: `--help` of `--concurrency`.
+CONCURRENCY_HELP = (
+    "tasks at once (default: the server's TasksExtension concurrency; "
+    f"{DEFAULT_CONCURRENCY} when that is 0, a front end's setting)"
+)
 
 
 async def run_worker(server: Any, concurrency: int | None, grace: float) -> None:
@@ -27,15 +39,22 @@ async def run_worker(server: Any, concurrency: int | None, grace: float) -> None
             "configure a shared store (TasksExtension(url='sqlite:///...') or "
             "FASTMCP_TASKS_URL)"
         )
+    note = ""
     if concurrency is not None:
+        if concurrency < 1:
+            raise CommandError(f"a worker needs --concurrency of at least 1, got {concurrency}")
         extension.concurrency = concurrency
-    if extension.concurrency < 1:
-        raise CommandError("a worker needs --concurrency of at least 1")
+    elif extension.concurrency < 1:  # the same file serves as a `concurrency=0` front end
+        extension.concurrency = DEFAULT_CONCURRENCY
+        note = (
+            " (the server's TasksExtension has concurrency=0, a front end's setting: the "
+            f"worker runs the default {DEFAULT_CONCURRENCY}; --concurrency N sets it)"
+        )
     extension.shutdown_grace = grace
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with _compat.server_lifespan(server):
             print(
-                f"fastmcp-tasks worker: {extension.url}, concurrency {extension.concurrency}",
+                f"fastmcp-tasks worker: {extension.url}, concurrency {extension.concurrency}{note}",
                 flush=True,
             )
             if extension.health().status == "starting":  # the store did not answer yet
