@@ -385,3 +385,18 @@ def test_the_worker_help_says_what_concurrency_it_defaults_to() -> None:
         "--concurrency CONCURRENCY tasks at once (default: the server's TasksExtension "
         "concurrency; 100 when that is 0, a front end's setting)"
     ) in " ".join(done.stdout.split())
+
+
+async def test_the_worker_startup_line_never_shows_the_store_password(tmp_path: Path) -> None:
+    async with shared_schema() as url:
+        schema = url.rpartition("schema=")[2]
+        secret_url = url.replace("postgres@", "postgres:s3cretpw@")  # trust auth ignores it
+        worker = Worker(secret_url, tmp_path, concurrency=2)
+        try:
+            await worker.ready()
+        finally:
+            worker.stop()
+    host = url.partition("postgres@")[2].partition("?")[0]
+    assert worker.banner.decode() == (
+        f"fastmcp-tasks worker: postgresql://postgres:***@{host} (schema {schema}), concurrency 2\n"
+    )

@@ -20,6 +20,7 @@ import anyio
 from fastmcp_tasks import _compat
 from fastmcp_tasks.cli.common import CommandError
 from fastmcp_tasks.server.extension import DEFAULT_CONCURRENCY
+from fastmcp_tasks.stores.urls import describe, masked
 from fastmcp_tasks.wire.names import TASKS_EXTENSION_ID
 
 #: `--help` of `--concurrency`.
@@ -35,7 +36,8 @@ async def run_worker(server: Any, concurrency: int | None, grace: float) -> None
         raise CommandError("the server has no TasksExtension")
     if not extension.store.durable:
         raise CommandError(
-            f"{extension.url} keeps tasks inside one process, so a worker cannot see them: "
+            f"{masked(extension.url)} keeps tasks inside one process, so a worker cannot see "
+            "them: "
             "configure a shared store (TasksExtension(url='sqlite:///...') or "
             "FASTMCP_TASKS_URL)"
         )
@@ -54,7 +56,8 @@ async def run_worker(server: Any, concurrency: int | None, grace: float) -> None
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with _compat.server_lifespan(server):
             print(
-                f"fastmcp-tasks worker: {extension.url}, concurrency {extension.concurrency}{note}",
+                f"fastmcp-tasks worker: {describe(extension.store)}, concurrency "
+                f"{extension.concurrency}{note}",
                 flush=True,
             )
             if extension.health().status == "starting":  # the store did not answer yet

@@ -62,6 +62,7 @@ from fastmcp_tasks.server.validation import arguments_valid
 from fastmcp_tasks.stores import store_from_url
 from fastmcp_tasks.stores.base import TaskStore
 from fastmcp_tasks.stores.flow import keeps_flow_control
+from fastmcp_tasks.stores.urls import describe, masked
 from fastmcp_tasks.wire.legacy import CAPABILITY as LEGACY_CAPABILITY
 from fastmcp_tasks.wire.names import EXPERIMENTAL_CAPABILITY, TASKS_EXTENSION_ID
 from fastmcp_tasks.wire.render import render_create_result
@@ -190,8 +191,9 @@ class TasksExtension(ServerExtension):
             self.url = f"{getattr(store, 'scheme', 'custom')}://"
         if concurrency == 0 and not store.durable:
             raise ConfigurationError(
-                f"concurrency=0 runs nothing in this process, and {self.url} is not shared "
-                "with other processes: use a durable store (sqlite:///..., redis://...)"
+                f"concurrency=0 runs nothing in this process, and {masked(self.url)} is not "
+                "shared with other processes: use a durable store (sqlite:///..., redis://... "
+                "or postgresql://...)"
             )
         self.store: TaskStore = store
         if shutdown_grace is None:
@@ -200,7 +202,7 @@ class TasksExtension(ServerExtension):
         self.store_timeout = None if store_timeout is None else store_timeout.total_seconds()
         self.startup = startup
         self.app = app
-        self.health_monitor = HealthMonitor(repr(store))
+        self.health_monitor = HealthMonitor(describe(store))
         self._store = monitored(store, self.health_monitor, self.store_timeout)
         self.concurrency = concurrency
         self.retention_ms = None if retention is None else int(retention.total_seconds() * 1000)

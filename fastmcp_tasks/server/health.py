@@ -16,6 +16,9 @@ supervised loop reports, and turns it into what operators need:
   `fastmcp_tasks.engine.degraded` (up-down counter: 1 while the store is
   unreachable, 0 otherwise);
 - `snapshot()`: an `EngineHealth` for `TasksExtension.health()`.
+
+The store is named by its description (`stores.urls.describe`: its masked URL and
+prefix or schema, never a password), the same in every log line of every store.
 """
 
 from __future__ import annotations
@@ -76,8 +79,10 @@ class EngineHealth:
 class HealthMonitor:
     """Collects store outcomes and loop states; logs each outage once."""
 
-    def __init__(self, label: str = "task store") -> None:
-        self.label = label
+    def __init__(self, store: str = "") -> None:
+        #: The store as it describes itself (`stores.urls.describe`: never a password).
+        self.store = store
+        self.label = f"task store {store}" if store else "task store"
         self.opened = False
         self.running = False
         self.degraded_since: float | None = None

@@ -47,6 +47,7 @@ from fastmcp_tasks.stores.postgres import sessions
 from fastmcp_tasks.stores.postgres.feed import QUIET_LAG, PostgresChangeFeed
 from fastmcp_tasks.stores.postgres.liveness import Reach, session_defaults, setter
 from fastmcp_tasks.stores.postgres.sql import Statements
+from fastmcp_tasks.stores.urls import masked
 
 DEFAULT_MAX_TASKS = 100_000
 DEFAULT_SCHEMA = "fastmcp_tasks"
@@ -80,13 +81,8 @@ def parse_store_url(url: str) -> tuple[str, dict[str, str]]:
 
 
 def redact(url: str) -> str:
-    """The URL without its password (and query), for messages."""
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if "@" in netloc:
-        user, _, host = netloc.rpartition("@")
-        netloc = f"{user.partition(':')[0]}@{host}"
-    return urlunsplit(parts._replace(netloc=netloc, query="", fragment=""))
+    """The URL as messages show it: masked (`stores.urls`), without its query."""
+    return masked(url, query=False)
 
 
 def _password(url: str) -> str | None:
@@ -261,6 +257,10 @@ class PostgresConnections:
         if isinstance(exc, psycopg.Error):
             return StoreError(f"PostgreSQL task store {self.where}: {self._scrub(str(exc))}")
         return None
+
+    def describe(self) -> str:
+        """The masked URL and the schema (`stores.urls.describe`)."""
+        return self.where
 
     @asynccontextmanager
     async def _guard(self) -> AsyncIterator[None]:

@@ -67,6 +67,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from fastmcp_tasks.errors import ConfigurationError
 from fastmcp_tasks.stores.base import TaskRecord, encode_json, storable_text
+from fastmcp_tasks.stores.urls import masked
 
 DEFAULT_PREFIX = "fastmcp-tasks"
 
@@ -182,11 +183,13 @@ def parse_store_url(url: str, prefix: str | None) -> tuple[str, str, RedisKeys]:
     """
     parts = urlsplit(url)
     if parts.scheme not in ("redis", "rediss"):
-        raise ConfigurationError(f"Redis task store URL must be redis:// or rediss://: {url!r}")
+        raise ConfigurationError(
+            f"Redis task store URL must be redis:// or rediss://: {masked(url)!r}"
+        )
     db = parts.path.strip("/")
     if db and not db.isdigit():
         raise ConfigurationError(
-            f"Redis task store URL {url!r}: the path must be a database number"
+            f"Redis task store URL {masked(url)!r}: the path must be a database number"
         )
     query = parse_qsl(parts.query, keep_blank_values=True)
     named = [value for name, value in query if name == "prefix"]

@@ -1,0 +1,144 @@
+"""Store URLs as people see them: never a password, one description per store.
+
+`stores.urls.masked` is the one function that makes a store URL fit to show; every
+place that shows one (the worker's startup line, `ls`/`show`/`ui`, the health log,
+spans, exceptions) goes through it or through a store's `describe()`, which every
+built-in store has in the same form: the masked URL and, for a shared server, the
+prefix or schema that sets this store apart.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fastmcp import FastMCP
+
+from fastmcp_tasks import TasksExtension, _compat
+from fastmcp_tasks.errors import ConfigurationError, StoreError
+from fastmcp_tasks.stores import MemoryTaskStore, SQLiteTaskStore, store_from_url
+from fastmcp_tasks.stores.urls import describe, masked
+from tests.test_store_contract import REDIS_URL
+
+pytestmark = pytest.mark.anyio
+
+SECRET = "s3cretpw"
+
+
+def test_masked_hides_the_password_and_keeps_the_rest() -> None:
+    assert masked(f"postgresql://postgres:{SECRET}@db:5432/test?schema=x") == (
+        "postgresql://postgres:***@db:5432/test?schema=x"
+    )
+    assert masked(f"redis://:{SECRET}@127.0.0.1:6379/0") == "redis://:***@127.0.0.1:6379/0"
+    assert masked(f"redis://h:6379/0?password={SECRET}&prefix=p") == (
+        "redis://h:6379/0?password=***&prefix=p"
+    )
+    nested = (
+        f"postgresql://u@h/db?listen_url=postgresql%3A%2F%2Fu%3A{SECRET}%40h2%3A5432%2Fdb"
+        f"&sslpassword={SECRET}"
+    )
+    shown = masked(nested)
+    assert SECRET not in shown
+    assert shown == (
+        "postgresql://u@h/db?listen_url=postgresql%3A%2F%2Fu%3A***%40h2%3A5432%2Fdb&sslpassword=***"
+    )
+    assert masked(f"postgresql://postgres:{SECRET}@db/test?schema=x", query=False) == (
+        "postgresql://postgres:***@db/test"
+    )
+    for plain in ("memory://", "sqlite:///tasks.db", "redis://127.0.0.1:6379/0?prefix=p"):
+        assert masked(plain) == plain
+    assert masked(None) == ""
+    assert SECRET not in masked(f"postgresql://u:{SECRET}@[::1")  # unparsable: still masked
+
+
+def test_every_store_describes_itself_the_same_way(tmp_path: Path) -> None:
+    memory = MemoryTaskStore()
+    assert describe(memory) == "memory://"
+    assert repr(memory) == "MemoryTaskStore(memory://)"
+    sqlite = SQLiteTaskStore(tmp_path / "tasks.db")
+    assert describe(sqlite) == f"sqlite:///{tmp_path}/tasks.db"
+    assert repr(sqlite) == f"SQLiteTaskStore(sqlite:///{tmp_path}/tasks.db)"
+    redis = store_from_url(f"redis://:{SECRET}@127.0.0.1:6379/0?prefix=p")
+    assert describe(redis) == "redis://:***@127.0.0.1:6379/0 (prefix 'p')"
+    assert repr(redis) == "RedisTaskStore(redis://:***@127.0.0.1:6379/0 (prefix 'p'))"
+    postgres = store_from_url(f"postgresql://postgres:{SECRET}@127.0.0.1:5432/test?schema=s")
+    assert describe(postgres) == "postgresql://postgres:***@127.0.0.1:5432/test (schema s)"
+    assert repr(postgres) == (
+        "PostgresTaskStore(postgresql://postgres:***@127.0.0.1:5432/test (schema s))"
+    )
+
+    class ThirdPartyStore:
+        scheme = "dynamo"
+
+    assert describe(ThirdPartyStore()) == "ThirdPartyStore (dynamo://)"
+    assert describe(object()) == "object (custom://)"
+
+
+def test_the_health_log_names_the_store_by_its_description(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    extension = TasksExtension(url=f"sqlite:///{tmp_path}/tasks.db")
+    assert extension.health_monitor.label == f"task store sqlite:///{tmp_path}/tasks.db"
+    caplog.set_level(logging.WARNING, logger="fastmcp_tasks.health")
+    extension.health_monitor.store_failed("get", StoreError("locked"))
+    assert [r.getMessage() for r in caplog.records] == [
+        f"task store sqlite:///{tmp_path}/tasks.db unavailable (get failed: locked); task "
+        "calls answer 'Task store unavailable' and the engine retries with backoff until "
+        "it answers"
+    ]
+
+
+async def test_an_unreachable_store_is_logged_and_reported_without_its_password(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="fastmcp_tasks")
+    url = f"postgresql://postgres:{SECRET}@127.0.0.1:1/test?connect_timeout=1"
+    mcp = FastMCP("masked")
+    extension = TasksExtension(url=url, startup="degraded")
+    mcp.add_extension(extension)
+    async with _compat.server_lifespan(mcp):
+        health = extension.health()
+    assert health.status == "degraded"
+    assert health.last_error is not None and SECRET not in health.last_error
+    assert caplog.records
+    for record in caplog.records:
+        assert SECRET not in record.getMessage()
+    warnings = [r.getMessage() for r in caplog.records if r.name == "fastmcp_tasks.health"]
+    assert warnings[0].startswith(
+        "task store postgresql://postgres:***@127.0.0.1:1/test (schema fastmcp_tasks) "
+        "unavailable (open failed: "
+    )
+
+
+def test_configuration_errors_never_quote_a_password() -> None:
+    for url in (
+        f"mysql://root:{SECRET}@db/tasks",
+        f"redis://:{SECRET}@127.0.0.1:notaport/0",
+        f"redis://:{SECRET}@127.0.0.1:6379/db",
+        f"memory://root:{SECRET}@host",
+        f"postgresql://postgres:{SECRET}@db/test?pool_max=lots",
+    ):
+        with pytest.raises(ConfigurationError) as info:
+            store_from_url(url)
+        assert SECRET not in str(info.value), url
+        assert "***" in str(info.value), url
+    with pytest.raises(ConfigurationError) as info:
+        TasksExtension(url=f"redis://:{SECRET}@127.0.0.1:6379/x")
+    assert str(info.value) == (
+        "Redis task store URL 'redis://:***@127.0.0.1:6379/x': the path must be a database number"
+    )
+
+
+def test_ls_and_show_never_print_a_password() -> None:
+    url = f"{REDIS_URL.replace('redis://', f'redis://:{SECRET}@')}?prefix=p&db=x"
+    done = subprocess.run(
+        [sys.executable, "-m", "fastmcp_tasks", "ls", "--url", url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert SECRET not in done.stderr and "***" in done.stderr
