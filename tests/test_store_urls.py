@@ -142,3 +142,65 @@ def test_ls_and_show_never_print_a_password() -> None:
     )
     assert done.returncode == 2
     assert SECRET not in done.stderr and "***" in done.stderr
+
+
+# --- unknown URL options ------------------------------------------------------------------
+
+
+def _refusal(url: str) -> str:
+    with pytest.raises(ConfigurationError) as info:
+        store_from_url(url)
+    with pytest.raises(ConfigurationError) as again:
+        TasksExtension(url=url)  # the same answer at construction of the extension
+    assert str(again.value) == str(info.value)
+    return str(info.value)
+
+
+def test_an_unknown_redis_option_is_named_with_every_option_redis_takes() -> None:
+    from fastmcp_tasks.stores.redis.keys import url_options
+
+    taken = url_options("redis")
+    assert {"db", "socket_timeout", "client_name", "username", "max_connections"} <= taken
+    assert not {"retry", "parser_class", "host", "port", "connection_class"} & taken
+    assert {"ssl_ca_certs", "ssl_certfile"} <= url_options("rediss") - taken
+    assert _refusal(f"redis://:{SECRET}@127.0.0.1:6379/0?prefx=x") == (
+        "Task store URL 'redis://:***@127.0.0.1:6379/0?prefx=x': unknown option 'prefx' "
+        "(did you mean 'prefix'?); redis:// URLs take prefix (fastmcp-tasks) and "
+        f"redis-py's {', '.join(sorted(taken))}"
+    )
+    message = _refusal("rediss://127.0.0.1:6379/0?ssl_ca_cert=/ca.pem&colour=blue")
+    assert message.startswith(
+        "Task store URL 'rediss://127.0.0.1:6379/0?ssl_ca_cert=/ca.pem&colour=blue': unknown "
+        "options 'ssl_ca_cert', 'colour' (did you mean 'ssl_ca_certs'?); rediss:// URLs take "
+        "prefix (fastmcp-tasks) and redis-py's client_name, "
+    )
+    store_from_url("redis://127.0.0.1:6379/0?prefix=p&socket_timeout=2&client_name=me")
+
+
+def test_an_unknown_postgres_option_is_named_with_ours_and_libpqs() -> None:
+    from psycopg import pq
+
+    libpq = {option.keyword.decode() for option in pq.Conninfo.get_defaults()} | {"ssl"}
+    assert {"sslmode", "application_name", "connect_timeout", "options"} <= libpq
+    assert _refusal("postgresql://postgres@127.0.0.1:5432/test?shema=x") == (
+        "Task store URL 'postgresql://postgres@127.0.0.1:5432/test?shema=x': unknown option "
+        "'shema' (did you mean 'schema'?); postgresql:// URLs take listen_url, pool_max, "
+        "pool_min, prepare, schema, timeout (fastmcp-tasks) and libpq's "
+        f"{', '.join(sorted(libpq))}"
+    )
+    nested = "postgres://h/db?listen_url=postgresql%3A%2F%2Fh%2Fdb%3Fsslmod%3Ddisable"
+    assert "unknown option 'sslmod' (did you mean 'sslmode'?)" in _refusal(nested)
+    store_from_url(
+        "postgresql://h/db?schema=s&sslmode=disable&ssl=true&application_name=a&pool_max=2"
+    )
+
+
+def test_sqlite_and_memory_urls_take_no_options(tmp_path: Path) -> None:
+    assert _refusal(f"sqlite:///{tmp_path}/x.db?foo=1") == (
+        f"Task store URL 'sqlite:///{tmp_path}/x.db?foo=1': unknown option 'foo'; sqlite:// "
+        "URLs take no options"
+    )
+    assert _refusal("memory://?max_tasks=5") == (
+        "Task store URL 'memory://?max_tasks=5': unknown option 'max_tasks'; memory:// URLs "
+        "take no options"
+    )

@@ -1,4 +1,4 @@
-"""The PostgreSQL store's connections: URL and options, the pool, running SQL, errors.
+"""The PostgreSQL store's connections: options, the pool, running SQL, errors.
 
 `PostgresConnections` owns what `open` acquires and `close` releases: a
 `psycopg_pool.AsyncConnectionPool` of autocommit connections (a statement is its own
@@ -33,7 +33,6 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import AsyncConnection
@@ -47,14 +46,12 @@ from fastmcp_tasks.stores.postgres import sessions
 from fastmcp_tasks.stores.postgres.feed import QUIET_LAG, PostgresChangeFeed
 from fastmcp_tasks.stores.postgres.liveness import Reach, session_defaults, setter
 from fastmcp_tasks.stores.postgres.sql import Statements
-from fastmcp_tasks.stores.urls import masked
+from fastmcp_tasks.stores.postgres.urls import parse_store_url, redact, secrets
 
 DEFAULT_MAX_TASKS = 100_000
 DEFAULT_SCHEMA = "fastmcp_tasks"
 
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
-#: URL query options the store reads itself (the rest go to libpq).
-STORE_OPTIONS = ("schema", "listen_url", "pool_min", "pool_max", "timeout", "prepare")
 #: Seconds the pool keeps retrying one failed connection before it gives up (a caller
 #: that needs one starts a new attempt): short, so a restarted server is used at once.
 RECONNECT_TIMEOUT = 2.0
@@ -64,32 +61,6 @@ Params = Sequence[Any] | Mapping[str, Any]
 #: A change-feed row a modification appends: its kind and details.
 Emit = tuple[str, dict[str, Any]]
 T = TypeVar("T")
-
-
-def parse_store_url(url: str) -> tuple[str, dict[str, str]]:
-    """`(the libpq URL, the store's own query options)` of a `postgresql://` URL."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("postgresql", "postgres"):
-        raise ConfigurationError(
-            f"PostgreSQL task store URL must start with postgresql:// or postgres://, got "
-            f"{redact(url)!r}"
-        )
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    own = {key: value for key, value in query if key in STORE_OPTIONS}
-    rest = [(key, value) for key, value in query if key not in STORE_OPTIONS]
-    return urlunsplit(parts._replace(query=urlencode(rest))), own
-
-
-def redact(url: str) -> str:
-    """The URL as messages show it: masked (`stores.urls`), without its query."""
-    return masked(url, query=False)
-
-
-def _password(url: str) -> str | None:
-    try:
-        return urlsplit(url).password
-    except ValueError:
-        return None
 
 
 class PostgresConnections:
@@ -152,7 +123,7 @@ class PostgresConnections:
         self.change_retention = change_retention
         self.max_changes = max_changes
         self._prepare: bool | None = True if prepare else None
-        self._secrets = [p for p in (_password(libpq), _password(self.listen_url)) if p]
+        self._secrets = [*secrets(libpq), *secrets(self.listen_url)]
         self.sql = Statements(schema)
         self.stats: dict[str, int] = {"statements": 0, "feed_statements": 0, "feed_reads": 0}
         self._pool: AsyncConnectionPool[AsyncConnection[Any]] | None = None
