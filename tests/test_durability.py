@@ -18,7 +18,7 @@ import pytest
 
 from tests.private_postgres import shared_schema
 from tests.test_listen import _listen_params, http_listen
-from tests.test_store_contract import REDIS_URL, redis_store
+from tests.test_store_contract import POSTGRES_URL, REDIS_URL, postgres_available, redis_store
 from tests.wire import Wire, free_port, http_wire_for
 
 pytestmark = pytest.mark.anyio
@@ -400,3 +400,41 @@ async def test_the_worker_startup_line_never_shows_the_store_password(tmp_path: 
     assert worker.banner.decode() == (
         f"fastmcp-tasks worker: postgresql://postgres:***@{host} (schema {schema}), concurrency 2\n"
     )
+
+
+def test_a_worker_on_a_misconfigured_store_exits_saying_what_is_wrong(tmp_path: Path) -> None:
+    """A database that does not exist is a configuration error, not an outage to wait out."""
+    postgres_available()
+    url = f"{POSTGRES_URL.rpartition('/')[0]}/nosuch_{os.getpid()}"
+    env = {**os.environ, "DURABLE_DB": url, "DURABLE_MARKERS": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "fastmcp_tasks", "worker", str(SERVER)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(
+        f"fastmcp-tasks: PostgreSQL task store {url} (schema fastmcp_tasks) is misconfigured: "
+        f'database "nosuch_{os.getpid()}" does not exist (SQLSTATE 3D000)'
+    ), done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_worker_of_a_server_file_with_a_bad_store_url_says_which_option(tmp_path: Path) -> None:
+    url = "redis://127.0.0.1:6379/15?prefx=p"
+    env = {**os.environ, "DURABLE_DB": url, "DURABLE_MARKERS": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "fastmcp_tasks", "worker", str(SERVER)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(
+        f"fastmcp-tasks: {SERVER}: Task store URL '{url}': unknown option 'prefx' (did you "
+        "mean 'prefix'?); redis:// URLs take prefix (fastmcp-tasks) and redis-py's "
+    ), done.stderr
+    assert "Traceback" not in done.stderr

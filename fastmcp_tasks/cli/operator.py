@@ -129,6 +129,9 @@ def run_operator_command(args: argparse.Namespace) -> int:
     except StoreError as exc:
         print(f"fastmcp-tasks: {exc}", file=sys.stderr)
         return 1
+    except ConfigurationError as exc:  # found at open: a database that does not exist
+        print(f"fastmcp-tasks: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("fastmcp-tasks: interrupted", file=sys.stderr)
         return 130

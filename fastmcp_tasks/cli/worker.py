@@ -8,6 +8,9 @@ Its concurrency is `--concurrency`, else the extension's; an extension with
 `concurrency=0` is a front end's (the README's scale-out recipe serves one server
 file both ways), so the worker then runs `DEFAULT_CONCURRENCY` (the extension's own
 default) and its startup line says so. An explicit `--concurrency` below 1 is refused.
+A store found misconfigured as it opens (a database that does not exist) ends the
+worker with its message and exit status 2, as a usage error does; a store that is
+down is waited for.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import anyio
 
 from fastmcp_tasks import _compat
 from fastmcp_tasks.cli.common import CommandError
+from fastmcp_tasks.errors import ConfigurationError
 from fastmcp_tasks.server.extension import DEFAULT_CONCURRENCY
 from fastmcp_tasks.stores.urls import describe, masked
 from fastmcp_tasks.wire.names import TASKS_EXTENSION_ID
@@ -53,6 +57,13 @@ async def run_worker(server: Any, concurrency: int | None, grace: float) -> None
             f"worker runs the default {DEFAULT_CONCURRENCY}; --concurrency N sets it)"
         )
     extension.shutdown_grace = grace
+    try:
+        await _serve(server, extension, note)
+    except ConfigurationError as exc:  # found at open: a database that does not exist
+        raise CommandError(str(exc)) from None
+
+
+async def _serve(server: Any, extension: Any, note: str) -> None:
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with _compat.server_lifespan(server):
             print(

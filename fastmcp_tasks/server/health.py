@@ -11,7 +11,10 @@ supervised loop reports, and turns it into what operators need:
   logged at DEBUG until it has been quiet that long, so one failing operation
   among succeeding ones does not flood the log);
 - the same once-per-streak logging for a background loop that fails with
-  something other than a store error (a bug), with its traceback;
+  something other than a store error (a bug), with its traceback; a
+  `ConfigurationError` (a store that opens late, after a degraded start, and is
+  then found misconfigured: a database that does not exist) is logged as its
+  message alone, since it says what to fix;
 - metrics `fastmcp_tasks.store.errors` (counter, attribute `operation`) and
   `fastmcp_tasks.engine.degraded` (up-down counter: 1 while the store is
   unreachable, 0 otherwise);
@@ -30,7 +33,7 @@ from typing import Any, Literal
 
 from opentelemetry import metrics
 
-from fastmcp_tasks.errors import StoreError
+from fastmcp_tasks.errors import ConfigurationError, StoreError
 
 logger = logging.getLogger("fastmcp_tasks.health")
 
@@ -153,6 +156,11 @@ class HealthMonitor:
             logger.debug("engine loop %r failed again: %r", name, error)
             return
         self._failing_loops.add(name)
+        if isinstance(error, ConfigurationError):  # a store found misconfigured when it opens
+            logger.error(
+                "%s: %s; the engine retries with backoff until it is fixed", self.label, error
+            )
+            return
         logger.error("engine loop %r failed; restarting it with backoff", name, exc_info=error)
 
     def loop_ok(self, name: str) -> None:

@@ -1,7 +1,9 @@
 """The PostgreSQL task store: durable, shared by every process that reaches the database.
 
 `store` owns `PostgresTaskStore`; `connections` the pool, options and errors, `urls`
-the URL (our options, libpq's, refusing any other), `liveness` failing fast while the
+the URL (our options, libpq's, refusing any other), `refusals` a server that answers
+"no such database / role / permission denied" at open (a misconfiguration, not an
+outage: `ConfigurationError`), `liveness` failing fast while the
 server refuses and per-connection settings, `schema` the tables, version marker,
 migrations and row mapping, `sql` the statements, `feed` the change feed
 (LISTEN/NOTIFY and the `changes` table),

@@ -4,9 +4,11 @@
 `psycopg_pool.AsyncConnectionPool` of autocommit connections (a statement is its own
 transaction; `_tx` opens an explicit one where a read must come before the write),
 the change feed (`postgres.feed`, its own LISTEN connection), and the checks at open
-(`postgres.sessions`: no transaction-mode pooler where a session is needed; then
-`schema.prepare`). Hot statements are prepared on each connection (`prepare=True`; the
-URL option `prepare=false` turns that off, for a transaction-mode pooler).
+(`postgres.refusals`: a server that refuses the database, role or privileges is a
+`ConfigurationError`; `postgres.sessions`: no transaction-mode pooler where a session
+is needed; then `schema.prepare`). Hot statements are prepared on each connection
+(`prepare=True`; the URL option `prepare=false` turns that off, for a transaction-mode
+pooler).
 
 Failures. Every call is bounded as a whole by `timeout` (waiting for a pooled
 connection, connecting, the statements): past it the caller gets `StoreTimeout`.
@@ -41,8 +43,8 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from fastmcp_tasks.errors import ConfigurationError, StoreError, StoreTimeout
 from fastmcp_tasks.stores.base import TaskRecord, encode_json
 from fastmcp_tasks.stores.flow import DEFAULT_TOMBSTONE_RETENTION
+from fastmcp_tasks.stores.postgres import refusals, sessions
 from fastmcp_tasks.stores.postgres import schema as tables
-from fastmcp_tasks.stores.postgres import sessions
 from fastmcp_tasks.stores.postgres.feed import QUIET_LAG, PostgresChangeFeed
 from fastmcp_tasks.stores.postgres.liveness import Reach, session_defaults, setter
 from fastmcp_tasks.stores.postgres.sql import Statements
@@ -158,16 +160,21 @@ class PostgresConnections:
 
         Raises:
             StoreError: the server is unreachable (nothing is kept open).
-            ConfigurationError: the schema is another program's, or newer; or an address
-                keeps no session where one is needed (`postgres.sessions`).
+            ConfigurationError: the schema is another program's, or newer; an address
+                keeps no session where one is needed (`postgres.sessions`); or the server
+                refuses the database, role or privileges (`postgres.refusals`).
         """
         if self._pool is not None:
             return
-        async with self._guard():  # one direct connection: a clear error when unreachable
-            conn = await AsyncConnection.connect(self.url, **self._conninfo_kwargs())
-            async with conn:
-                await sessions.check(self, conn)  # before the schema: a pooler is named first
-                await tables.prepare(conn, self.schema, self.where)
+        try:
+            async with self._guard():  # one direct connection: a clear error when unreachable
+                conn = await AsyncConnection.connect(self.url, **self._conninfo_kwargs())
+                async with conn:
+                    await sessions.check(self, conn)  # before the schema: a pooler first
+                    await tables.prepare(conn, self.schema, self.where)
+        except StoreError as failure:
+            refusals.check(failure, self.where, self._scrub)  # misconfigured, not down
+            raise
         pool: AsyncConnectionPool[AsyncConnection[Any]] = AsyncConnectionPool(
             self.url,
             min_size=self.pool_min,
