@@ -44,6 +44,7 @@ from fastmcp_tasks.errors import (
 )
 from fastmcp_tasks.server import observability
 from fastmcp_tasks.server.creation import TASK_ID_BYTES, Admission, create_task, new_task_id
+from fastmcp_tasks.server.durations import Duration, duration, optional_duration
 from fastmcp_tasks.server.engine.call import leaf_of, resolve_tool
 from fastmcp_tasks.server.engine.runner import TaskRunner
 from fastmcp_tasks.server.handlers import TaskMethods
@@ -81,6 +82,8 @@ _MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
 
 class TasksExtension(ServerExtension):
     """Durable background tasks for `task=True` tools (SEP-2663).
+
+    Every duration is a `timedelta` or a plain number of seconds (`server.durations`).
 
     Args:
         url: which store keeps the tasks. `None` reads `FASTMCP_TASKS_URL`,
@@ -135,31 +138,32 @@ class TasksExtension(ServerExtension):
         *,
         store: TaskStore | None = None,
         concurrency: int = DEFAULT_CONCURRENCY,
-        retention: timedelta | None = DEFAULT_RETENTION,
+        retention: Duration | None = DEFAULT_RETENTION,
         max_tasks: int | None = DEFAULT_MAX_TASKS,
-        sweep_interval: timedelta = timedelta(seconds=60),
-        input_timeout: timedelta | None = None,
-        lease: timedelta = timedelta(seconds=30),
-        shutdown_grace: timedelta | None = None,
+        sweep_interval: Duration = timedelta(seconds=60),
+        input_timeout: Duration | None = None,
+        lease: Duration = timedelta(seconds=30),
+        shutdown_grace: Duration | None = None,
         limits: Limits | None = None,
-        store_timeout: timedelta | None = DEFAULT_STORE_TIMEOUT,
+        store_timeout: Duration | None = DEFAULT_STORE_TIMEOUT,
         startup: str = "degraded",
         app: str | None = None,
         legacy_tasks: bool = True,
-        tombstone_retention: timedelta | None = timedelta(hours=24),
+        tombstone_retention: Duration | None = timedelta(hours=24),
     ) -> None:
         if store is not None and url is not None:
             raise ConfigurationError("pass either url= or store=, not both")
         if concurrency < 0:
             raise ConfigurationError(f"concurrency must not be negative, got {concurrency}")
-        if retention is not None and retention < timedelta(0):
-            raise ConfigurationError(f"retention must not be negative, got {retention}")
-        if sweep_interval <= timedelta(0):
-            raise ConfigurationError(f"sweep_interval must be positive, got {sweep_interval}")
+        retention = optional_duration("retention", retention)
+        sweep_interval = duration("sweep_interval", sweep_interval, positive=True)
+        input_timeout = optional_duration("input_timeout", input_timeout)
+        lease = duration("lease", lease, positive=True)
+        shutdown_grace = optional_duration("shutdown_grace", shutdown_grace)
+        store_timeout = optional_duration("store_timeout", store_timeout, positive=True)
+        tombstone_retention = optional_duration("tombstone_retention", tombstone_retention)
         if startup not in STARTUP_MODES:
             raise ConfigurationError(f"startup must be one of {STARTUP_MODES}, got {startup!r}")
-        if store_timeout is not None and store_timeout <= timedelta(0):
-            raise ConfigurationError(f"store_timeout must be positive, got {store_timeout}")
         self._config: dict[str, Any] = {
             "url": url,
             "store": store,
@@ -179,8 +183,6 @@ class TasksExtension(ServerExtension):
         }
         self.limits = limits or Limits()
         self._caps = self.limits.active_caps
-        if lease <= timedelta(0):
-            raise ConfigurationError(f"lease must be positive, got {lease}")
         self.lease_seconds = lease.total_seconds()
         self.input_timeout = input_timeout
         self.url = url if url is not None else os.environ.get(URL_ENV) or DEFAULT_URL
@@ -198,7 +200,7 @@ class TasksExtension(ServerExtension):
         self.store: TaskStore = store
         if shutdown_grace is None:
             shutdown_grace = DURABLE_SHUTDOWN_GRACE if store.durable else timedelta(0)
-        self.shutdown_grace = max(0.0, shutdown_grace.total_seconds())
+        self.shutdown_grace = shutdown_grace.total_seconds()
         self.store_timeout = None if store_timeout is None else store_timeout.total_seconds()
         self.startup = startup
         self.app = app
