@@ -9,14 +9,17 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from fastmcp import FastMCP
+from fastmcp.server.auth.providers.jwt import StaticTokenVerifier
 
-from fastmcp_tasks import Retry, TasksExtension, task_options
+from fastmcp_tasks import Retry, TasksExtension, _compat, task_options
 from fastmcp_tasks.errors import ConfigurationError
 from fastmcp_tasks.server.options import options_of
 
@@ -123,3 +126,74 @@ def test_what_the_plain_seconds_do() -> None:
     assert extension.clone().retention_ms == 3_600_000  # a clone takes the same arguments
     assert TasksExtension(retention=None).retention_ms is None  # None still means "no limit"
     assert TasksExtension(store_timeout=None).store_timeout is None
+
+
+# --- options that do nothing: warned once at startup --------------------------------------
+
+
+def _server(auth: Any = None) -> FastMCP:
+    mcp = FastMCP("misused", auth=auth)
+    mcp.add_extension(TasksExtension())
+
+    @mcp.tool  # no task=True: its task_options can never apply
+    @task_options(concurrency=1, retry=Retry(attempts=2))
+    async def not_a_task(x: int) -> int:
+        return x
+
+    @mcp.tool(task=True)
+    @task_options(dedupe=300)
+    async def deduped(x: int) -> int:
+        return x
+
+    @mcp.tool(task=True)
+    @task_options(concurrency=2)
+    async def fine(x: int) -> int:
+        return x
+
+    child = FastMCP("child")
+
+    @child.tool(task=True)
+    @task_options(dedupe=timedelta(minutes=1))
+    async def nested(x: int) -> int:
+        return x
+
+    @child.tool  # not checked: a mounted server's own tools are its own extension's concern
+    @task_options(input_timeout=60)
+    async def nested_plain(x: int) -> int:
+        return x
+
+    mcp.mount(child, namespace="child")
+    return mcp
+
+
+async def test_options_that_do_nothing_are_warned_about_once_at_startup(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="fastmcp_tasks")
+    mcp = _server()
+    async with _compat.server_lifespan(mcp):
+        pass
+    warned = [r.getMessage() for r in caplog.records if r.name == "fastmcp_tasks.configuration"]
+    assert sorted(warned) == [
+        "tool 'child_nested' has task_options(dedupe=60s), but this server has no "
+        "authentication, so its calls are never deduplicated (dedupe tells callers apart by "
+        "their principal; anonymous callers never share a task): configure FastMCP(auth=...)",
+        "tool 'deduped' has task_options(dedupe=300s), but this server has no "
+        "authentication, so its calls are never deduplicated (dedupe tells callers apart by "
+        "their principal; anonymous callers never share a task): configure FastMCP(auth=...)",
+        "tool 'not_a_task' has task_options(concurrency, retry), which apply only to its "
+        "tasks, but it never runs as a task: add task=True to its @mcp.tool, or remove "
+        "task_options",
+    ]
+    assert all(r.levelno == logging.WARNING for r in caplog.records)
+
+
+async def test_dedupe_on_an_authenticated_server_is_not_warned_about(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="fastmcp_tasks")
+    mcp = _server(auth=StaticTokenVerifier(tokens={"t": {"client_id": "c", "scopes": []}}))
+    async with _compat.server_lifespan(mcp):
+        pass
+    warned = [r.getMessage() for r in caplog.records if r.name == "fastmcp_tasks.configuration"]
+    assert [w.split(" has ")[0] for w in warned] == ["tool 'not_a_task'"]

@@ -9,8 +9,9 @@
 - `lifespan()` also advertises `capabilities.experimental["fastmcp-tasks"] =
   {"idempotencyKey": ...}` (through FastMCP's public `experimental_capabilities`,
   so `initialize` and `server/discover` both carry it).
-- `lifespan()` opens the store, serves `subscriptions/listen` (see `listen`)
-  and runs the runner for the server's lifetime.
+- `lifespan()` warns about task options that do nothing on this server (`misuse`),
+  opens the store, serves `subscriptions/listen` (see `listen`) and runs the runner
+  for the server's lifetime.
 
 Faults. Handlers, listen and the runner use the store through
 `monitored_store` (every request-serving call bounded by `store_timeout`, every
@@ -55,6 +56,7 @@ from fastmcp_tasks.server.legacy import LegacyTasks, no_task_support, task_requi
 from fastmcp_tasks.server.legacy_push import announce
 from fastmcp_tasks.server.limits import Limits
 from fastmcp_tasks.server.listen import ListenService
+from fastmcp_tasks.server.misuse import warn_about
 from fastmcp_tasks.server.monitored_store import monitored
 from fastmcp_tasks.server.options import options_of
 from fastmcp_tasks.server.related import serving_related
@@ -237,6 +239,7 @@ class TasksExtension(ServerExtension):
     async def _run(self) -> AsyncIterator[None]:
         observability.log_full_ids(getattr(self.server, "auth", None) is not None)
         _compat.check_server(self.server)
+        await warn_about(self.server)  # options that do nothing here, once per start
         opened = await self._open_store()
         self.listen.install(_compat.low_level_server(self.server))
         self._advertise_idempotency()
