@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import math
+import subprocess
+import sys
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -197,3 +199,30 @@ async def test_dedupe_on_an_authenticated_server_is_not_warned_about(
         pass
     warned = [r.getMessage() for r in caplog.records if r.name == "fastmcp_tasks.configuration"]
     assert [w.split(" has ")[0] for w in warned] == ["tool 'not_a_task'"]
+
+
+# --- hints --------------------------------------------------------------------------------
+
+
+def test_ls_of_the_memory_store_names_every_shared_store() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "fastmcp_tasks", "ls", "--url", "memory://"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr == (
+        "fastmcp-tasks: memory:// keeps tasks inside one server process, so no other process "
+        "can see them: give the server's shared store (sqlite:///..., redis://... or "
+        "postgresql://...)\n"
+    )
+
+
+def test_a_front_end_on_the_memory_store_names_every_shared_store() -> None:
+    with pytest.raises(ConfigurationError) as info:
+        TasksExtension(concurrency=0)
+    assert str(info.value) == (
+        "concurrency=0 runs nothing in this process, and memory:// is not shared with other "
+        "processes: use a durable store (sqlite:///..., redis://... or postgresql://...)"
+    )

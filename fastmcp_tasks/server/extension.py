@@ -337,7 +337,9 @@ class TasksExtension(ServerExtension):
             )
         if not opted_in:
             if tool.task_config.mode == "required":
-                raise task_required(params.name) if legacy else missing_capability()
+                if legacy:
+                    raise task_required(params.name)
+                raise missing_capability(f"tool {params.name!r} runs only as a task")
             refuse_resend(idempotency, params.name)
             return await call_next()
         arguments = params.arguments or {}
