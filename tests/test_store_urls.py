@@ -114,17 +114,30 @@ async def test_an_unreachable_store_is_logged_and_reported_without_its_password(
 
 
 def test_configuration_errors_never_quote_a_password() -> None:
-    for url in (
-        f"mysql://root:{SECRET}@db/tasks",
-        f"redis://:{SECRET}@127.0.0.1:notaport/0",
-        f"redis://:{SECRET}@127.0.0.1:6379/db",
-        f"memory://root:{SECRET}@host",
-        f"postgresql://postgres:{SECRET}@db/test?pool_max=lots",
+    for url, message in (
+        (
+            f"mysql://root:{SECRET}@db/tasks",
+            "Unsupported task store URL 'mysql://root:***@db/tasks': supported schemes are "
+            "memory://, postgres://, postgresql://, redis://, rediss://, sqlite://",
+        ),
+        (
+            f"redis://:{SECRET}@127.0.0.1:notaport/0",
+            "Redis task store URL 'redis://:***@127.0.0.1:notaport/0': Port could not be cast "
+            "to integer value as 'notaport'",
+        ),
+        (
+            f"memory://root:{SECRET}@host",
+            "memory:// takes no host or path, got 'memory://root:***@host'",
+        ),
+        (
+            f"postgresql://postgres:{SECRET}@db/test?pool_max=lots",
+            "PostgreSQL task store URL 'postgresql://postgres:***@db/test': invalid literal for "
+            "int() with base 10: 'lots'",
+        ),
     ):
         with pytest.raises(ConfigurationError) as info:
             store_from_url(url)
-        assert SECRET not in str(info.value), url
-        assert "***" in str(info.value), url
+        assert str(info.value) == message
     with pytest.raises(ConfigurationError) as info:
         TasksExtension(url=f"redis://:{SECRET}@127.0.0.1:6379/x")
     assert str(info.value) == (
@@ -132,16 +145,27 @@ def test_configuration_errors_never_quote_a_password() -> None:
     )
 
 
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "fastmcp_tasks", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60)
+
+
 def test_ls_and_show_never_print_a_password() -> None:
-    url = f"{REDIS_URL.replace('redis://', f'redis://:{SECRET}@')}?prefix=p&db=x"
-    done = subprocess.run(
-        [sys.executable, "-m", "fastmcp_tasks", "ls", "--url", url],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    with_password = REDIS_URL.replace("redis://", f"redis://:{SECRET}@")
+    done = _cli("ls", "--url", f"{with_password}?prefix=p&db=x")
     assert done.returncode == 2
-    assert SECRET not in done.stderr and "***" in done.stderr
+    shown = with_password.replace(SECRET, "***")
+    assert done.stderr == (
+        f"fastmcp-tasks: Redis task store URL '{shown}?prefix=p&db=x': Invalid value for 'db' "
+        "in connection URL.\n"
+    )
+    user = REDIS_URL.replace("redis://", f"redis://nobody:{SECRET}@")  # refused (or down)
+    done = _cli("show", "some-task", "--url", f"{user}?prefix=p")
+    assert done.returncode == 1
+    assert done.stderr.startswith(
+        f"fastmcp-tasks: Redis task store {user.replace(SECRET, '***')} (prefix 'p') is "
+    ), done.stderr
+    assert SECRET not in done.stderr
 
 
 # --- unknown URL options ------------------------------------------------------------------
@@ -168,11 +192,10 @@ def test_an_unknown_redis_option_is_named_with_every_option_redis_takes() -> Non
         "(did you mean 'prefix'?); redis:// URLs take prefix (fastmcp-tasks) and "
         f"redis-py's {', '.join(sorted(taken))}"
     )
-    message = _refusal("rediss://127.0.0.1:6379/0?ssl_ca_cert=/ca.pem&colour=blue")
-    assert message.startswith(
+    assert _refusal("rediss://127.0.0.1:6379/0?ssl_ca_cert=/ca.pem&colour=blue") == (
         "Task store URL 'rediss://127.0.0.1:6379/0?ssl_ca_cert=/ca.pem&colour=blue': unknown "
         "options 'ssl_ca_cert', 'colour' (did you mean 'ssl_ca_certs'?); rediss:// URLs take "
-        "prefix (fastmcp-tasks) and redis-py's client_name, "
+        f"prefix (fastmcp-tasks) and redis-py's {', '.join(sorted(url_options('rediss')))}"
     )
     store_from_url("redis://127.0.0.1:6379/0?prefix=p&socket_timeout=2&client_name=me")
 

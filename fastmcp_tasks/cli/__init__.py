@@ -13,9 +13,10 @@
 lifespan, so its `TasksExtension` takes queued tasks from the shared store
 (those of `concurrency=0` front ends, and recovered ones) and runs them. The
 store URL is the extension's (`url=...` or `FASTMCP_TASKS_URL`); `memory://`
-is refused, since no other process could see its tasks. SIGTERM or SIGINT
-stops taking work, lets running tasks finish for `--grace` seconds, then
-hands the rest back to the store (`cli.worker`).
+is refused, since no other process could see its tasks. `--concurrency` defaults
+to the extension's, or to 100 when that is 0 (the same file serves as a front end).
+SIGTERM or SIGINT stops taking work, lets running tasks finish for `--grace`
+seconds, then hands the rest back to the store (`cli.worker`).
 
 The client commands (`call`, `get`, `wait`, `cancel`) live in `cli.client`: SERVER
 is a Streamable HTTP URL or a `path/to/server.py[:object]` run in memory. `call`
