@@ -41,8 +41,7 @@ async def run_worker(server: Any, concurrency: int | None, grace: float) -> None
     if not extension.store.durable:
         raise CommandError(
             f"{masked(extension.url)} keeps tasks inside one process, so a worker cannot see "
-            "them: "
-            "configure a shared store (TasksExtension(url='sqlite:///...') or "
+            "them: configure a shared store (TasksExtension(url='sqlite:///...') or "
             "FASTMCP_TASKS_URL)"
         )
     note = ""
