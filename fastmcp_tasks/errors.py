@@ -23,7 +23,8 @@ task's JSON-RPC error as an `MCPError` (its code, message and data).
 Wire errors are `mcp.shared.exceptions.MCPError` built by the functions below,
 so every code and message the server sends lives in this one module:
 
-- `missing_capability()`   -32021, the per-request tasks opt-in is absent (HTTP 400)
+- `missing_capability()`   -32021, the per-request tasks opt-in is absent (HTTP 400); the
+                           message says why and what the client must declare
 - `task_not_found()`       -32602, unknown task id (or expired, purged, foreign: see below)
 - `task_expired()`         -32602, the caller's task expired or was purged, and when
 - `header_mismatch()`      -32020, `Mcp-Name` disagrees with `params.taskId` (HTTP 400)
@@ -47,7 +48,7 @@ from typing import Any, Protocol
 
 from fastmcp.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
-from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, INTERNAL_ERROR, INVALID_PARAMS
 from mcp_types.jsonrpc import HEADER_MISMATCH, MISSING_REQUIRED_CLIENT_CAPABILITY
 
 from fastmcp_tasks.wire.names import IDEMPOTENCY_META_KEY, RESENT_META_KEY, TASKS_EXTENSION_ID
@@ -194,11 +195,16 @@ class TaskUnreachable(ToolError, TasksError):
         )
 
 
-def missing_capability() -> MCPError:
-    """-32021: the request did not declare the tasks extension in its `_meta`."""
+def missing_capability(why: str) -> MCPError:
+    """-32021: the request did not declare the tasks extension in its `_meta`.
+
+    The code and `data` are the spec's; the message adds `why` (the tool runs only as a
+    task, or the method needs the extension) and what the client must do.
+    """
     return MCPError(
         code=MISSING_REQUIRED_CLIENT_CAPABILITY,
-        message="Missing required client capability",
+        message=f"Missing required client capability: {why}; the client must declare the "
+        f'{TASKS_EXTENSION_ID} extension in the request\'s _meta["{CLIENT_CAPABILITIES_META_KEY}"]',
         data={"requiredCapabilities": {"extensions": {TASKS_EXTENSION_ID: {}}}},
     )
 

@@ -18,7 +18,7 @@ import pytest
 
 from tests.private_postgres import shared_schema
 from tests.test_listen import _listen_params, http_listen
-from tests.test_store_contract import REDIS_URL, redis_store
+from tests.test_store_contract import POSTGRES_URL, REDIS_URL, postgres_available, redis_store
 from tests.wire import Wire, free_port, http_wire_for
 
 pytestmark = pytest.mark.anyio
@@ -118,9 +118,17 @@ class Worker(Server):
     """`python -m fastmcp_tasks worker tests/durable_server.py`, the real command line."""
 
     def __init__(
-        self, db: Path | str, markers: Path, grace: float = 10.0, concurrency: int | None = None
+        self,
+        db: Path | str,
+        markers: Path,
+        grace: float = 10.0,
+        concurrency: int | None = None,
+        server_concurrency: int | None = None,
     ) -> None:
         env = {**os.environ, "DURABLE_DB": str(db), "DURABLE_MARKERS": str(markers)}
+        if server_concurrency is not None:  # the `TasksExtension(concurrency=)` of the file
+            env["DURABLE_CONCURRENCY"] = str(server_concurrency)
+        self.banner = b""
         command = [sys.executable, "-m", "fastmcp_tasks", "worker", str(SERVER)]
         command += ["--grace", str(grace)]
         if concurrency is not None:
@@ -135,6 +143,7 @@ class Worker(Server):
 
     async def ready(self) -> None:
         line = await anyio.to_thread.run_sync(self.process.stdout.readline)  # type: ignore[union-attr]
+        self.banner = line
         assert line.startswith(
             (
                 b"fastmcp-tasks worker: sqlite://",
@@ -326,3 +335,106 @@ def test_a_worker_refuses_the_memory_store(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert "memory:// keeps tasks inside one process" in done.stderr
+
+
+async def test_a_worker_of_a_front_end_server_file_runs_with_the_default_concurrency(
+    tmp_path: Path,
+) -> None:
+    """The README's scale-out recipe as written: one server file, `concurrency=0`, serves as
+    the front end and, unchanged, as `fastmcp-tasks worker server.py`."""
+    markers, db = tmp_path / "markers", tmp_path / "tasks.db"
+    with servers(tmp_path, 1, concurrency=0, db=db) as (front,):
+        worker = Worker(db, markers, server_concurrency=0)
+        try:
+            await worker.ready()
+            assert worker.banner.decode() == (
+                f"fastmcp-tasks worker: sqlite:///{db}, concurrency 100 (the server's "
+                "TasksExtension has concurrency=0, a front end's setting: the worker runs "
+                "the default 100; --concurrency N sets it)\n"
+            )
+            async with wire_to(front) as wire:
+                quick = await wire.call_tool("quick", {"text": "far"})
+                done = await wire.wait(quick["taskId"])
+                assert done["result"]["content"][0]["text"] == "quick far"
+        finally:
+            worker.stop()
+
+
+def test_a_worker_refuses_an_explicit_concurrency_of_zero(tmp_path: Path) -> None:
+    env = {**os.environ, "DURABLE_DB": str(tmp_path / "tasks.db"), "DURABLE_MARKERS": "."}
+    done = subprocess.run(
+        [sys.executable, "-m", "fastmcp_tasks", "worker", str(SERVER), "--concurrency", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert done.returncode == 2
+    assert done.stderr == "fastmcp-tasks: a worker needs --concurrency of at least 1, got 0\n"
+
+
+def test_the_worker_help_says_what_concurrency_it_defaults_to() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "fastmcp_tasks", "worker", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0
+    assert (
+        "--concurrency CONCURRENCY tasks at once (default: the server's TasksExtension "
+        "concurrency; 100 when that is 0, a front end's setting)"
+    ) in " ".join(done.stdout.split())
+
+
+async def test_the_worker_startup_line_never_shows_the_store_password(tmp_path: Path) -> None:
+    async with shared_schema() as url:
+        schema = url.rpartition("schema=")[2]
+        secret_url = url.replace("postgres@", "postgres:s3cretpw@")  # trust auth ignores it
+        worker = Worker(secret_url, tmp_path, concurrency=2)
+        try:
+            await worker.ready()
+        finally:
+            worker.stop()
+    host = url.partition("postgres@")[2].partition("?")[0]
+    assert worker.banner.decode() == (
+        f"fastmcp-tasks worker: postgresql://postgres:***@{host} (schema {schema}), concurrency 2\n"
+    )
+
+
+def test_a_worker_on_a_misconfigured_store_exits_saying_what_is_wrong(tmp_path: Path) -> None:
+    """A database that does not exist is a configuration error, not an outage to wait out."""
+    postgres_available()
+    url = f"{POSTGRES_URL.rpartition('/')[0]}/nosuch_{os.getpid()}"
+    env = {**os.environ, "DURABLE_DB": url, "DURABLE_MARKERS": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "fastmcp_tasks", "worker", str(SERVER)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(
+        f"fastmcp-tasks: PostgreSQL task store {url} (schema fastmcp_tasks) is misconfigured: "
+        f'database "nosuch_{os.getpid()}" does not exist (SQLSTATE 3D000)'
+    ), done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_worker_of_a_server_file_with_a_bad_store_url_says_which_option(tmp_path: Path) -> None:
+    url = "redis://127.0.0.1:6379/15?prefx=p"
+    env = {**os.environ, "DURABLE_DB": url, "DURABLE_MARKERS": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "fastmcp_tasks", "worker", str(SERVER)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(
+        f"fastmcp-tasks: {SERVER}: Task store URL '{url}': unknown option 'prefx' (did you "
+        "mean 'prefix'?); redis:// URLs take prefix (fastmcp-tasks) and redis-py's "
+    ), done.stderr
+    assert "Traceback" not in done.stderr

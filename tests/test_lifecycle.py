@@ -233,6 +233,11 @@ async def test_task_methods_require_the_per_request_opt_in(transport: str, metho
                 await wire.request(method, params, opt_in=False)
             assert info.value.code == -32021
             assert info.value.data == {"requiredCapabilities": {"extensions": {TASKS: {}}}}
+            assert info.value.message == (
+                f"Missing required client capability: {method} needs the tasks extension; "
+                "the client must declare the io.modelcontextprotocol/tasks extension in the "
+                'request\'s _meta["io.modelcontextprotocol/clientCapabilities"]'
+            )
 
 
 @pytest.mark.parametrize("method", ["tasks/result", "tasks/list"])

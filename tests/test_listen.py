@@ -308,6 +308,11 @@ async def test_listen_with_task_ids_needs_the_opt_in(transport: str) -> None:
         async with open_stream([created["taskId"]], opt_in=False) as frames:
             answer = await frames.next()
     assert answer["error"]["code"] == -32021
+    assert answer["error"]["message"] == (
+        "Missing required client capability: subscriptions/listen with taskIds needs the "
+        "tasks extension; the client must declare the io.modelcontextprotocol/tasks "
+        'extension in the request\'s _meta["io.modelcontextprotocol/clientCapabilities"]'
+    )
 
 
 async def test_terminal_state_is_sent_even_if_it_happened_before_listening(transport: str) -> None:

@@ -42,7 +42,12 @@ async def test_mode_table(
             with pytest.raises(WireError) as info:
                 await wire.call_tool(tool, arguments, opt_in=opt_in)
             assert info.value.code == -32021
-            assert info.value.message == "Missing required client capability"
+            # the spec fixes the code and data; the message also says what to do
+            assert info.value.message == (
+                "Missing required client capability: tool 'required_job' runs only as a task; "
+                "the client must declare the io.modelcontextprotocol/tasks extension in the "
+                'request\'s _meta["io.modelcontextprotocol/clientCapabilities"]'
+            )
             assert info.value.data == {"requiredCapabilities": {"extensions": {TASKS: {}}}}
             if transport == "http":
                 assert info.value.http_status == 400

@@ -13,6 +13,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from fastmcp_tasks.server.observability import fingerprint
+from tests.private_postgres import shared_schema
 from tests.servers import make_server
 from tests.wire import connect
 
@@ -77,3 +78,23 @@ async def test_task_runs_are_spans_metrics_and_log_lines(
     assert mine == [("working", shown), ("completed", shown)]
     assert not any(created["taskId"] in r.getMessage() for r in caplog.records)
     assert len(shown) == 13 and shown != fingerprint(failed["taskId"])
+
+
+async def test_a_span_names_its_store_without_the_password() -> None:
+    async with shared_schema() as url:
+        schema = url.rpartition("schema=")[2]
+        secret_url = url.replace("postgres@", "postgres:s3cretpw@")  # trust auth ignores it
+        mcp, _ = make_server(url=secret_url)
+        async with connect(mcp, "memory") as wire:
+            created = await wire.call_tool("echo", {"text": "where"})
+            await wire.wait(created["taskId"])
+    span = next(
+        s
+        for s in SPANS.get_finished_spans()
+        if s.attributes.get("mcp.task.id") == fingerprint(created["taskId"])
+    )
+    host = url.partition("postgres@")[2].partition("?")[0]
+    assert span.attributes["fastmcp_tasks.store"] == (
+        f"postgresql://postgres:***@{host} (schema {schema})"
+    )
+    assert not any("s3cretpw" in str(value) for value in span.attributes.values())

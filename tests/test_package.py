@@ -232,6 +232,7 @@ def test_the_console_script_entry_point_resolves() -> None:
 
 #: Every logger name the package uses; operators filter on them, so they never move.
 LOGGER_NAMES = {
+    "fastmcp_tasks.configuration",
     "fastmcp_tasks.execution",
     "fastmcp_tasks.dashboard",
     "fastmcp_tasks.health",

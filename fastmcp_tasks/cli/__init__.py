@@ -13,9 +13,10 @@
 lifespan, so its `TasksExtension` takes queued tasks from the shared store
 (those of `concurrency=0` front ends, and recovered ones) and runs them. The
 store URL is the extension's (`url=...` or `FASTMCP_TASKS_URL`); `memory://`
-is refused, since no other process could see its tasks. SIGTERM or SIGINT
-stops taking work, lets running tasks finish for `--grace` seconds, then
-hands the rest back to the store (`cli.worker`).
+is refused, since no other process could see its tasks. `--concurrency` defaults
+to the extension's, or to 100 when that is 0 (the same file serves as a front end).
+SIGTERM or SIGINT stops taking work, lets running tasks finish for `--grace`
+seconds, then hands the rest back to the store (`cli.worker`).
 
 The client commands (`call`, `get`, `wait`, `cancel`) live in `cli.client`: SERVER
 is a Streamable HTTP URL or a `path/to/server.py[:object]` run in memory. `call`
@@ -41,7 +42,7 @@ from fastmcp_tasks.cli.common import load_server
 from fastmcp_tasks.cli.operator import COMMANDS as OPERATOR_COMMANDS
 from fastmcp_tasks.cli.operator import add_operator_commands, run_operator_command
 from fastmcp_tasks.cli.ui import add_ui_command, run_ui_command
-from fastmcp_tasks.cli.worker import run_worker
+from fastmcp_tasks.cli.worker import CONCURRENCY_HELP, run_worker
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> None:
     add_ui_command(commands)
     worker = commands.add_parser("worker", help="run a server's task tools for a shared store")
     worker.add_argument("server", help="path/to/server.py[:object]")
-    worker.add_argument("--concurrency", type=int, default=None, help="tasks at once")
+    worker.add_argument("--concurrency", type=int, default=None, help=CONCURRENCY_HELP)
     worker.add_argument(
         "--grace", type=float, default=30.0, help="seconds running tasks may finish at shutdown"
     )

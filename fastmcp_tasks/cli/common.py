@@ -1,8 +1,10 @@
 """What every `fastmcp-tasks` command shares: usage errors and loading a server file.
 
 `CommandError` reports a usage problem with exit status 2; `load_server` imports
-`path/to/server.py[:object]` and finds its FastMCP server. Both live here, below
-the commands, so `cli.target` and `cli.worker` need not import the `cli` package.
+`path/to/server.py[:object]` and finds its FastMCP server (a `ConfigurationError` the
+file raises, such as a bad store URL, is reported as one, without a traceback). Both
+live here, below the commands, so `cli.target` and `cli.worker` need not import the
+`cli` package.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import importlib.util
 import sys
 from pathlib import Path
 from typing import Any
+
+from fastmcp_tasks.errors import ConfigurationError
 
 
 class CommandError(SystemExit):
@@ -35,7 +39,10 @@ def load_server(target: str) -> Any:
         raise CommandError(f"cannot import {path_text}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses and pickling look the module up by name
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except ConfigurationError as exc:  # e.g. TasksExtension(url=...) with an unknown option
+        raise CommandError(f"{path_text}: {exc}") from None
     if attribute:
         server = getattr(module, attribute, None)
         if not isinstance(server, FastMCP):

@@ -5,9 +5,10 @@
     fastmcp-tasks purge --older-than AGE [--url URL] [--dry-run] [--yes]
 
 They open the store itself, not a server: `--url` is a store URL (`sqlite:///...`,
-`redis://...`), by default `FASTMCP_TASKS_URL`, the variable the extension reads.
-`memory://` is refused: no other process can see its tasks. The store must support
-listing (`ListableTaskStore`); the bundled SQLite and Redis stores do.
+`redis://...`, `postgresql://...`), by default `FASTMCP_TASKS_URL`, the variable the
+extension reads. `memory://` is refused: no other process can see its tasks. The store
+must support listing (`ListableTaskStore`); the bundled SQLite, Redis and PostgreSQL
+stores do. A URL is only ever printed masked (`stores.urls.masked`).
 
 `ls` lists tasks newest first; `--status` takes statuses, comma separated or
 repeated, and `active` / `finished` for either group. `show` prints one task:
@@ -31,7 +32,6 @@ import re
 import sys
 import time
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 import anyio.to_thread
@@ -52,6 +52,7 @@ from fastmcp_tasks.stores import store_from_url
 from fastmcp_tasks.stores.flow import tombstone_of
 from fastmcp_tasks.stores.listing import MAX_PAGE, ListableTaskStore, check_listing
 from fastmcp_tasks.stores.sqlite.schema import path_from_url
+from fastmcp_tasks.stores.urls import masked
 from fastmcp_tasks.wire.names import ACTIVE_STATUSES, TERMINAL_STATUSES
 
 COMMANDS = ("ls", "show", "purge")
@@ -95,7 +96,7 @@ def parse_statuses(text: str) -> frozenset[str]:
 def add_operator_commands(commands: Any) -> None:
     """Add `ls`, `show` and `purge` to the `fastmcp-tasks` subcommands."""
     env = os.environ.get(URL_ENV)
-    url_help = f"the task store URL (default ${URL_ENV}{', now ' + shown(env) if env else ''})"
+    url_help = f"the task store URL (default ${URL_ENV}{', now ' + masked(env) if env else ''})"
     ls = commands.add_parser("ls", help="list a task store's tasks, newest first")
     ls.add_argument("--status", type=parse_statuses, action="append", metavar="STATUS", help=(
         "working, input_required, completed, failed, cancelled, active or finished "
@@ -128,6 +129,9 @@ def run_operator_command(args: argparse.Namespace) -> int:
     except StoreError as exc:
         print(f"fastmcp-tasks: {exc}", file=sys.stderr)
         return 1
+    except ConfigurationError as exc:  # found at open: a database that does not exist
+        print(f"fastmcp-tasks: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("fastmcp-tasks: interrupted", file=sys.stderr)
         return 130
@@ -140,7 +144,7 @@ async def _run(args: argparse.Namespace) -> int:
         if args.command == "ls":
             return await _ls(store, args)
         if args.command == "show":
-            return await _show(store, args.task_id, args.json, shown(args.url))
+            return await _show(store, args.task_id, args.json, masked(args.url))
         return await _purge(store, args)
     finally:
         await store.close()
@@ -152,30 +156,20 @@ def open_store(url: str | None) -> ListableTaskStore:
         raise OperatorError(f"name the task store: --url URL or {URL_ENV}", 2)
     try:
         if url.startswith("sqlite:") and not os.path.exists(path_from_url(url)):
-            raise OperatorError(f"no task store at {url}: the file does not exist")
+            raise OperatorError(f"no task store at {masked(url)}: the file does not exist")
         store = store_from_url(url)
-    except ConfigurationError as exc:  # its message may quote the URL: hide the password
-        password = urlsplit(url).password
-        message = str(exc).replace(password, "***") if password else str(exc)
-        raise OperatorError(message, 2) from None
+    except ConfigurationError as exc:  # (a message quotes the URL masked: `stores.urls`)
+        raise OperatorError(str(exc), 2) from None
     if not store.durable:
         raise OperatorError(
-            f"{url} keeps tasks inside one server process, so no other process can see "
-            "them: give the server's shared store (sqlite:///... or redis://...)",
+            f"{masked(url)} keeps tasks inside one server process, so no other process can "
+            "see them: give the server's shared store (sqlite:///..., redis://... or "
+            "postgresql://...)",
             2,
         )
     if not isinstance(store, ListableTaskStore):
         raise OperatorError(f"the {store.scheme}:// store cannot list tasks", 2)
     return store
-
-
-def shown(url: str | None) -> str:
-    """A store URL fit to print: any password replaced by `***`."""
-    parts = urlsplit(url or "")
-    if parts.password is None:
-        return url or ""
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
 
 
 # --- the commands --------------------------------------------------------------------------

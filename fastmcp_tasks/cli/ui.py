@@ -29,7 +29,8 @@ import sys
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
-from fastmcp_tasks.cli.operator import URL_ENV, OperatorError, open_store, shown
+from fastmcp_tasks.cli.operator import URL_ENV, OperatorError, open_store
+from fastmcp_tasks.stores.urls import masked
 
 TOKEN_ENV = "FASTMCP_TASKS_UI_TOKEN"
 COMMANDS = ("ui",)
@@ -158,7 +159,7 @@ async def _serve(args: argparse.Namespace, token: str | None, loopback: bool) ->
     built.set()
     url = f"http://{host}:{port}/"
     mode = " (read-only)" if args.read_only else ""
-    print(f"fastmcp-tasks ui: dashboard of {shown(args.url)}{mode} at {url}", flush=True)
+    print(f"fastmcp-tasks ui: dashboard of {masked(args.url)}{mode} at {url}", flush=True)
     if token is not None:
         print(
             "fastmcp-tasks ui: it needs the token: log in on the page, or open the URL once "

@@ -9,8 +9,9 @@
 - `lifespan()` also advertises `capabilities.experimental["fastmcp-tasks"] =
   {"idempotencyKey": ...}` (through FastMCP's public `experimental_capabilities`,
   so `initialize` and `server/discover` both carry it).
-- `lifespan()` opens the store, serves `subscriptions/listen` (see `listen`)
-  and runs the runner for the server's lifetime.
+- `lifespan()` warns about task options that do nothing on this server (`misuse`),
+  opens the store, serves `subscriptions/listen` (see `listen`) and runs the runner
+  for the server's lifetime.
 
 Faults. Handlers, listen and the runner use the store through
 `monitored_store` (every request-serving call bounded by `store_timeout`, every
@@ -44,6 +45,7 @@ from fastmcp_tasks.errors import (
 )
 from fastmcp_tasks.server import observability
 from fastmcp_tasks.server.creation import TASK_ID_BYTES, Admission, create_task, new_task_id
+from fastmcp_tasks.server.durations import Duration, duration, optional_duration
 from fastmcp_tasks.server.engine.call import leaf_of, resolve_tool
 from fastmcp_tasks.server.engine.runner import TaskRunner
 from fastmcp_tasks.server.handlers import TaskMethods
@@ -54,6 +56,7 @@ from fastmcp_tasks.server.legacy import LegacyTasks, no_task_support, task_requi
 from fastmcp_tasks.server.legacy_push import announce
 from fastmcp_tasks.server.limits import Limits
 from fastmcp_tasks.server.listen import ListenService
+from fastmcp_tasks.server.misuse import warn_about
 from fastmcp_tasks.server.monitored_store import monitored
 from fastmcp_tasks.server.options import options_of
 from fastmcp_tasks.server.related import serving_related
@@ -62,6 +65,7 @@ from fastmcp_tasks.server.validation import arguments_valid
 from fastmcp_tasks.stores import store_from_url
 from fastmcp_tasks.stores.base import TaskStore
 from fastmcp_tasks.stores.flow import keeps_flow_control
+from fastmcp_tasks.stores.urls import describe, masked
 from fastmcp_tasks.wire.legacy import CAPABILITY as LEGACY_CAPABILITY
 from fastmcp_tasks.wire.names import EXPERIMENTAL_CAPABILITY, TASKS_EXTENSION_ID
 from fastmcp_tasks.wire.render import render_create_result
@@ -80,6 +84,8 @@ _MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
 
 class TasksExtension(ServerExtension):
     """Durable background tasks for `task=True` tools (SEP-2663).
+
+    Every duration is a `timedelta` or a plain number of seconds (`server.durations`).
 
     Args:
         url: which store keeps the tasks. `None` reads `FASTMCP_TASKS_URL`,
@@ -134,31 +140,32 @@ class TasksExtension(ServerExtension):
         *,
         store: TaskStore | None = None,
         concurrency: int = DEFAULT_CONCURRENCY,
-        retention: timedelta | None = DEFAULT_RETENTION,
+        retention: Duration | None = DEFAULT_RETENTION,
         max_tasks: int | None = DEFAULT_MAX_TASKS,
-        sweep_interval: timedelta = timedelta(seconds=60),
-        input_timeout: timedelta | None = None,
-        lease: timedelta = timedelta(seconds=30),
-        shutdown_grace: timedelta | None = None,
+        sweep_interval: Duration = timedelta(seconds=60),
+        input_timeout: Duration | None = None,
+        lease: Duration = timedelta(seconds=30),
+        shutdown_grace: Duration | None = None,
         limits: Limits | None = None,
-        store_timeout: timedelta | None = DEFAULT_STORE_TIMEOUT,
+        store_timeout: Duration | None = DEFAULT_STORE_TIMEOUT,
         startup: str = "degraded",
         app: str | None = None,
         legacy_tasks: bool = True,
-        tombstone_retention: timedelta | None = timedelta(hours=24),
+        tombstone_retention: Duration | None = timedelta(hours=24),
     ) -> None:
         if store is not None and url is not None:
             raise ConfigurationError("pass either url= or store=, not both")
         if concurrency < 0:
             raise ConfigurationError(f"concurrency must not be negative, got {concurrency}")
-        if retention is not None and retention < timedelta(0):
-            raise ConfigurationError(f"retention must not be negative, got {retention}")
-        if sweep_interval <= timedelta(0):
-            raise ConfigurationError(f"sweep_interval must be positive, got {sweep_interval}")
+        retention = optional_duration("retention", retention)
+        sweep_interval = duration("sweep_interval", sweep_interval, positive=True)
+        input_timeout = optional_duration("input_timeout", input_timeout)
+        lease = duration("lease", lease, positive=True)
+        shutdown_grace = optional_duration("shutdown_grace", shutdown_grace)
+        store_timeout = optional_duration("store_timeout", store_timeout, positive=True)
+        tombstone_retention = optional_duration("tombstone_retention", tombstone_retention)
         if startup not in STARTUP_MODES:
             raise ConfigurationError(f"startup must be one of {STARTUP_MODES}, got {startup!r}")
-        if store_timeout is not None and store_timeout <= timedelta(0):
-            raise ConfigurationError(f"store_timeout must be positive, got {store_timeout}")
         self._config: dict[str, Any] = {
             "url": url,
             "store": store,
@@ -178,8 +185,6 @@ class TasksExtension(ServerExtension):
         }
         self.limits = limits or Limits()
         self._caps = self.limits.active_caps
-        if lease <= timedelta(0):
-            raise ConfigurationError(f"lease must be positive, got {lease}")
         self.lease_seconds = lease.total_seconds()
         self.input_timeout = input_timeout
         self.url = url if url is not None else os.environ.get(URL_ENV) or DEFAULT_URL
@@ -190,17 +195,18 @@ class TasksExtension(ServerExtension):
             self.url = f"{getattr(store, 'scheme', 'custom')}://"
         if concurrency == 0 and not store.durable:
             raise ConfigurationError(
-                f"concurrency=0 runs nothing in this process, and {self.url} is not shared "
-                "with other processes: use a durable store (sqlite:///..., redis://...)"
+                f"concurrency=0 runs nothing in this process, and {masked(self.url)} is not "
+                "shared with other processes: use a durable store (sqlite:///..., redis://... "
+                "or postgresql://...)"
             )
         self.store: TaskStore = store
         if shutdown_grace is None:
             shutdown_grace = DURABLE_SHUTDOWN_GRACE if store.durable else timedelta(0)
-        self.shutdown_grace = max(0.0, shutdown_grace.total_seconds())
+        self.shutdown_grace = shutdown_grace.total_seconds()
         self.store_timeout = None if store_timeout is None else store_timeout.total_seconds()
         self.startup = startup
         self.app = app
-        self.health_monitor = HealthMonitor(repr(store))
+        self.health_monitor = HealthMonitor(describe(store))
         self._store = monitored(store, self.health_monitor, self.store_timeout)
         self.concurrency = concurrency
         self.retention_ms = None if retention is None else int(retention.total_seconds() * 1000)
@@ -233,6 +239,7 @@ class TasksExtension(ServerExtension):
     async def _run(self) -> AsyncIterator[None]:
         observability.log_full_ids(getattr(self.server, "auth", None) is not None)
         _compat.check_server(self.server)
+        await warn_about(self.server)  # options that do nothing here, once per start
         opened = await self._open_store()
         self.listen.install(_compat.low_level_server(self.server))
         self._advertise_idempotency()
@@ -330,7 +337,9 @@ class TasksExtension(ServerExtension):
             )
         if not opted_in:
             if tool.task_config.mode == "required":
-                raise task_required(params.name) if legacy else missing_capability()
+                if legacy:
+                    raise task_required(params.name)
+                raise missing_capability(f"tool {params.name!r} runs only as a task")
             refuse_resend(idempotency, params.name)
             return await call_next()
         arguments = params.arguments or {}

@@ -34,6 +34,7 @@ from datetime import timedelta
 from typing import Any
 
 from fastmcp_tasks.errors import ConfigurationError
+from fastmcp_tasks.server.durations import Duration, duration
 from fastmcp_tasks.stores.flow import QUEUED_PREFIX, RETRY_PREFIX, WAITING_PREFIXES
 
 #: Separates a tool's name from its concurrency key in a gate name.
@@ -51,14 +52,15 @@ _ENCODED_PREFIX = 40
 _ENCODED_END = re.compile(r"…#[0-9a-f]{32}\Z")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Retry:
     """How a tool's failed attempts are retried (`task_options(retry=Retry(...))`).
 
     Args:
         attempts: how many times the tool may run in all (the first run included).
-        backoff: the wait before the first retry; it doubles for each later one.
-        max_backoff: the longest wait.
+        backoff: the wait before the first retry (a `timedelta` or seconds); it doubles
+            for each later one.
+        max_backoff: the longest wait (a `timedelta` or seconds).
         on: the exception types retried (default: any `Exception`). A cancellation
             is never retried, nor an `isError` result the tool returned on purpose.
         jitter: wait a random 50-100% of the computed backoff, so retries of many
@@ -71,15 +73,29 @@ class Retry:
     on: tuple[type[BaseException], ...] = field(default=(Exception,))
     jitter: bool = True
 
-    def __post_init__(self) -> None:
-        if self.attempts < 1:
-            raise ConfigurationError(f"Retry(attempts=) must be at least 1, got {self.attempts}")
-        if self.backoff < timedelta(0) or self.max_backoff < timedelta(0):
-            raise ConfigurationError("Retry backoff and max_backoff must not be negative")
-        if not isinstance(self.on, tuple) or not all(
-            isinstance(t, type) and issubclass(t, BaseException) for t in self.on
+    def __init__(
+        self,
+        attempts: int = 3,
+        backoff: Duration = timedelta(seconds=1),
+        max_backoff: Duration = timedelta(minutes=1),
+        on: tuple[type[BaseException], ...] = (Exception,),
+        jitter: bool = True,
+    ) -> None:
+        if attempts < 1:
+            raise ConfigurationError(f"Retry(attempts=) must be at least 1, got {attempts}")
+        if not isinstance(on, tuple) or not all(
+            isinstance(t, type) and issubclass(t, BaseException) for t in on
         ):
             raise ConfigurationError("Retry(on=) must be a tuple of exception types")
+        fields = {
+            "attempts": attempts,
+            "backoff": duration("Retry(backoff=)", backoff),
+            "max_backoff": duration("Retry(max_backoff=)", max_backoff),
+            "on": on,
+            "jitter": jitter,
+        }
+        for name, value in fields.items():  # frozen: as the generated __init__ does
+            object.__setattr__(self, name, value)
 
     def retries(self, error: BaseException | None, retries_so_far: int) -> bool:
         """Whether a run that raised `error`, after `retries_so_far` retries, runs again."""

@@ -67,10 +67,10 @@ MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
 PARKED = frozenset({"input_required"})
 
 
-def check_request(ctx: ServerRequestContext[Any, Any], task_id: str) -> None:
+def check_request(ctx: ServerRequestContext[Any, Any], task_id: str, method: str) -> None:
     """The gates every task method applies before touching the store."""
     if read_client_extension_settings(ctx, TASKS_EXTENSION_ID) is None:
-        raise missing_capability()
+        raise missing_capability(f"{method} needs the tasks extension")
     request = ctx.request
     if request is not None:
         headers = getattr(request, "headers", None)
@@ -154,7 +154,7 @@ class TaskMethods:
         self, ctx: ServerRequestContext[Any, Any], params: TaskIdParams
     ) -> dict[str, Any]:
         """`tasks/get`: the DetailedTask for the current status (C22, C23). No side effects."""
-        check_request(ctx, params.task_id)
+        check_request(ctx, params.task_id, METHOD_GET)
         record = await self._visible(params.task_id)
         if self.pacer is not None:
             interval = record.poll_interval_ms
@@ -167,7 +167,7 @@ class TaskMethods:
         self, ctx: ServerRequestContext[Any, Any], params: UpdateTaskParams
     ) -> dict[str, Any]:
         """`tasks/update`: accept answers for outstanding keys, ignore the rest (C32-C37)."""
-        check_request(ctx, params.task_id)
+        check_request(ctx, params.task_id, METHOD_UPDATE)
         record = await self._visible(params.task_id)
         if (over := self.limits.over("max_input_bytes", params.input_responses)) is not None:
             raise too_large("inputResponses", "max_input_bytes", *over)
@@ -198,7 +198,7 @@ class TaskMethods:
         `cancelled` then finds the task already so. A `working` task ends when its run
         stops (C40).
         """
-        check_request(ctx, params.task_id)
+        check_request(ctx, params.task_id, METHOD_CANCEL)
         await self._visible(params.task_id)
         record = await self.store.request_cancel(params.task_id)
         if record is None:

@@ -11,11 +11,17 @@ supervised loop reports, and turns it into what operators need:
   logged at DEBUG until it has been quiet that long, so one failing operation
   among succeeding ones does not flood the log);
 - the same once-per-streak logging for a background loop that fails with
-  something other than a store error (a bug), with its traceback;
+  something other than a store error (a bug), with its traceback; a
+  `ConfigurationError` (a store that opens late, after a degraded start, and is
+  then found misconfigured: a database that does not exist) is logged as its
+  message alone, since it says what to fix;
 - metrics `fastmcp_tasks.store.errors` (counter, attribute `operation`) and
   `fastmcp_tasks.engine.degraded` (up-down counter: 1 while the store is
   unreachable, 0 otherwise);
 - `snapshot()`: an `EngineHealth` for `TasksExtension.health()`.
+
+The store is named by its description (`stores.urls.describe`: its masked URL and
+prefix or schema, never a password), the same in every log line of every store.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from typing import Any, Literal
 
 from opentelemetry import metrics
 
-from fastmcp_tasks.errors import StoreError
+from fastmcp_tasks.errors import ConfigurationError, StoreError
 
 logger = logging.getLogger("fastmcp_tasks.health")
 
@@ -76,8 +82,10 @@ class EngineHealth:
 class HealthMonitor:
     """Collects store outcomes and loop states; logs each outage once."""
 
-    def __init__(self, label: str = "task store") -> None:
-        self.label = label
+    def __init__(self, store: str = "") -> None:
+        #: The store as it describes itself (`stores.urls.describe`: never a password).
+        self.store = store
+        self.label = f"task store {store}" if store else "task store"
         self.opened = False
         self.running = False
         self.degraded_since: float | None = None
@@ -148,6 +156,11 @@ class HealthMonitor:
             logger.debug("engine loop %r failed again: %r", name, error)
             return
         self._failing_loops.add(name)
+        if isinstance(error, ConfigurationError):  # a store found misconfigured when it opens
+            logger.error(
+                "%s: %s; the engine retries with backoff until it is fixed", self.label, error
+            )
+            return
         logger.error("engine loop %r failed; restarting it with backoff", name, exc_info=error)
 
     def loop_ok(self, name: str) -> None:

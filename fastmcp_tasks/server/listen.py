@@ -170,7 +170,7 @@ class ListenService:
         with bind_request_context(ctx):  # for the caller's principal
             principal = current_principal()
         if read_client_extension_settings(ctx, TASKS_EXTENSION_ID) is None:
-            raise missing_capability()
+            raise missing_capability("subscriptions/listen with taskIds needs the tasks extension")
         subscription_id = ctx.request_id
         if subscription_id is None:
             raise MCPError(INVALID_REQUEST, "subscriptions/listen requires a request id")

@@ -6,7 +6,8 @@ exporters; spans come from FastMCP's own tracer and so honour its telemetry
 settings.
 
 - Span `task <tool>` around each run, with `mcp.task.id`, `mcp.tool.name`,
-  `mcp.task.attempt` and, when it ends, `mcp.task.status`.
+  `mcp.task.attempt`, `fastmcp_tasks.store` (the store's description, masked:
+  `stores.urls.describe`) and, when it ends, `mcp.task.status`.
 - Metrics (meter `fastmcp_tasks`): counter `fastmcp_tasks.tasks.created`,
   counter `fastmcp_tasks.tasks.finished` (attribute `status`: completed,
   failed, cancelled), histogram `fastmcp_tasks.task.duration` (seconds, from
@@ -74,13 +75,15 @@ def shown_id(task_id: str) -> str:
 
 
 @contextmanager
-def task_span(task_id: str, tool: str, attempt: int) -> Iterator[Span]:
-    """The span of one run of a task."""
+def task_span(task_id: str, tool: str, attempt: int, store: str = "") -> Iterator[Span]:
+    """The span of one run of a task; `store` is the store's (masked) description."""
     attributes: dict[str, Any] = {
         "mcp.task.id": shown_id(task_id),
         "mcp.tool.name": tool,
         "mcp.task.attempt": attempt,
     }
+    if store:
+        attributes["fastmcp_tasks.store"] = store
     with get_tracer().start_as_current_span(f"task {tool}", attributes=attributes) as span:
         yield span
 

@@ -41,6 +41,7 @@ import mcp_types
 from fastmcp.server.context import Context
 
 from fastmcp_tasks.errors import ConfigurationError
+from fastmcp_tasks.server.durations import Duration, optional_duration
 from fastmcp_tasks.server.flow import Retry, check_concurrency
 
 Guard = Callable[[Context, dict[str, Any]], Awaitable[mcp_types.InputRequiredResult | None]]
@@ -78,18 +79,20 @@ NO_OPTIONS = TaskOptions()
 
 def task_options(
     *,
-    input_timeout: timedelta | Any | None = _UNSET,
+    input_timeout: Duration | Any | None = _UNSET,
     foreground_input: Guard | None = None,
     needs_access_token: bool = False,
     concurrency: int | None = None,
     concurrency_key: Callable[[dict[str, Any]], Any] | None = None,
-    dedupe: timedelta | None = None,
+    dedupe: Duration | None = None,
     retry: Retry | None = None,
 ) -> Callable[[F], F]:
-    """Attach task options to a tool function (apply below `@mcp.tool`)."""
+    """Attach task options to a tool function (apply below `@mcp.tool`); durations are a
+    `timedelta` or plain seconds (`server.durations`)."""
     check_concurrency(concurrency, concurrency_key)
-    if dedupe is not None and dedupe <= timedelta(0):
-        raise ConfigurationError(f"dedupe must be a positive timedelta, got {dedupe}")
+    dedupe = optional_duration("dedupe", dedupe, positive=True)
+    if input_timeout is not _UNSET:
+        input_timeout = optional_duration("input_timeout", input_timeout)
     if retry is not None and not isinstance(retry, Retry):
         raise ConfigurationError("retry must be a fastmcp_tasks.Retry")
     options = TaskOptions(

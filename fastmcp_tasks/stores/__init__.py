@@ -5,25 +5,29 @@ the SQLite store (durable, shared by the processes of one host); `redis://` and
 `postgresql://` (or `postgres://`) the stores shared across hosts, imported only when
 named (their drivers are optional extras). Each backend registers its
 URL scheme in `SCHEMES`; an unknown scheme is a `ConfigurationError` (a
-`ValueError`) naming the schemes this installation supports.
+`ValueError`) naming the schemes this installation supports, and so is a query option
+the scheme does not take (`stores.urls.refuse_unknown`: `memory://` and `sqlite://`
+take none; Redis and PostgreSQL take their own and their driver's).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from fastmcp_tasks.errors import ConfigurationError
 from fastmcp_tasks.stores.base import TaskChange, TaskRecord, TaskStore
 from fastmcp_tasks.stores.memory import MemoryTaskStore
 from fastmcp_tasks.stores.sqlite.store import SQLiteTaskStore, path_from_url
+from fastmcp_tasks.stores.urls import masked, refuse_unknown
 
 
 def _memory(url: str, options: dict[str, Any]) -> TaskStore:
     parts = urlsplit(url)
+    refuse_unknown(url, [k for k, _ in parse_qsl(parts.query, keep_blank_values=True)])
     if parts.netloc or parts.path not in ("", "/"):
-        raise ConfigurationError(f"memory:// takes no host or path, got {url!r}")
+        raise ConfigurationError(f"memory:// takes no host or path, got {masked(url)!r}")
     kept = {k: options[k] for k in ("tombstone_retention",) if k in options}
     return MemoryTaskStore(max_tasks=options.get("max_tasks", 100_000), **kept)
 
@@ -47,7 +51,8 @@ def _redis(url: str, options: dict[str, Any]) -> TaskStore:
         if (exc.name or "").partition(".")[0] != "redis":
             raise
         raise ConfigurationError(
-            f"Task store URL {url!r} needs the redis package: pip install 'fastmcp-tasks[redis]'"
+            f"Task store URL {masked(url)!r} needs the redis package: "
+            "pip install 'fastmcp-tasks[redis]'"
         ) from exc
     known = (
         "prefix",
@@ -105,7 +110,7 @@ def store_from_url(url: str, **options: Any) -> TaskStore:
     if factory is None:
         supported = ", ".join(f"{name}://" for name in sorted(SCHEMES))
         raise ConfigurationError(
-            f"Unsupported task store URL {url!r}: supported schemes are {supported}"
+            f"Unsupported task store URL {masked(url)!r}: supported schemes are {supported}"
         )
     return factory(url, options)
 

@@ -93,6 +93,13 @@ class MemoryTaskStore(MemoryListing):
     def __len__(self) -> int:
         return len(self._tasks)
 
+    def describe(self) -> str:
+        """`memory://` (`stores.urls.describe`)."""
+        return "memory://"
+
+    def __repr__(self) -> str:
+        return f"MemoryTaskStore({self.describe()})"
+
     # --- reads and creation -------------------------------------------------------
 
     async def create(

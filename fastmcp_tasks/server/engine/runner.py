@@ -330,7 +330,7 @@ class TaskRunner:
         outcome: Outcome | None = None
         failure: dict[str, Any] | None = None
         started = time.perf_counter()
-        with observability.task_span(job.task_id, job.name, job.attempt) as span:
+        with observability.task_span(job.task_id, job.name, job.attempt, self.health.store) as span:
             try:
                 with job.scope:
                     await running.status(job.message)  # clears "Queued"; no write if unchanged

@@ -1,12 +1,14 @@
-"""The PostgreSQL store's connections: URL and options, the pool, running SQL, errors.
+"""The PostgreSQL store's connections: options, the pool, running SQL, errors.
 
 `PostgresConnections` owns what `open` acquires and `close` releases: a
 `psycopg_pool.AsyncConnectionPool` of autocommit connections (a statement is its own
 transaction; `_tx` opens an explicit one where a read must come before the write),
 the change feed (`postgres.feed`, its own LISTEN connection), and the checks at open
-(`postgres.sessions`: no transaction-mode pooler where a session is needed; then
-`schema.prepare`). Hot statements are prepared on each connection (`prepare=True`; the
-URL option `prepare=false` turns that off, for a transaction-mode pooler).
+(`postgres.refusals`: a server that refuses the database, role or privileges is a
+`ConfigurationError`; `postgres.sessions`: no transaction-mode pooler where a session
+is needed; then `schema.prepare`). Hot statements are prepared on each connection
+(`prepare=True`; the URL option `prepare=false` turns that off, for a transaction-mode
+pooler).
 
 Failures. Every call is bounded as a whole by `timeout` (waiting for a pooled
 connection, connecting, the statements): past it the caller gets `StoreTimeout`.
@@ -33,7 +35,6 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import AsyncConnection
@@ -42,18 +43,17 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from fastmcp_tasks.errors import ConfigurationError, StoreError, StoreTimeout
 from fastmcp_tasks.stores.base import TaskRecord, encode_json
 from fastmcp_tasks.stores.flow import DEFAULT_TOMBSTONE_RETENTION
+from fastmcp_tasks.stores.postgres import refusals, sessions
 from fastmcp_tasks.stores.postgres import schema as tables
-from fastmcp_tasks.stores.postgres import sessions
 from fastmcp_tasks.stores.postgres.feed import QUIET_LAG, PostgresChangeFeed
 from fastmcp_tasks.stores.postgres.liveness import Reach, session_defaults, setter
 from fastmcp_tasks.stores.postgres.sql import Statements
+from fastmcp_tasks.stores.postgres.urls import parse_store_url, redact, secrets
 
 DEFAULT_MAX_TASKS = 100_000
 DEFAULT_SCHEMA = "fastmcp_tasks"
 
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
-#: URL query options the store reads itself (the rest go to libpq).
-STORE_OPTIONS = ("schema", "listen_url", "pool_min", "pool_max", "timeout", "prepare")
 #: Seconds the pool keeps retrying one failed connection before it gives up (a caller
 #: that needs one starts a new attempt): short, so a restarted server is used at once.
 RECONNECT_TIMEOUT = 2.0
@@ -63,37 +63,6 @@ Params = Sequence[Any] | Mapping[str, Any]
 #: A change-feed row a modification appends: its kind and details.
 Emit = tuple[str, dict[str, Any]]
 T = TypeVar("T")
-
-
-def parse_store_url(url: str) -> tuple[str, dict[str, str]]:
-    """`(the libpq URL, the store's own query options)` of a `postgresql://` URL."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("postgresql", "postgres"):
-        raise ConfigurationError(
-            f"PostgreSQL task store URL must start with postgresql:// or postgres://, got "
-            f"{redact(url)!r}"
-        )
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    own = {key: value for key, value in query if key in STORE_OPTIONS}
-    rest = [(key, value) for key, value in query if key not in STORE_OPTIONS]
-    return urlunsplit(parts._replace(query=urlencode(rest))), own
-
-
-def redact(url: str) -> str:
-    """The URL without its password (and query), for messages."""
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if "@" in netloc:
-        user, _, host = netloc.rpartition("@")
-        netloc = f"{user.partition(':')[0]}@{host}"
-    return urlunsplit(parts._replace(netloc=netloc, query="", fragment=""))
-
-
-def _password(url: str) -> str | None:
-    try:
-        return urlsplit(url).password
-    except ValueError:
-        return None
 
 
 class PostgresConnections:
@@ -156,7 +125,7 @@ class PostgresConnections:
         self.change_retention = change_retention
         self.max_changes = max_changes
         self._prepare: bool | None = True if prepare else None
-        self._secrets = [p for p in (_password(libpq), _password(self.listen_url)) if p]
+        self._secrets = [*secrets(libpq), *secrets(self.listen_url)]
         self.sql = Statements(schema)
         self.stats: dict[str, int] = {"statements": 0, "feed_statements": 0, "feed_reads": 0}
         self._pool: AsyncConnectionPool[AsyncConnection[Any]] | None = None
@@ -191,16 +160,21 @@ class PostgresConnections:
 
         Raises:
             StoreError: the server is unreachable (nothing is kept open).
-            ConfigurationError: the schema is another program's, or newer; or an address
-                keeps no session where one is needed (`postgres.sessions`).
+            ConfigurationError: the schema is another program's, or newer; an address
+                keeps no session where one is needed (`postgres.sessions`); or the server
+                refuses the database, role or privileges (`postgres.refusals`).
         """
         if self._pool is not None:
             return
-        async with self._guard():  # one direct connection: a clear error when unreachable
-            conn = await AsyncConnection.connect(self.url, **self._conninfo_kwargs())
-            async with conn:
-                await sessions.check(self, conn)  # before the schema: a pooler is named first
-                await tables.prepare(conn, self.schema, self.where)
+        try:
+            async with self._guard():  # one direct connection: a clear error when unreachable
+                conn = await AsyncConnection.connect(self.url, **self._conninfo_kwargs())
+                async with conn:
+                    await sessions.check(self, conn)  # before the schema: a pooler first
+                    await tables.prepare(conn, self.schema, self.where)
+        except StoreError as failure:
+            refusals.check(failure, self.where, self._scrub)  # misconfigured, not down
+            raise
         pool: AsyncConnectionPool[AsyncConnection[Any]] = AsyncConnectionPool(
             self.url,
             min_size=self.pool_min,
@@ -261,6 +235,10 @@ class PostgresConnections:
         if isinstance(exc, psycopg.Error):
             return StoreError(f"PostgreSQL task store {self.where}: {self._scrub(str(exc))}")
         return None
+
+    def describe(self) -> str:
+        """The masked URL and the schema (`stores.urls.describe`)."""
+        return self.where
 
     @asynccontextmanager
     async def _guard(self) -> AsyncIterator[None]:

@@ -1,7 +1,8 @@
 """The Redis store's key space: every key `RedisTaskStore` uses, and what each holds.
 
 This module owns the key names (`RedisKeys`), the choice of prefix from the store URL
-(`parse_store_url`) and the layout of a task hash (`encode_task`, `decode_task`).
+(`parse_store_url`, which also refuses a query option neither the store nor redis-py
+takes: `url_options`) and the layout of a task hash (`encode_task`, `decode_task`).
 
 All keys of one store start with its prefix in a hash tag, `{<prefix>}:`, so
 
@@ -59,14 +60,20 @@ helpers in `redis.flow_lua` build these names in Lua) adds:
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import re
+import typing
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from redis.asyncio.connection import URL_QUERY_ARGUMENT_PARSERS, Connection, SSLConnection
+
 from fastmcp_tasks.errors import ConfigurationError
 from fastmcp_tasks.stores.base import TaskRecord, encode_json, storable_text
+from fastmcp_tasks.stores.urls import masked, refuse_unknown
 
 DEFAULT_PREFIX = "fastmcp-tasks"
 
@@ -169,6 +176,25 @@ class RedisKeys:
         return [self.active, self.queued, self.terminal, self.changes]
 
 
+@functools.cache
+def url_options(scheme: str) -> frozenset[str]:
+    """The query options redis-py takes from a `scheme://` URL: those `parse_url` parses,
+    and every parameter of the scheme's connection class that a text value can give (not
+    the host and port of the URL itself, nor redis-py's own `orig_*` bookkeeping)."""
+    names = set(URL_QUERY_ARGUMENT_PARSERS)
+    for cls in (SSLConnection if scheme == "rediss" else Connection).__mro__:
+        init = vars(cls).get("__init__")
+        if init is None or cls is object:
+            continue
+        for parameter in inspect.signature(init).parameters.values():
+            hint = parameter.annotation
+            deferred = isinstance(hint, str) and re.search(r"\bstr\b", hint) is not None
+            text = hint is str or str in typing.get_args(hint) or deferred
+            if text and parameter.name not in ("host", "port", "path"):
+                names.add(parameter.name)
+    return frozenset(name for name in names if not name.startswith("orig_"))
+
+
 def parse_store_url(url: str, prefix: str | None) -> tuple[str, str, RedisKeys]:
     """Split a store URL into the URL for commands, the URL for the feed, and the keys.
 
@@ -178,17 +204,21 @@ def parse_store_url(url: str, prefix: str | None) -> tuple[str, str, RedisKeys]:
 
     Raises:
         ConfigurationError: not `redis://` or `rediss://`, a path that is not a database
-            number, a bad prefix, or two prefixes that disagree.
+            number, a bad prefix, two prefixes that disagree, or an unknown query option.
     """
     parts = urlsplit(url)
     if parts.scheme not in ("redis", "rediss"):
-        raise ConfigurationError(f"Redis task store URL must be redis:// or rediss://: {url!r}")
+        raise ConfigurationError(
+            f"Redis task store URL must be redis:// or rediss://: {masked(url)!r}"
+        )
     db = parts.path.strip("/")
     if db and not db.isdigit():
         raise ConfigurationError(
-            f"Redis task store URL {url!r}: the path must be a database number"
+            f"Redis task store URL {masked(url)!r}: the path must be a database number"
         )
     query = parse_qsl(parts.query, keep_blank_values=True)
+    given = [name for name, _ in query]
+    refuse_unknown(url, given, ("prefix",), url_options(parts.scheme), "redis-py")
     named = [value for name, value in query if name == "prefix"]
     if prefix is not None and named and named != [prefix]:
         raise ConfigurationError(
@@ -292,4 +322,5 @@ __all__ = [
     "encode_task",
     "pairs",
     "parse_store_url",
+    "url_options",
 ]

@@ -45,7 +45,6 @@ import time
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar, cast
-from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
 from redis.asyncio.connection import parse_url
@@ -79,6 +78,7 @@ from fastmcp_tasks.stores.redis.keys import (
 from fastmcp_tasks.stores.redis.leases import RedisLeases
 from fastmcp_tasks.stores.redis.listing import RedisListing
 from fastmcp_tasks.stores.redis.scripts import SCRIPTS
+from fastmcp_tasks.stores.urls import masked
 from fastmcp_tasks.wire.names import TERMINAL_STATUSES, TaskStatus
 
 T = TypeVar("T")
@@ -138,10 +138,8 @@ class RedisTaskStore(RedisFlow, RedisLeases, RedisListing):
         try:
             parse_url(self.url)  # redis-py's own checks (port, query options)
         except ValueError as exc:
-            raise ConfigurationError(f"Redis task store URL {url!r}: {exc}") from exc
-        parts = urlsplit(self.url)
-        self.where = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}"
-        self.where += f" (prefix {self.keys.prefix!r})"
+            raise ConfigurationError(f"Redis task store URL {masked(url)!r}: {exc}") from exc
+        self.where = f"{masked(self.url, query=False)} (prefix {self.keys.prefix!r})"
         self.max_tasks = max_tasks
         self.timeout = timeout
         self.max_connections = max_connections
@@ -361,6 +359,10 @@ class RedisTaskStore(RedisFlow, RedisLeases, RedisListing):
             removed += batch
             if batch < BATCH:
                 return removed
+
+    def describe(self) -> str:
+        """The masked URL and the key prefix (`stores.urls.describe`)."""
+        return self.where
 
     def __repr__(self) -> str:
         return f"RedisTaskStore({self.where})"

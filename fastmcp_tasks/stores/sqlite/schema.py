@@ -24,10 +24,11 @@ import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from fastmcp_tasks.errors import ConfigurationError
 from fastmcp_tasks.stores.base import TaskRecord, encode_json, storable_text
+from fastmcp_tasks.stores.urls import refuse_unknown
 
 #: `PRAGMA application_id` of a task store file: "FMTT" in ASCII.
 APPLICATION_ID = 0x464D5454
@@ -376,7 +377,8 @@ def path_from_url(url: str) -> str:
     """The file a `sqlite:///relative.db` or `sqlite:////absolute.db` URL names.
 
     Raises:
-        ConfigurationError: an in-memory database, a host, a query or no path.
+        ConfigurationError: an in-memory database, a host, a query (its options are
+            named: a `sqlite://` URL takes none) or no path.
     """
     prefix = "sqlite:///"
     if ":memory:" in url:
@@ -384,6 +386,7 @@ def path_from_url(url: str) -> str:
             f"SQLite task store URL {url!r} names an in-memory database, which cannot be "
             "shared between processes or survive a restart; give a file path"
         )
+    refuse_unknown(url, [k for k, _ in parse_qsl(urlsplit(url).query, keep_blank_values=True)])
     path = unquote(url[len(prefix) :])
     if not url.startswith(prefix) or "?" in url or "#" in url or not path:
         raise ConfigurationError(

@@ -274,5 +274,12 @@ class SQLiteTaskStore(SQLiteFlow, SQLiteListing, SQLiteLeases, SQLiteConnections
 
         return await self._run(purge)
 
+    def describe(self) -> str:
+        """The URL of the file, `sqlite:///` and its absolute path (`stores.urls.describe`)."""
+        return f"sqlite:///{self.path}"
+
+    def __repr__(self) -> str:
+        return f"SQLiteTaskStore({self.describe()})"
+
 
 __all__ = ["DEFAULT_MAX_TASKS", "SQLiteTaskStore", "path_from_url"]
