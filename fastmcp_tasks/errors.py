@@ -181,10 +181,12 @@ class TaskUnreachable(ToolError, TasksError):
     def __init__(
         self, task_id: str, last_error: str, *, waited: float, server: str | None = None
     ) -> None:
-        self.task_id = task_id
-        self.last_error = last_error
-        self.waited = waited
-        self.server = server
+        self.task_id, self.last_error, self.waited, self.server = (
+            task_id,
+            last_error,
+            waited,
+            server,
+        )
         target = server or "SERVER"
         self.resume_hint = (
             f"fastmcp-tasks wait {target} {task_id}  (or ToolTask.resume(client, {task_id!r}))"
