@@ -166,27 +166,17 @@ class NoInputHandler(ToolError, TasksError):
 
 
 class TaskUnreachable(ToolError, TasksError):
-    """The server could not be reached about a task for the whole reconnect window.
-
-    The task itself may well be running or finished: only the way to it failed. The
-    message names the task, the last error, and how to pick the task up again.
-
-    Args:
-        task_id: the task's id.
-        last_error: what went wrong last (one line).
-        waited: seconds spent reconnecting before giving up.
-        server: the server's URL or name, when known (for the resume hint).
-    """
+    """The server could not be reached about a task for the whole reconnect window: the
+    task may well be running or finished. The message names the task, the last error
+    (`last_error`, one line), how long it tried (`waited`, seconds) and how to resume."""
 
     def __init__(
         self, task_id: str, last_error: str, *, waited: float, server: str | None = None
     ) -> None:
-        self.task_id, self.last_error, self.waited, self.server = (
-            task_id,
-            last_error,
-            waited,
-            server,
-        )
+        self.task_id = task_id
+        self.last_error = last_error
+        self.waited = waited
+        self.server = server  # the server's URL, when known, for the resume hint
         target = server or "SERVER"
         self.resume_hint = (
             f"fastmcp-tasks wait {target} {task_id}  (or ToolTask.resume(client, {task_id!r}))"
