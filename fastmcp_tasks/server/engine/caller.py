@@ -88,7 +88,7 @@ class Caller:
         except RuntimeError:
             session_id = None
         request = context.request_context
-        legacy = streams is not None and request is not None
+        legacy = streams is not None and request is not None  # a 2025-11-25 call
         token = (request.meta or {}).get("progressToken") if legacy and request else None
         return cls(
             access_token=get_access_token(),
