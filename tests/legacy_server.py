@@ -13,7 +13,13 @@ Tools (every one `task=True`, polled every 50 ms):
   writes `MARKERS/<key>.cancelled` first;
 - `refuse(reason)` raises `ToolError` (an `isError` result: `failed` on V1);
 - `order(item)` asks `ctx.elicit("Your order of <item>?", Order)` and answers what
-  was chosen, or the action when it was not accepted.
+  was chosen, or the action when it was not accepted;
+- `steps(key)` waits for `MARKERS/<key>.go`, then reports progress `STEPS` times
+  (`ctx.report_progress(n, STEPS, "step n of STEPS")`), each time waiting for
+  `MARKERS/<key>.heard-<n>` (the test saw the client hear step n) before the next,
+  and answers `STEPS steps`;
+- `counted(key)` does the same with core's `Progress` dependency (`set_total`, then
+  `set_message` and `increment` per step), as a FastMCP user writes it.
 """
 
 from __future__ import annotations
@@ -30,12 +36,20 @@ if __package__ in (None, ""):
 
 import anyio
 from fastmcp import Context, FastMCP
+from fastmcp.dependencies import Progress
 from fastmcp.exceptions import ToolError
 from fastmcp.utilities.tasks import TaskConfig
 
 from fastmcp_tasks import TasksExtension
 
 FAST = TaskConfig(poll_interval=timedelta(milliseconds=50))
+STEPS = 3
+
+
+async def signalled(marker: Path) -> None:
+    """Wait for a file signal from the test process (its own bound stops a stuck run)."""
+    while not await anyio.Path(marker).exists():  # noqa: ASYNC110 - a file signal
+        await anyio.sleep(0.02)
 
 
 @dataclass
@@ -56,8 +70,7 @@ def build(markers: Path) -> FastMCP:
     async def hold(key: str) -> str:
         (markers / f"{key}.started").touch()
         try:
-            while not (markers / f"{key}.go").exists():  # noqa: ASYNC110 - a file signal
-                await anyio.sleep(0.02)
+            await signalled(markers / f"{key}.go")
         except anyio.get_cancelled_exc_class():
             (markers / f"{key}.cancelled").touch()
             raise
@@ -73,6 +86,24 @@ def build(markers: Path) -> FastMCP:
         if answer.action != "accept":
             return f"order {answer.action}"
         return f"{answer.data.quantity} {answer.data.size} {item}"
+
+    @mcp.tool(task=FAST)
+    async def steps(key: str, ctx: Context) -> str:
+        await signalled(markers / f"{key}.go")
+        for step in range(1, STEPS + 1):
+            await ctx.report_progress(step, STEPS, f"step {step} of {STEPS}")
+            await signalled(markers / f"{key}.heard-{step}")
+        return f"{STEPS} steps"
+
+    @mcp.tool(task=FAST)
+    async def counted(key: str, progress: Progress = Progress()) -> str:
+        await signalled(markers / f"{key}.go")
+        await progress.set_total(STEPS)
+        for step in range(1, STEPS + 1):
+            await progress.set_message(f"step {step} of {STEPS}")
+            await progress.increment()
+            await signalled(markers / f"{key}.heard-{step}")
+        return f"{STEPS} steps"
 
     return mcp
 

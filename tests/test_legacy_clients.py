@@ -11,8 +11,17 @@ Streamable HTTP in a subprocess (one per module), runs one client's script from
 Meanwhile FastMCP 4's `Client` (2026-07-28) holds a task on the same server that
 the V1 client reads with its own `tasks/get`, and the V1 client's task is read
 with raw 2026 `tasks/get` (`tests/wire.py`): live (while the client is paused
-inside a scenario) and at the end, as the 2026 generation shows it. Last, input
+inside a scenario) and at the end, as the 2026 generation shows it. Then input
 put to a client that then died unanswered reaches the next client's `tasks/result`.
+
+Last, progress (`progress`): a task reports it three times while the client waits,
+each once the test saw the client's handler get the one before, and each client's
+handler gets every report once, in order. Which handler that is, is each client's
+own design (`HEARD_BY`): the TypeScript SDK keeps the call's `onprogress` for the
+task's life; the `mcp` 1.x SDK forgets the call's `progress_callback` with the
+`CreateTaskResult`, so only its `message_handler` gets them; FastMCP 3 never sends
+a `progressToken` nor registers a `progress_handler` for a task, so its application
+puts the token in the call's `meta` and hears them in `MessageHandler.on_progress`.
 """
 
 from __future__ import annotations
@@ -236,6 +245,54 @@ async def test_input_goes_to_the_next_client_when_the_asked_one_is_gone(
     assert result["structuredContent"] == {"result": ORDERED}
     assert v1_task(seen, "status" if resumer == "mcp1" else "got")["status"] == "completed"
     expect_2026_elicit(final)
+
+
+STEPS = 3  # tests/legacy_server.py `steps`
+#: the handler each client hands a task's progress to (see the module docstring)
+HEARD_BY = {"fastmcp3": "on_progress", "mcp1": "message_handler", "ts": "onprogress"}
+
+
+@pytest.mark.parametrize("scenario", ["progress", "counted"])  # ctx.report_progress, Progress
+@pytest.mark.parametrize("client", sorted(COMMANDS))
+async def test_a_real_v1_client_hears_a_tasks_progress(
+    client: str, scenario: str, interop_envs: Path, served: Served
+) -> None:
+    """The tool reports each step once the client's handler got the step before: none is
+    lost (the run would stall), none doubled, in order, with the original token and the
+    related-task `_meta`; and the steps also show as `statusMessage` in the status pushes."""
+    key = f"{client}-{scenario}"
+    command = COMMANDS[client] + [served.url, scenario, "--key", key]
+    async with ClientRun.start(command, RUN_TIMEOUT, served.log) as run:
+        task_id = str((await run.next("created"))["task_id"])
+        (served.markers / f"{key}.go").touch()  # the client waits on the task from here
+        for step in range(1, STEPS + 1):
+            heard = await run.next("progress")
+            assert (heard["via"], heard["progress"]) == (HEARD_BY[client], step), heard
+            (served.markers / f"{key}.heard-{step}").touch()
+        seen = await run.finish()
+
+    messages = [f"step {n} of {STEPS}" for n in range(1, STEPS + 1)]
+    progress = seen.all("progress")
+    assert [(p["via"], p["progress"], p["total"], p["message"]) for p in progress] == [
+        (HEARD_BY[client], n, STEPS, message) for n, message in enumerate(messages, 1)
+    ]
+    assert all(p["related"] == {"taskId": task_id} for p in progress), progress
+    if client == "fastmcp3":
+        assert {p["token"] for p in progress} == {"fastmcp3-steps"}  # its own, from `meta`
+    elif client == "mcp1":  # the tools/call's request id, as the SDK made it the token
+        assert len({p["token"] for p in progress}) == 1 and type(progress[0]["token"]) is int
+    assert not seen.all("client-error")  # no progress for a token the client does not know
+    notified = seen.one("notified")
+    assert notified["statuses"][-1:] == ["completed"], notified
+    heard = notified["messages"]  # a step's message once (as it changed), in order
+    changes = [m for i, m in enumerate(heard) if m in messages and heard[i - 1 : i] != [m]]
+    assert changes == [m for m in messages if m in changes], notified
+    if client == "fastmcp3":
+        assert seen.one("result")["data"] == f"{STEPS} steps"
+    else:
+        key_ = "result" if client == "mcp1" else "task-result"
+        result = call_result(seen.all(key_)[-1]["result"], task_id)
+        assert result["structuredContent"] == {"result": f"{STEPS} steps"}
 
 
 def expect_2026_complete(task: dict[str, Any]) -> None:

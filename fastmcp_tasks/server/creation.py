@@ -49,6 +49,7 @@ from fastmcp_tasks.server.engine.caller import Caller
 from fastmcp_tasks.server.engine.durable import DurableContext
 from fastmcp_tasks.server.engine.jobs import CreatingRunner, Job
 from fastmcp_tasks.server.engine.leases import QUEUED_MESSAGE
+from fastmcp_tasks.server.engine.streams import ResultStreams
 from fastmcp_tasks.server.flow import Gate, dedupe_key, gate_for
 from fastmcp_tasks.server.idempotency import same_call, scoped_key
 from fastmcp_tasks.server.monitored_store import deadline_at, request_deadline
@@ -143,7 +144,7 @@ async def create_task(
     options: TaskOptions,
     version: str | None,
     *,
-    legacy: bool = False,
+    result_streams: ResultStreams | None = None,
     idempotency_key: str | None = None,
 ) -> TaskRecord:
     """Make the task of one `tools/call` and hand it to the runner; its record.
@@ -154,6 +155,8 @@ async def create_task(
     retained, whatever its status (`server.idempotency`); a tool's own `dedupe` takes
     precedence for an authenticated caller (a resend has the same arguments, so it finds
     the same task within that window). A store without flow control ignores the key.
+    `result_streams` is given for a 2025-11-25 call: the task's progress goes to its
+    `progressToken` (`engine.streams`).
 
     Raises:
         MCPError: -32602 when the key's task is another call's; nothing was created.
@@ -216,7 +219,7 @@ async def create_task(
         input_timeout=options.timeout_seconds(admission.input_timeout),
         input_responses=context.input_responses,
         request_state=context.request_state,
-        caller=Caller.of(context, legacy=legacy),
+        caller=Caller.of(context, streams=result_streams),
         authenticated=record.owner is not None,
         owner=record.owner,
         related=related,

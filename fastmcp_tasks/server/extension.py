@@ -361,7 +361,7 @@ class TasksExtension(ServerExtension):
             context,
             options,
             version,
-            legacy=legacy,
+            result_streams=self.legacy.streams if legacy and self.legacy else None,
             idempotency_key=idempotency.key,
         )
         if legacy and self.legacy is not None:

@@ -16,7 +16,9 @@ the V1 surface; a 2026-07-28 request never does (`tasks/result` and
   session created in this process), `tasks/result` (waits on the change feed
   until the task is terminal, then answers exactly the tool's `CallToolResult`
   or raises its JSON-RPC error, with the related-task `_meta`; a cancelled task
-  has no payload: only that `_meta`, as the 1.x SDK's server answers).
+  has no payload: only that `_meta`, as the 1.x SDK's server answers). While it
+  waits, the task's progress for the creating session rides its stream
+  (`engine.streams`: `LegacyTasks.streams` is the register).
 
 The raw outcome is stored once and projected per era by `wire.legacy`. Unknown
 ids and other principals' tasks get the same -32602 as on the 2026 side, and an
@@ -43,6 +45,7 @@ from pydantic import Field
 
 from fastmcp_tasks.errors import task_not_found
 from fastmcp_tasks.server.engine.inputs import answer_problem
+from fastmcp_tasks.server.engine.streams import ResultStreams
 from fastmcp_tasks.server.ownership import current_principal, may_access, missing
 from fastmcp_tasks.stores.base import TaskRecord, TaskStore
 from fastmcp_tasks.stores.listing import PageKey, page_key
@@ -114,6 +117,8 @@ class LegacyTasks:
         self.asked: dict[str, dict[str, str | None]] = {}
         #: tasks a `tasks/result` is waiting on in this process (it carries their input)
         self.waiting: dict[str, int] = {}
+        #: those requests, by task: their streams carry the creating session's progress
+        self.streams = ResultStreams()
         #: followers (`legacy_push.follow`) to start once the creating session shows it
         #: knows the task: its first `tasks/get` or `tasks/result` (task id -> (session, start))
         self.starting: OrderedDict[str, tuple[str | None, Callable[[], None]]] = OrderedDict()
@@ -181,29 +186,38 @@ class LegacyTasks:
 
         While it waits in `input_required`, each outstanding request goes to the
         client on this request's stream, tagged with the related-task `_meta`, and
-        the answer resumes the task (as a `tasks/update` would on 2026).
+        the answer resumes the task (as a `tasks/update` would on 2026). While it
+        waits, the task's progress for this session rides this stream too.
         """
         task_id = params.task_id
         record = await self._visible(task_id)
         if record.is_terminal:
             return outcome(record)
+        session_id = _session_id(ctx)
         self.waiting[task_id] = self.waiting.get(task_id, 0) + 1
-        self._known(task_id, _session_id(ctx))
+        self._known(task_id, session_id)
         try:
-            async with self.store.changes(frozenset({task_id})) as feed:
-                changes = aiter(feed)
-                while True:
-                    record = await self._visible(task_id)  # what changed before the feed saw it
-                    if record.is_terminal:
-                        self.forget(task_id)
-                        return outcome(record)
-                    if record.status == "input_required":
-                        await self.put_input(ctx.session, ctx.request_id, record, _session_id(ctx))
-                    await anext(changes)
+            with self.streams.waiting(task_id, ctx.session, ctx.request_id, session_id):
+                return await self._wait(ctx, task_id, session_id)
         finally:
             self.waiting[task_id] -= 1
             if not self.waiting[task_id]:
                 del self.waiting[task_id]
+
+    async def _wait(
+        self, ctx: ServerRequestContext[Any, Any], task_id: str, session_id: str | None
+    ) -> dict[str, Any]:
+        """`tasks/result`'s wait on the change feed; input goes on this request's stream."""
+        async with self.store.changes(frozenset({task_id})) as feed:
+            changes = aiter(feed)
+            while True:
+                record = await self._visible(task_id)  # what changed before the feed saw it
+                if record.is_terminal:
+                    self.forget(task_id)
+                    return outcome(record)
+                if record.status == "input_required":
+                    await self.put_input(ctx.session, ctx.request_id, record, session_id)
+                await anext(changes)
 
     async def put_input(
         self, session: Any, related_request_id: Any, record: TaskRecord, session_id: str | None

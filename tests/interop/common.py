@@ -11,8 +11,12 @@ created on the same server, read with this client's own `tasks/get`. Every line
 on stdout is one JSON object with an `event` key; the last one is `{"event": "done"}`.
 
 Scenarios: `complete` (`double`), `error` (`refuse`), `cancel` (`hold`, cancelled by
-the client) and `elicit` (`order`, answered by the client's elicitation handler with
-`ANSWER`). `cancel` and `elicit` pause once, after the task is created and inside the
+the client), `elicit` (`order`, answered by the client's elicitation handler with
+`ANSWER`), `progress` (`steps`: created with a `progressToken` as the client's API
+makes one, then waited on; every `notifications/progress` one of the client's handlers
+gets is printed at once as a `progress` line, whose `via` names the handler) and
+`counted` (the same with `counted`, which reports through core's `Progress`).
+`cancel` and `elicit` pause once, after the task is created and inside the
 handler respectively: they print `{"event": "paused"}` and wait for one line on
 stdin, so the test can look at the live task from the 2026 side meanwhile.
 `resume` (not FastMCP 3) creates nothing: it reads the `--peer` task's outcome with
@@ -27,7 +31,9 @@ import json
 import sys
 from typing import Any
 
-SCENARIOS = ("complete", "error", "cancel", "elicit", "resume")
+SCENARIOS = ("complete", "error", "cancel", "elicit", "progress", "counted", "resume")
+#: the scenarios whose tool reports progress, and that tool
+PROGRESS = {"progress": "steps", "counted": "counted"}
 TERMINAL = ("completed", "failed", "cancelled")
 NOTIFIED_WITHIN = 5.0  # how long a script waits for its task's terminal status notification
 ANSWER = {"size": "large", "quantity": 3}  # what every elicitation handler answers
@@ -53,18 +59,27 @@ async def pause(at: str) -> None:
     await asyncio.to_thread(sys.stdin.readline)
 
 
+def progressed(via: str, progress: Any, total: Any, message: Any, **fields: Any) -> None:
+    """A `progress` line: one `notifications/progress` as the handler `via` got it."""
+    emit("progress", via=via, progress=progress, total=total, message=message, **fields)
+
+
 class Notified:
-    """The `notifications/tasks/status` a client handed to its application, per task."""
+    """The `notifications/tasks/status` a client handed to its application, per task:
+    their statuses, and the `statusMessage`s they carried."""
 
     def __init__(self) -> None:
         self.statuses: dict[str, list[str]] = {}
+        self.messages: dict[str, list[str]] = {}
         self._ended: dict[str, asyncio.Event] = {}
 
     def _event(self, task_id: str) -> asyncio.Event:
         return self._ended.setdefault(task_id, asyncio.Event())
 
-    def record(self, task_id: str, status: str) -> None:
+    def record(self, task_id: str, status: str, message: str | None = None) -> None:
         self.statuses.setdefault(task_id, []).append(status)
+        if message is not None:
+            self.messages.setdefault(task_id, []).append(message)
         if status in TERMINAL:
             self._event(task_id).set()
 
@@ -76,7 +91,11 @@ class Notified:
                 await asyncio.wait_for(self._event(task_id).wait(), NOTIFIED_WITHIN)
             except TimeoutError:
                 pass
-        emit("notified", statuses=self.statuses.get(task_id, []))
+        emit(
+            "notified",
+            statuses=self.statuses.get(task_id, []),
+            messages=self.messages.get(task_id, []),
+        )
 
 
 def failure(exc: BaseException) -> dict[str, Any]:

@@ -7,6 +7,13 @@ Runs in .interop/mcp1 (`mcp` 1.x from PyPI, the last line with tasks): a
 `input_required`, then `tasks/result`, on whose stream the server's
 `elicitation/create` reaches the session's `elicitation_callback`. See
 tests/interop/common.py for the command line and the output.
+
+Progress: `call_tool_as_task` takes no `progress_callback`, so `progress` sends the
+same task-augmented `tools/call` through `session.send_request(...,
+progress_callback=...)` (the SDK makes the request id its `progressToken`) and waits
+in `tasks/result` at once. The SDK forgets that callback once the `CreateTaskResult`
+has answered (`mcp/shared/session.py`, `send_request`'s `finally`); the session's
+`message_handler` gets every notification, `notifications/progress` included.
 """
 
 from __future__ import annotations
@@ -26,7 +33,17 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import McpError
 
-from tests.interop.common import ANSWER, Notified, arguments, emit, failure, main_guard, pause
+from tests.interop.common import (
+    ANSWER,
+    PROGRESS,
+    Notified,
+    arguments,
+    emit,
+    failure,
+    main_guard,
+    pause,
+    progressed,
+)
 
 warnings.simplefilter("ignore", DeprecationWarning)  # the experimental tasks API says so
 RELATED = "io.modelcontextprotocol/related-task"
@@ -54,17 +71,54 @@ async def follow(session: ClientSession, task_id: str) -> list[str]:
     return seen
 
 
+def related_of(params: Any) -> Any:
+    meta = params.meta.model_dump(by_alias=True) if params.meta is not None else {}
+    return meta.get(RELATED)
+
+
+async def steps(session: ClientSession, tool: str, key: str) -> str:
+    """`progress`: create the task with a `progress_callback`, then wait in `tasks/result`."""
+
+    async def progress_callback(progress: float, total: float | None, message: str | None) -> None:
+        progressed("progress_callback", progress, total, message)
+
+    call = types.CallToolRequest(
+        params=types.CallToolRequestParams(
+            name=tool, arguments={"key": key}, task=types.TaskMetadata(ttl=60_000)
+        )
+    )
+    created = await session.send_request(
+        types.ClientRequest(call), types.CreateTaskResult, progress_callback=progress_callback
+    )
+    task_id = created.task.taskId
+    emit("created", task_id=task_id, task=shown(created.task))
+    result = await session.experimental.get_task_result(task_id, types.CallToolResult)
+    emit("result", result=shown(result))
+    emit("status", task=shown(await session.experimental.get_task(task_id)))
+    return task_id
+
+
 async def scenario(url: str, name: str, key: str, peer: str | None) -> None:
     notified = Notified()
 
     async def message_handler(message: Any) -> None:
-        """Hears `notifications/tasks/status`; what the session could not read is reported."""
+        """Hears `notifications/tasks/status` and `notifications/progress`; what the
+        session could not read is reported."""
         if isinstance(message, Exception):
             emit("client-error", **failure(message))
-        elif isinstance(message, types.ServerNotification) and isinstance(
-            message.root, types.TaskStatusNotification
-        ):
-            notified.record(message.root.params.taskId, message.root.params.status)
+        elif isinstance(message, types.ServerNotification):
+            params = message.root.params
+            if isinstance(message.root, types.TaskStatusNotification):
+                notified.record(params.taskId, params.status, params.statusMessage)
+            elif isinstance(message.root, types.ProgressNotification):
+                progressed(
+                    "message_handler",
+                    params.progress,
+                    params.total,
+                    params.message,
+                    token=params.progressToken,
+                    related=related_of(params),
+                )
 
     async with (
         streamable_http_client(url) as (read, write, _),
@@ -87,6 +141,9 @@ async def scenario(url: str, name: str, key: str, peer: str | None) -> None:
             result = await experimental.get_task_result(peer or "", types.CallToolResult)
             emit("result", result=shown(result))
             emit("status", task=shown(await experimental.get_task(peer or "")))
+            return
+        if name in PROGRESS:
+            await notified.report(await steps(session, PROGRESS[name], key))
             return
         tool, arguments_ = {
             "complete": ("double", {"x": 21}),

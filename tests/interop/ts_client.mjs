@@ -5,6 +5,9 @@
 // creates the task with `params.task`, polls `tasks/get` and reads `tasks/result` (also on
 // `input_required`, where the server's `elicitation/create` reaches the request handler);
 // `getTask`, `getTaskResult`, `listTasks` and `cancelTask` are the manual controller.
+// `progress` passes `onprogress` with the call: the SDK makes the request id the
+// `progressToken` and keeps the handler once the answer is a `CreateTaskResult`
+// (shared/protocol.js `_onresponse`, `_taskProgressTokens`).
 //
 //   node tests/interop/ts_client.mjs URL SCENARIO [--key KEY] [--peer TASK_ID] [--sdk DIR]
 //
@@ -45,6 +48,7 @@ async function pause(at) { // `paused`, then one line on stdin (see common.py)
 }
 const TERMINAL = ['completed', 'failed', 'cancelled'];
 const notified = new Map(); // taskId -> statuses heard in notifications/tasks/status
+const messages = new Map(); // taskId -> the statusMessages they carried
 const ended = new Map(); // taskId -> resolve(), once a terminal status is heard
 const heardEnd = (taskId) => new Promise((resolve) => ended.set(taskId, resolve));
 async function reportNotified(taskId, waiting) { // `notified`, once the terminal one came (bounded)
@@ -52,14 +56,18 @@ async function reportNotified(taskId, waiting) { // `notified`, once the termina
   const within = new Promise((resolve) => { timer = setTimeout(resolve, 5000); });
   await Promise.race([waiting, within]);
   clearTimeout(timer);
-  emit('notified', { statuses: notified.get(taskId) ?? [] });
+  emit('notified', { statuses: notified.get(taskId) ?? [], messages: messages.get(taskId) ?? [] });
 }
 const TOOLS = {
   complete: ['double', { x: 21 }],
   error: ['refuse', { reason: 'no' }],
   cancel: ['hold', { key: values.key }],
   elicit: ['order', { item: 'tea' }],
+  progress: ['steps', { key: values.key }],
+  counted: ['counted', { key: values.key }],
 };
+const onprogress = ({ progress, total, message, _meta }) => // one line per call, as it comes
+  emit('progress', { via: 'onprogress', progress, total, message, related: _meta?.[RELATED] ?? null });
 
 async function run() {
   if (!(scenario in TOOLS) && scenario !== 'resume') throw new Error(`unknown scenario ${scenario}`);
@@ -71,6 +79,7 @@ async function run() {
   });
   client.setNotificationHandler(TaskStatusNotificationSchema, ({ params }) => {
     notified.set(params.taskId, [...(notified.get(params.taskId) ?? []), params.status]);
+    if (params.statusMessage !== undefined) messages.set(params.taskId, [...(messages.get(params.taskId) ?? []), params.statusMessage]);
     if (TERMINAL.includes(params.status)) ended.get(params.taskId)?.();
   });
   let closing = false; // closing aborts the standalone SSE stream: not an error of the run
@@ -94,7 +103,8 @@ async function run() {
     }
     const [name, args] = TOOLS[scenario];
     let taskId, waiting;
-    const stream = tasks.callToolStream({ name, arguments: args }, CallToolResultSchema, { task: { ttl: 60000 } });
+    const options = { task: { ttl: 60000 }, ...(['progress', 'counted'].includes(scenario) ? { onprogress } : {}) };
+    const stream = tasks.callToolStream({ name, arguments: args }, CallToolResultSchema, options);
     for await (const message of stream) {
       if (message.type === 'taskCreated') {
         taskId = message.task.taskId;

@@ -13,6 +13,10 @@ extension (`_background_task_headers`, `_background_task_session_id`) and the
 SDK's `auth_context_var`, which `get_access_token()` reads when there is no
 live HTTP request.
 
+A 2025-11-25 call's `progressToken` stays valid for the task's life: the caller
+also keeps it, the session, and the register of waiting `tasks/result` requests,
+so `report_progress` reaches the caller on a stream it reads (`engine.streams`).
+
 None of it is ever written to the store (SECURITY.md: nothing secret at rest:
 tokens, cookies and custom headers often are secrets, and a session id can be
 a bearer credential). So a task run by another process (a worker behind a
@@ -39,6 +43,7 @@ from mcp.server.auth.provider import AccessToken
 from mcp_types import INTERNAL_ERROR
 
 from fastmcp_tasks import _compat
+from fastmcp_tasks.server.engine.streams import ResultStreams
 from fastmcp_tasks.server.options import options_of
 from fastmcp_tasks.wire.legacy import RELATED_TASK
 
@@ -60,13 +65,18 @@ class Caller:
     session_id: str | None = None
     request_state: dict[str, Any] | None = None
     #: 2025-11-25 only: the session and the `progressToken` progress goes to for the
-    #: task's life (2026 has no progress for tasks)
+    #: task's life (2026 has no progress for tasks), and the `tasks/result` requests
+    #: waiting on tasks, whose streams carry it while the session waits there
     session: Any = None
     progress_token: Any = None
+    streams: ResultStreams | None = None
 
     @classmethod
-    def of(cls, context: Context, *, legacy: bool = False) -> Caller:
-        """Capture what the request being served has; missing parts are None."""
+    def of(cls, context: Context, *, streams: ResultStreams | None = None) -> Caller:
+        """Capture what the request being served has; missing parts are None.
+
+        `streams` is given for a 2025-11-25 call only: its `progressToken` is kept.
+        """
         try:
             headers: dict[str, str] | None = {
                 name.lower(): value for name, value in get_http_request().headers.items()
@@ -78,6 +88,7 @@ class Caller:
         except RuntimeError:
             session_id = None
         request = context.request_context
+        legacy = streams is not None and request is not None  # a 2025-11-25 call
         token = (request.meta or {}).get("progressToken") if legacy and request else None
         return cls(
             access_token=get_access_token(),
@@ -86,13 +97,15 @@ class Caller:
             request_state=_compat.request_scoped_state(context),
             session=request.session if token is not None and request is not None else None,
             progress_token=token,
+            streams=streams if token is not None else None,
         )
 
     async def report_progress(
         self, task_id: str, progress: float, total: float | None, message: str | None
     ) -> None:
-        """Send `notifications/progress` to the original `progressToken`, when there is one
-        (best effort: a session that went away loses it, the task goes on)."""
+        """Send `notifications/progress` to the original `progressToken`, when there is one:
+        on the stream of the session's `tasks/result` waiting on the task, else on the
+        session's own (best effort: a session that went away loses it, the task goes on)."""
         if self.session is None or self.progress_token is None:
             return
         params = mcp_types.ProgressNotificationParams(
@@ -102,8 +115,20 @@ class Caller:
             message=message,
             _meta={RELATED_TASK: {"taskId": task_id}},
         )
+        notification = mcp_types.ProgressNotification(params=params)
+        waiting = None
+        if self.streams is not None and self.session_id is not None:
+            waiting = self.streams.of(task_id, self.session_id)
+        if waiting is not None:
+            try:
+                await waiting.session.send_notification(
+                    notification, related_request_id=waiting.request_id
+                )
+                return
+            except Exception:  # that request just ended: the session's own stream
+                pass
         try:
-            await self.session.send_notification(mcp_types.ProgressNotification(params=params))
+            await self.session.send_notification(notification)
         except Exception:
             return
 

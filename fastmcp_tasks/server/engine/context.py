@@ -5,7 +5,9 @@ session), drop progress (no docket) and refuse `elicit`. `TaskContext` keeps
 the tool's code unchanged in both modes:
 
 - `report_progress(progress, total, message)` becomes the task's `statusMessage`
-  (the message, or "3/10" when only numbers are given);
+  (the message, or "3/10" when only numbers are given) and, for a 2025-11-25 call
+  with a `progressToken` taken in this process, a `notifications/progress` to it
+  (`caller.Caller.report_progress`);
 - `log()` and `debug/info/warning/error` go to the server's logger
   (`fastmcp_tasks.tool`), never to a client, and never fail the task;
 - `elicit(message, response_type)` sends the same `elicitation/create` params a
@@ -104,6 +106,16 @@ class RunningTask:
             return
         self.message = message
 
+    async def report(
+        self, progress: float, total: float | None, message: str | None, shown: str | None = None
+    ) -> None:
+        """One progress report: the `statusMessage` (`shown`, else `progress_message`), then
+        the caller's `notifications/progress` (a 2025-11-25 call's `progressToken`, in this
+        process; none otherwise)."""
+        await self.status(progress_message(progress, total, message) if shown is None else shown)
+        if self.caller is not None:
+            await self.caller.report_progress(self.task_id, progress, total, message)
+
     async def ask(self, requests: dict[str, dict[str, Any]], status: str | None) -> dict[str, Any]:
         """Park the task on `requests`; the answers that arrived before the timeout."""
         if self.broker is None:  # pragma: no cover - the runner always sets one
@@ -194,10 +206,7 @@ class TaskContext(Context):
     async def report_progress(
         self, progress: float, total: float | None = None, message: str | None = None
     ) -> None:
-        await self._running.status(progress_message(progress, total, message))
-        caller = self._running.caller
-        if caller is not None:
-            await caller.report_progress(self._running.task_id, progress, total, message)
+        await self._running.report(progress, total, message)
 
     async def log(
         self,

@@ -3,7 +3,11 @@
 `fastmcp_tasks.Progress` subclasses core's `fastmcp.dependencies.Progress`, so
 a tool written against either import type-checks and behaves the same. Inside
 a task it writes through `TaskProgress` to the task's status; outside a task it
-falls back to core's behaviour (in-memory tracking that reports nowhere).
+falls back to core's behaviour (in-memory tracking that reports nowhere). For a
+2025-11-25 call with a `progressToken`, each `increment` is also one
+`notifications/progress` (current, total, message) to it, as `ctx.report_progress`
+sends: a progress value must grow from one notification to the next, so
+`set_total` and `set_message` move only the status.
 
 Core's `Progress.__aenter__` has no hook for a task engine other than docket,
 so `install_core_progress_adapter()` wraps that one method (through the
@@ -62,17 +66,17 @@ class TaskProgress:
         if amount < 1:
             raise ValueError("Amount must be at least 1")
         self._current = (self._current or 0) + amount
-        await self._publish()
+        await self._running.report(self._current, self._total, self._message, self._shown())
 
     async def set_message(self, message: str | None) -> None:
         self._message = message
         await self._publish()
 
+    def _shown(self) -> str:
+        return self._message or f"{self._current or 0}/{self._total}"
+
     async def _publish(self) -> None:
-        if self._message:
-            await self._running.status(self._message)
-        else:
-            await self._running.status(f"{self._current or 0}/{self._total}")
+        await self._running.status(self._shown())
 
 
 def _task_bound(cls: type[CoreProgress]) -> CoreProgress | None:
