@@ -30,6 +30,7 @@ tasks, in total (`t`) and per owner (`o:<owner>`), in 16 shards each, for `Activ
 end and delete tasks; a writer adds to its backend's shard (`pg_backend_pid() % 16`),
 so concurrent writers rarely touch one row. Every `prepare` also (re)creates the
 function `caps_check` (`CAPS_FUNCTION`), which needs no version of its own.
+Version 2: the `phase` column of `tasks` (`stores.phases`).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
     from psycopg import AsyncConnection
 
 APPLICATION_NAME = "fastmcp-tasks"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: `tasks` columns in `TaskRecord` field order (`expires_at` is kept apart, for the index).
 COLUMNS = (
@@ -73,6 +74,7 @@ COLUMNS = (
     "not_before",
     "retries",
     "dedupe_key",
+    "phase",
 )
 JSON_COLUMNS = frozenset({"arguments", "error", "input_requests", "answers", "context"})
 SELECT_COLUMNS = ", ".join(COLUMNS)
@@ -160,10 +162,12 @@ INSERT INTO {{s}}.meta (key, value) VALUES ('application', '{APPLICATION_NAME}')
 """
 
 #: from-version -> the statements that bring a schema to from-version + 1 (`{s}`: the
-#: schema). Version 2 adds `MIGRATIONS[1]`; `prepare` runs every step from the found
-#: version up in one transaction and then records the new `schema_version`.
+#: schema); `prepare` runs every step from the found version up in one transaction and
+#: then records the new `schema_version`. Version 2: `phase` (`stores.phases`), NULL on
+#: older rows (an unleased task waits, a leased one counts as started).
 MIGRATIONS: dict[int, list[str]] = {
     0: [statement.strip() for statement in _V1.split(";\n") if statement.strip()],
+    1: ["ALTER TABLE {s}.tasks ADD COLUMN phase text"],
 }
 
 #: The caps check of a capped `create` (`sql.create_capped` calls it in its `caps` CTE).
@@ -322,6 +326,7 @@ def to_params(record: TaskRecord) -> tuple[Any, ...]:
         r.not_before,
         r.retries,
         r.dedupe_key,
+        r.phase,
         r.expires_at,
     )
 
@@ -355,6 +360,7 @@ def from_row(row: tuple[Any, ...] | Any) -> TaskRecord:
         not_before=row[23],
         retries=row[24],
         dedupe_key=row[25],
+        phase=row[26],
     )
 
 
