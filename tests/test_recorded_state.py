@@ -7,23 +7,29 @@ time when the tool had written such a message itself. These tests SIGKILL real s
 processes (a SQLite file, a Redis prefix, a PostgreSQL schema) and count how often the
 tool body began, from the marker files it writes; they also check that `attempts` is
 that count, wherever an operator reads it (`fastmcp-tasks show` / `ls --json`, the
-dashboard), and that a waiting run begins in the store before its tool body.
+dashboard); that a waiting run begins in the store before its tool body; and that
+recovery reads the tool's annotations the way FastMCP 4 asks.
 """
 
 from __future__ import annotations
 
 import json
 import time
+import warnings
 from datetime import timedelta
 from pathlib import Path
 
 import anyio
+import fastmcp
 import pytest
 from fastmcp import FastMCP
+from mcp_types import ToolAnnotations
 
 from fastmcp_tasks import MemoryTaskStore, Retry, TaskRecord, TasksExtension, task_options
 from fastmcp_tasks.dashboard.index import TaskIndex
+from fastmcp_tasks.server.engine.leases import is_idempotent
 from fastmcp_tasks.stores import store_from_url
+from fastmcp_tasks.stores.sqlite import SQLiteTaskStore
 from tests.faults import FaultyStore
 from tests.test_cli_operator import cli
 from tests.test_durability import release, servers, started_in, store_at, wire_to
@@ -219,3 +225,81 @@ async def test_a_waiting_run_begins_in_the_store_before_its_tool_through_a_blip(
     assert store.faults_fired["start_run"] == 2
     record = await store.inner.get(second["taskId"])
     assert record is not None and record.attempts == 1
+
+
+def test_idempotence_is_read_without_the_deprecated_camel_case_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With FastMCP's camelCase bridge turned off, `idempotentHint` does not exist at all."""
+    mcp = FastMCP("hints")
+
+    @mcp.tool(annotations=ToolAnnotations(idempotentHint=True))
+    def again() -> str:
+        return "x"
+
+    @mcp.tool
+    def once() -> str:
+        return "x"
+
+    monkeypatch.setattr(fastmcp.settings, "mcp_camelcase_compat", False)
+    tools = {tool.name: tool for tool in anyio.run(mcp.list_tools)}
+    assert is_idempotent(tools["again"]) is True
+    assert is_idempotent(tools["once"]) is False
+
+
+async def test_recovery_emits_no_deprecation_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task left running by a dead process is recovered (an idempotent tool: run again)
+    without reading `ToolAnnotations.idempotentHint`, which FastMCP 4 deprecates (it warns
+    once per process; here every read would)."""
+
+    def deprecated(self: ToolAnnotations) -> bool | None:
+        warnings.warn(
+            "Accessing `ToolAnnotations.idempotentHint` is deprecated",
+            fastmcp.FastMCPDeprecationWarning,
+            stacklevel=2,
+        )
+        return self.idempotent_hint
+
+    monkeypatch.setattr(ToolAnnotations, "idempotentHint", property(deprecated), raising=False)
+    path = tmp_path / "tasks.db"
+    now = time.time()
+    orphan = TaskRecord(
+        task_id="left-behind",
+        tool="again",
+        status="working",
+        created_at=now,
+        updated_at=now,
+        arguments={},
+        attempts=1,
+        phase="running",
+        app="recovering",  # the server's name: its application
+        lease_owner="elsewhere:1:gone",
+        lease_expires=now - 1,
+    )
+    store = SQLiteTaskStore(path)
+    await store.open()
+    await store.create(orphan)
+    await store.close()
+
+    mcp = FastMCP("recovering")
+    extension = TasksExtension(f"sqlite:///{path}")
+    mcp.add_extension(extension)
+    ran = anyio.Event()
+
+    @mcp.tool(task=True, annotations=ToolAnnotations(idempotentHint=True))
+    async def again() -> str:
+        ran.set()
+        return "again"
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        async with connect(mcp, "memory") as wire:
+            with anyio.fail_after(10):
+                await ran.wait()
+            assert (await wire.wait("left-behind"))["status"] == "completed"
+    deprecations = [w for w in caught if issubclass(w.category, DeprecationWarning)]
+    assert not deprecations, [str(w.message) for w in deprecations]
+    (recovered,) = (await stored(str(path), "left-behind")).values()
+    assert recovered.attempts == 2  # the run lost with its process, and this one

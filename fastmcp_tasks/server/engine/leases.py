@@ -104,8 +104,10 @@ def is_orphan(record: TaskRecord, now: float, me: str, mine: set[str] | None = N
 
 
 def is_idempotent(tool: Any) -> bool:
+    """Whether the tool's annotations say `idempotentHint=True` (read as `idempotent_hint`,
+    the field's name in MCP SDK v2's `ToolAnnotations`: FastMCP 4 deprecates the other)."""
     annotations = getattr(tool, "annotations", None)
-    return bool(getattr(annotations, "idempotentHint", None))
+    return bool(getattr(annotations, "idempotent_hint", None))
 
 
 def restarted_message(attempt: int) -> str:
