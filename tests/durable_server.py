@@ -6,6 +6,8 @@ Tools wait for marker files (`MARKERS/<key>.go`) so a test in another process ca
 release them, and write `MARKERS/<key>.started.<pid>` when they start (and
 `MARKERS/<key>.cancelled.<pid>` when a cancel stops them while they wait). `related_report`
 answers `[task id, status, pid]` for each task its call relates to (`related_tasks()`).
+`mimic` shows a status message of its own choosing (through `Progress.set_message`, or
+`ctx.report_progress`) before it waits: text that looks like the engine's own.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ if __package__ in (None, ""):
 
 import anyio
 from fastmcp import Context, FastMCP
+from fastmcp.dependencies import Progress
 from fastmcp.utilities.tasks import TaskConfig
 from mcp_types import ToolAnnotations
 
@@ -57,6 +60,17 @@ def build(db: str, markers: Path, concurrency: int = 100) -> FastMCP:
     async def plain_job(key: str) -> str:
         await hold(key)
         return f"plain {key}"
+
+    @mcp.tool(task=FAST)
+    async def mimic(
+        key: str, message: str, via: str, ctx: Context, progress: Progress = Progress()
+    ) -> str:
+        if via == "progress":
+            await progress.set_message(message)
+        else:
+            await ctx.report_progress(1, 3, message)
+        await hold(key)
+        return f"mimic {key}"
 
     @mcp.tool(task=FAST)
     async def ask(question: str, ctx: Context) -> str:

@@ -233,25 +233,33 @@ async def test_reload_drops_purged_tasks_and_keeps_new_ones(store: Any) -> None:
 
 
 async def test_counts_and_states(store: Any) -> None:
+    """The state comes from the record's `phase` and lease, never from the message: a
+    running tool that writes "Queued: ..." itself is running; a task leased to a process
+    that has not begun its run yet (waiting for a slot there) is queued."""
     now = time.time()
-    queued, running, expired, waiting, parked, done = (record() for _ in range(6))
-    for task in (queued, running, expired, waiting, parked, done):
+    queued, expired, parked, done = (record() for _ in range(4))
+    running, mimic = record(phase="running"), record(phase="running")
+    waiting, legacy = record(phase="queued"), record()  # legacy: no phase, leased
+    for task in (queued, running, expired, waiting, parked, done, mimic, legacy):
         await store.create(task)
-    await store.claim(running.task_id, "host:1:a", now + 30)
+    for task in (running, waiting, mimic, legacy):
+        await store.claim(task.task_id, "host:1:a", now + 30)
     await store.claim(expired.task_id, "host:2:b", now - 1)
-    await store.claim(waiting.task_id, "host:1:a", now + 30)
     await store.set_status_message(waiting.task_id, "Queued: waiting for a free worker slot")
+    await store.set_status_message(mimic.task_id, "Queued: the tool wrote this itself")
     await store.request_input(parked.task_id, {"k": {"method": "elicitation/create"}})
     await store.transition(done.task_id, "completed", result={"content": []})
     index = TaskIndex(store, clock=lambda: now)
     await index.load()
     state = {s.task_id: s.state_at(now) for s in index.summaries()}
     expected = ["queued", "running", "queued", "queued", "parked", "completed"]
-    made = ids([queued, running, expired, waiting, parked, done])
+    expected += ["running", "running"]
+    made = ids([queued, running, expired, waiting, parked, done, mimic, legacy])
     assert state == dict(zip(made, expected, strict=True))
-    states = dict(zip(("queued", "running", "parked"), (3, 1, 1), strict=True))
+    assert index.get(waiting.task_id).to_json(now)["phase"] == "queued"  # type: ignore[union-attr]
+    states = dict(zip(("queued", "running", "parked"), (3, 3, 1), strict=True))
     assert index.counts() == {**dict.fromkeys(TERMINAL_STATUSES, 0), **states, "completed": 1,
-                              "working": 4, "input_required": 1}  # fmt: skip
+                              "working": 6, "input_required": 1}  # fmt: skip
     row = index.get(parked.task_id)
     assert row is not None
     shown = row.to_json(now + 5)

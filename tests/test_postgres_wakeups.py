@@ -1,13 +1,13 @@
-"""What wakes whom on PostgreSQL: quiet notifications and the claim that clears a waiting
-message, on the machine's real server (skipped without one; failing with `CI=true`).
+"""What wakes whom on PostgreSQL: quiet notifications and the claim that begins a run,
+on the machine's real server (skipped without one; failing with `CI=true`).
 
 A task's life on a worker writes several changes; only a claimable task, a cancel
 request and an answer (`sql.WAKING_KINDS`) need every process to read the change
 rows. A status or message change notifies ` quiet`: a reader whose subscribers want
 only the waking kinds reads nothing then, and its next read still delivers every row
-in order. A claim clears the engine's waiting message (`stores.flow.WAITING_PREFIXES`)
-in its own statement, with the `message` change, so the worker writes nothing more
-to start the task.
+in order. The ungated claim begins each task's run in its own statement
+(`stores.phases`: `phase` running, one more attempt, the waiting message cleared with
+its `message` change), so the worker writes nothing more to start the task.
 """
 
 from __future__ import annotations
@@ -96,34 +96,46 @@ async def test_a_quiet_change_reaches_a_subscriber_that_wants_it_at_once(
             assert (change.kind, change.status) == ("status", "completed")
 
 
-@pytest.mark.parametrize("message", [QUEUED_MESSAGE, retry_message(2, 3, "boom")])
-async def test_a_claim_clears_a_waiting_message_with_its_change(
-    pair: tuple[PostgresTaskStore, PostgresTaskStore], message: str
+@pytest.mark.parametrize(
+    ("phase", "message"),
+    [("queued", QUEUED_MESSAGE), ("retry", retry_message(2, 3, "boom")), (None, "Queued: x")],
+)
+async def test_a_claim_begins_the_run_and_clears_the_waiting_message(
+    pair: tuple[PostgresTaskStore, PostgresTaskStore], phase: str | None, message: str
 ) -> None:
+    """A waiting task's message is cleared whatever it says (the phase says it waits; a
+    row from before phases, unleased, waits too); a task waiting to restart keeps the
+    message recovery wrote, which says which attempt this is."""
     worker, front = pair
-    queued = record(app="app", status_message=message)
-    mine = record(app="app", status_message="my own words")
-    for task in (queued, mine):
+    queued = record(app="app", status_message=message, phase=phase)
+    restart = "Restarted after an interruption (attempt 2)"
+    again = record(app="app", status_message=restart, phase="restart", attempts=1)
+    for task in (queued, again):
         await front.create(task)
     before = time.time()
     with anyio.fail_after(WAIT):
         async with front.changes(kinds=frozenset({"message"})) as feed:
             claimed = await worker.claim_queued("worker-1", time.time() + 30, 10, app="app")
             by_id = {task.task_id: task for task in claimed}
-            assert set(by_id) == {queued.task_id, mine.task_id}
+            assert set(by_id) == {queued.task_id, again.task_id}
             assert by_id[queued.task_id].status_message is None
             assert by_id[queued.task_id].updated_at >= before
-            assert by_id[mine.task_id].status_message == "my own words"
+            assert (by_id[queued.task_id].phase, by_id[queued.task_id].attempts) == ("running", 1)
+            assert by_id[again.task_id].status_message == restart
+            assert (by_id[again.task_id].phase, by_id[again.task_id].attempts) == ("running", 2)
             change = await next_change(feed)  # the cleared message is pushed, once
             assert (change.kind, change.task_id) == ("message", queued.task_id)
             stored = await front.get(queued.task_id)
             assert stored is not None and stored.status_message is None
-            assert stored.lease_owner == "worker-1"
-            kept = await front.get(mine.task_id)
-            assert kept is not None and kept.status_message == "my own words"
-            await front.set_status_message(mine.task_id, "next")  # the next change is its own
+            assert stored.lease_owner == "worker-1" and stored.phase == "running"
+            kept = await front.get(again.task_id)
+            assert kept is not None and kept.status_message == restart
+            await front.set_status_message(again.task_id, "next")  # the next change is its own
             change = await next_change(feed)
-            assert change.task_id == mine.task_id
+            assert change.task_id == again.task_id
+    # the engine's start finds the run begun: no second attempt, no write
+    started = await worker.start_run(queued.task_id, "worker-1", None)
+    assert started is not None and started.attempts == 1
 
 
 async def test_the_reader_outlives_its_last_subscriber(

@@ -145,7 +145,8 @@ async def test_a_delayed_retry_is_claimable_once_due_from_another_instance(pair:
     await anyio.sleep(max(0.0, due - time.time()) + 0.01)
     (again,) = await b.claim_queued("w2", time.time() + 60, 5)
     assert again.task_id == gated.task_id and again.not_before is None
-    assert (again.retries, again.attempts, again.lease_owner) == (1, 2, "w2")
+    assert (again.retries, again.attempts, again.lease_owner) == (1, 0, "w2")
+    assert again.phase == "retry"  # until the engine's `start_run` begins its run
 
 
 async def test_gate_limits_hold_across_applications(store: RedisTaskStore) -> None:

@@ -213,7 +213,8 @@ async def test_claim_queued_from_two_instances_hands_each_task_to_one(
     for name, store in (("a", a), ("b", b)):
         for task_id in taken[name]:
             got = await store.get(task_id)
-            assert got is not None and got.lease_owner == name and got.attempts == 1
+            assert got is not None and got.lease_owner == name
+            assert got.attempts == 0  # a claim is a lease; the engine's `start_run` counts
 
 
 async def test_close_ends_open_feeds(
@@ -319,7 +320,7 @@ async def test_active_leases_read_lease_fields_only_in_one_round_trip_per_batch(
 ) -> None:
     a, _ = pair
     later = time.time() + 60
-    mine = record(app="alpha", owner="alice", context={"c": 1})
+    mine = record(app="alpha", owner="alice", context={"c": 1}, phase="running", attempts=1)
     parked, theirs, done = record(app="alpha"), record(app="beta"), record(app="alpha")
     for task in (mine, parked, theirs, done):
         await a.create(task)
@@ -339,6 +340,7 @@ async def test_active_leases_read_lease_fields_only_in_one_round_trip_per_batch(
         1,
     )
     assert (lease.app, lease.lease_owner, lease.lease_expires) == ("alpha", "w1", later)
+    assert lease.phase == "running" and leases[parked.task_id].phase is None
     assert lease.arguments is None and lease.context is None and lease.owner is None
     assert leases[parked.task_id].status == "input_required"
     assert leases[parked.task_id].input_requests is None and leases[parked.task_id].attempts == 0

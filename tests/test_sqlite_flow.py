@@ -80,9 +80,9 @@ def layout(path: Path) -> tuple[list[tuple[Any, ...]], set[tuple[str, str, str]]
 # --- migration --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("version", [1, 2, 3])
+@pytest.mark.parametrize("version", [1, 2, 3, 4])
 async def test_an_older_file_migrates_in_place(tmp_path: Path, version: int) -> None:
-    assert SCHEMA_VERSION == 4 and sorted(MIGRATIONS) == [0, 1, 2, 3]
+    assert SCHEMA_VERSION == 5 and sorted(MIGRATIONS) == [0, 1, 2, 3, 4]
     path = tmp_path / f"v{version}.db"
     queued = record(app="billing" if version >= 3 else None)
     held = record(lease_owner="w0", lease_expires=later())
@@ -92,7 +92,7 @@ async def test_an_older_file_migrates_in_place(tmp_path: Path, version: int) -> 
         kept = await store.get(queued.task_id)
         assert kept is not None and kept.arguments == queued.arguments
         assert (kept.gate, kept.gate_limit, kept.not_before, kept.dedupe_key) == (None,) * 4
-        assert kept.retries == 0
+        assert kept.retries == 0 and kept.phase is None  # from before phases (`stores.phases`)
         taken = await store.claim_queued("w", later(), 5, app=queued.app)
         assert [r.task_id for r in taken] == [queued.task_id]
         gated = record(gate="deploy", gate_limit=1, dedupe_key="k")
@@ -347,7 +347,8 @@ async def test_another_store_hears_a_retry_and_its_time(tmp_path: Path) -> None:
         assert await b.claim_queued("v", later(), 5) == []
         await anyio.sleep(due - time.time() + 0.01)
         (taken,) = await b.claim_queued("v", later(), 5)
-        assert taken.retries == 1 and taken.not_before is None and taken.attempts == 2
+        assert taken.retries == 1 and taken.not_before is None
+        assert (taken.phase, taken.attempts) == ("retry", 0)  # its run begins when it starts
 
 
 # --- the ungated claim's cost -----------------------------------------------------

@@ -248,7 +248,7 @@ async def test_missing_directory_is_a_configuration_error(tmp_path: Path) -> Non
 
 def write_v2_file(path: Path, task: TaskRecord) -> None:
     """A task store file as schema version 2 left it (no `app` column), holding `task`."""
-    later = {"app", "gate", "gate_limit", "not_before", "retries", "dedupe_key"}  # versions 3, 4
+    later = {"app", "gate", "gate_limit", "not_before", "retries", "dedupe_key", "phase"}  # 3-5
     row = dict(zip((*COLUMNS, "expires_at"), to_row(task), strict=True))
     v2 = {name: value for name, value in row.items() if name not in later}
     columns, v2_row = ", ".join(v2), tuple(v2.values())

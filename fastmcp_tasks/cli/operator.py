@@ -12,7 +12,8 @@ stores do. A URL is only ever printed masked (`stores.urls.masked`).
 
 `ls` lists tasks newest first; `--status` takes statuses, comma separated or
 repeated, and `active` / `finished` for either group. `show` prints one task:
-times, message, owner, attempts, lease, input requests, error and a summary of
+times, message, owner, attempts (the runs of the tool body begun), where an active
+task's run stands (its `phase`), lease, input requests, error and a summary of
 the result (arguments shortened). `purge` deletes the finished tasks that ended
 more than AGE ago (`90s`, `30m`, `12h`, `1d`, `2w`), whatever their retention;
 active tasks are never purged. It asks first on a terminal, and needs `--yes`

@@ -19,6 +19,13 @@ if TYPE_CHECKING:
     from fastmcp.client.client import CallToolResult as FastMCPCallToolResult
 
 _SHORT = 300  # characters of arguments, errors and results shown
+#: What `show` says of an active task's `phase` (`stores.phases`).
+_RUN = {
+    "queued": "waiting for its first run",
+    "retry": "waiting to run again after a failed attempt",
+    "restart": "waiting to run again after an interruption",
+    "running": "begun",
+}
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
 
 
@@ -88,7 +95,9 @@ def describe(task: TaskRecord, now: float) -> list[tuple[str, str]]:
         kept = "kept until purged" if expires is None else f"{stamp(expires)} ({age(expires, now)})"
         fields.append(("Expires", kept))
     fields.append(("Owner", task.owner or "- (no authentication)"))
-    fields.append(("Attempts", str(task.attempts)))
+    fields.append(("Attempts", str(task.attempts)))  # runs of the tool body begun
+    if task.is_active:
+        fields.append(("Run", _RUN.get(task.phase or "", "- (recorded before phases)")))
     if task.gate is not None:
         gate = shown_gate(task.gate)
         fields.append(("Concurrency", f"{gate} (at most {task.gate_limit} at once)"))
@@ -128,6 +137,7 @@ def summary_json(task: TaskRecord) -> dict[str, Any]:
     keys = ("task_id", "status", "tool", "created_at", "updated_at", "terminal_at")
     entry = {key: getattr(task, key) for key in keys}
     entry.update(status_message=task.status_message, owner=task.owner, attempts=task.attempts)
+    entry["phase"] = task.phase
     return entry
 
 

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from fastmcp_tasks.server.flow import is_waiting_message
 from fastmcp_tasks.stores.base import TaskRecord
 from fastmcp_tasks.stores.listing import ALL_STATUSES, PageKey
+from fastmcp_tasks.stores.phases import RUNNING
 from fastmcp_tasks.wire.names import ACTIVE_STATUSES, TERMINAL_STATUSES
 
 #: Characters of a status or error message a summary keeps.
@@ -76,6 +76,8 @@ class TaskSummary:
     error_message: str | None
     #: When each of `input_keys` was first seen outstanding (see the module docstring).
     input_since: tuple[float, ...] = ()
+    #: Where its run stands (`TaskRecord.phase`, `stores.phases`): what `state` reads.
+    phase: str | None = None
 
     @classmethod
     def of(cls, record: TaskRecord, previous: TaskSummary | None = None) -> TaskSummary:
@@ -111,6 +113,7 @@ class TaskSummary:
             keys,
             _cut(error if isinstance(error, str) else None),
             since,
+            record.phase,
         )
 
     @property
@@ -128,12 +131,15 @@ class TaskSummary:
         return self.state_at(time.time())
 
     def state_at(self, now: float) -> str:
-        """`parked`: `input_required`; `running`: `working` under a live lease, past any
-        waiting message ("Queued: ...", "Retrying ..."); `queued`: any other `working`
-        task (unleased, gated, waiting for a retry or a slot, or its lease expired)."""
+        """`parked`: `input_required`; `running`: `working` under a live lease, its run
+        begun (`phase` `running`, or no phase: a record from before phases);
+        `queued`: any other `working` task (unleased, gated, waiting for a retry or a
+        slot, or its lease expired). Never read from the status message, which a tool
+        may write ("Queued: ..." included)."""
         if self.status == "working":
             live = self.lease_owner is not None and (self.lease_expires or 0.0) > now
-            return "running" if live and not is_waiting_message(self.status_message) else "queued"
+            begun = self.phase in (RUNNING, None)
+            return "running" if live and begun else "queued"
         return "parked" if self.status == "input_required" else self.status
 
     def duration(self, now: float) -> float:
@@ -162,6 +168,7 @@ class TaskSummary:
             "lease_owner": self.lease_owner,
             "lease_expires": self.lease_expires,
             "attempts": self.attempts,
+            "phase": self.phase,
             "retries": self.retries,
             "cancel_requested": self.cancel_requested,
             "error": self.error_message,

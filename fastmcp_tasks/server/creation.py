@@ -100,6 +100,7 @@ def new_record(
     # a front end's task waits for a worker, a gated one for a free slot: both unleased
     leased = bool(runner.concurrency) and gate is None
     message = gate.message if gate is not None else QUEUED_MESSAGE if queued else None
+    now_running = leased and not queued  # its run begins at once, here (`stores.phases`)
     record = TaskRecord(
         task_id=new_task_id(),
         tool=sys.intern(name),  # shared by every retained task of this tool
@@ -111,7 +112,8 @@ def new_record(
         poll_interval_ms=milliseconds(tool.task_config.poll_interval),
         retention_ms=retention_ms,
         context=durable.dump(),
-        attempts=1 if leased else 0,
+        attempts=1 if now_running else 0,
+        phase="running" if now_running else "queued",
         owner=current_principal(),
         lease_owner=runner.owner if leased else None,
         lease_expires=now + lease_seconds if leased else None,

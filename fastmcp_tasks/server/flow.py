@@ -35,7 +35,12 @@ from typing import Any
 
 from fastmcp_tasks.errors import ConfigurationError
 from fastmcp_tasks.server.durations import Duration, duration
-from fastmcp_tasks.stores.flow import QUEUED_PREFIX, RETRY_PREFIX, WAITING_PREFIXES
+
+#: How the engine's waiting messages start: queued, waiting for a retry. They are text for
+#: people; what the engine decides on is the record's `phase` (`stores.phases`), since a
+#: tool may write any status message, these included.
+QUEUED_PREFIX = "Queued: "
+RETRY_PREFIX = "Retrying (attempt "
 
 #: Separates a tool's name from its concurrency key in a gate name.
 GATE_SEPARATOR = "\x1f"
@@ -185,12 +190,6 @@ def shown_gate(gate: str) -> str:
 
 def _at_once(limit: int) -> str:
     return "one task at a time" if limit == 1 else f"at most {limit} tasks at once"
-
-
-def is_waiting_message(message: str | None) -> bool:
-    """Whether `message` is one the engine shows while a task waits to start (queued, or
-    waiting for a retry): the task's own messages take over once it runs."""
-    return message is not None and message.startswith(WAITING_PREFIXES)
 
 
 def dedupe_key(

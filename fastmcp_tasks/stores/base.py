@@ -19,13 +19,15 @@ Rules every implementation keeps, checked by the shared contract tests:
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from fastmcp_tasks.errors import TaskLimitExceeded
+from fastmcp_tasks.stores.text import encode_json as encode_json
+from fastmcp_tasks.stores.text import encode_result as encode_result
+from fastmcp_tasks.stores.text import storable_text as storable_text
 from fastmcp_tasks.wire.names import ACTIVE_STATUSES, TERMINAL_STATUSES, TaskStatus
 
 #: The edges of the SEP-2663 state machine (C21).
@@ -41,38 +43,8 @@ ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
 #: lease, or requeued); `details` carry `{"app": ...}`. Workers wake on it instead of polling.
 ChangeKind = Literal["status", "message", "inputs", "cancel_requested", "answered", "queued"]
 
-
-def encode_json(value: Any) -> str:
-    """The compact JSON text a store keeps; always valid UTF-8 (the durable stores need it).
-
-    Text with a lone surrogate (a client may send one) cannot be UTF-8: such a value
-    is written with ASCII escapes instead, which decode back to exactly the same value.
-    """
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-    if not text.isascii():
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            return json.dumps(value, separators=(",", ":"), ensure_ascii=True)
-    return text
-
-
-#: The compact JSON text a store keeps for a completed result.
-encode_result = encode_json
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def storable_text(text: str | None) -> str | None:
-    """Plain text (a status message) as valid UTF-8: lone surrogates become U+FFFD."""
-    if text is None or text.isascii():
-        return text
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return _SURROGATE.sub("\ufffd", text)
-    return text
+#: Where a task's run stands (`TaskRecord.phase`; the rules are `stores.phases`).
+TaskPhase = Literal["queued", "retry", "restart", "running"]
 
 
 class _Unchanged:
@@ -101,6 +73,17 @@ class TaskRecord:
     them; every change goes through the store's methods. A completed result is
     kept as compact JSON text (`result_json`), the form every store persists:
     it is encoded once when the task ends and costs a fraction of the dict.
+
+    `phase` and `attempts` are written by the engine and the stores only, never from
+    text a tool or a client controls (`stores.phases` has the rules). `phase`: whether
+    the task waits for a run (`queued` for its first, `retry` after a failed attempt,
+    `restart` after an interrupted one) or a run has begun (`running`, which a parked
+    task is too); `None` on a record written before phases existed (an unleased one
+    waits, a leased one counts as started). `attempts`: how many runs of the tool body
+    began, counted as the phase becomes `running` just before the body starts (at
+    creation for a task that starts at once, by `start_run`, or by PostgreSQL's claim).
+    Only a process that dies or stops in that instant leaves a run counted whose body
+    never began; a claim, a recovery or a requeue counts none.
     """
 
     task_id: str
@@ -136,6 +119,7 @@ class TaskRecord:
     not_before: float | None = None
     retries: int = 0
     dedupe_key: str | None = None
+    phase: TaskPhase | None = None
 
     @property
     def result(self) -> dict[str, Any] | None:
@@ -197,7 +181,7 @@ async def active_leases(store: TaskStore, app: str | None) -> list[TaskRecord]:
 
     A store may offer `active_leases(app=...)` (the built-in ones do: a narrow query
     returning records with `task_id`, `tool`, `status`, `status_message`, `attempts`,
-    `app`, `lease_owner`, `lease_expires` and the timestamps set and the payload fields
+    `phase`, `app`, `lease_owner`, `lease_expires` and the timestamps set and the payload fields
     (arguments, context, result, input requests and answers) left `None`);
     any other store is read with `active_tasks()` and filtered here.
     """
@@ -354,11 +338,12 @@ class TaskStore(Protocol):
     async def claim(
         self, task_id: str, owner: str, until: float, *, expect_owner: str | None = None
     ) -> TaskRecord | None:
-        """Take the run lease of an active task for `owner` until `until`; count an attempt.
+        """Take the run lease of an active task for `owner` until `until`.
 
         Granted when the task is active and its lease is free, expired, already
         `owner`'s, or held by `expect_owner` (a recovery taking over a dead
         owner's task). `None` when refused: absent, terminal, or leased to another.
+        Neither `phase` nor `attempts` changes: a lease is not a run.
         """
         ...
 
@@ -373,7 +358,9 @@ class TaskStore(Protocol):
     async def requeue(self, task_id: str, owner: str) -> TaskRecord | None:
         """Give an active task held by `owner` back to the queue (`lease_owner` unset).
 
-        `None` when the task is absent, terminal or leased to someone else.
+        A task whose run had begun (`phase` `running`, or `None`) waits to `restart`;
+        a waiting phase stays. `None` when the task is absent, terminal or leased to
+        someone else.
         """
         ...
 
@@ -384,7 +371,8 @@ class TaskStore(Protocol):
 
         Front ends that run nothing themselves (`concurrency=0`) create tasks
         unleased; worker processes take them here. Each task is handed to exactly
-        one caller; its `attempts` goes up by one and its `not_before` is cleared.
+        one caller; its `not_before` is cleared (a store may also begin its run, as
+        `start_run` does: PostgreSQL's ungated claim, `stores.phases`).
         With `app`, only tasks whose `record.app` equals it are taken (`None`: any
         application's). A task whose `not_before` is still ahead is skipped; a gated
         task is taken only while its gate has a free slot, in the gate's fair order,

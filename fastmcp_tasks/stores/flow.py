@@ -22,13 +22,12 @@ follows) means the same thing:
   after a cancel starts again. `w = math.inf` (idempotency keys, `server.idempotency`)
   matches the task holding the key for its whole retained lifetime, whatever its
   status, cancelled included: only its removal (retention, purge) frees the key.
-- **Waiting messages.** While a task waits to start, the engine shows a status message
-  starting with one of `WAITING_PREFIXES` (queued behind a gate or a free slot, waiting
-  for a retry) and clears it once the task runs; recovery takes a task that still shows
-  one for a task that never started (`server.engine.leases`). A store may clear it as it
-  leases the task in `claim_queued`, with the `message` change a cleared message makes
-  (the PostgreSQL store does, in its one-statement ungated claim); the engine then has
-  nothing to clear, and the task counts as started from its claim.
+- **Phases.** A waiting task (queued behind a gate or a free slot, waiting for a retry)
+  shows a status message saying why, for people; whether it waits or runs is its
+  `phase` (`stores.phases`), which `retry_later` sets to `retry` and a run's start to
+  `running`. A store may begin the runs of the tasks it hands out in `claim_queued`
+  (the PostgreSQL store does, in its one-statement ungated claim, with the `message`
+  change a cleared message makes); the engine then writes nothing to start them.
 - **Tombstones.** A task removed by retention (`expired`) or an operator purge
   (`purged`) leaves a `Tombstone` (a hash of its id, its owner, when, why) for the
   store's `tombstone_retention` (default 24 h), so `tasks/get` can tell its owner
@@ -42,7 +41,7 @@ import math
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 from fastmcp_tasks.stores.base import TaskRecord, TaskStore
 
@@ -50,11 +49,6 @@ from fastmcp_tasks.stores.base import TaskRecord, TaskStore
 DEFAULT_TOMBSTONE_RETENTION = 24 * 3600.0
 
 TombstoneReason = Literal["expired", "purged"]
-
-#: How the engine's waiting messages start (`server.flow`: queued, waiting for a retry).
-QUEUED_PREFIX = "Queued: "
-RETRY_PREFIX = "Retrying (attempt "
-WAITING_PREFIXES = (QUEUED_PREFIX, RETRY_PREFIX)
 
 #: The turn key of tasks without an owner (unauthenticated callers count as one).
 ANONYMOUS = ""
@@ -192,19 +186,6 @@ def gates_of(records: Sequence[TaskRecord]) -> dict[str, int]:
     return running
 
 
-def retry_fields(record: TaskRecord, not_before: float, message: str | None) -> dict[str, Any]:
-    """The fields `retry_later` changes on `record` (for stores that write field lists)."""
-    return {
-        "lease_owner": None,
-        "lease_expires": None,
-        "not_before": not_before,
-        "retries": record.retries + 1,
-        "status_message": message,
-        "status": "working",
-        "input_requests": None,
-    }
-
-
 @runtime_checkable
 class FlowControlStore(TaskStore, Protocol):
     """A store that keeps flow control (`stores.flow`): gates, retry waits, dedupe, tombstones.
@@ -223,7 +204,8 @@ class FlowControlStore(TaskStore, Protocol):
 
         Compare-and-set: refused (`None`) when the task is absent, terminal, leased to
         someone else, or a cancel was requested. Otherwise the lease is dropped,
-        `not_before` set, `retries` counted up by one and `status_message` shown; a
+        `not_before` set, `retries` counted up by one, `phase` set to `retry` and
+        `status_message` shown; a
         parked task returns to `working` with its requests dropped. The feed carries
         the message change and a `queued` entry with `{"app": ..., "not_before": ...}`.
         """

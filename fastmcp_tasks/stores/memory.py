@@ -282,17 +282,24 @@ class MemoryTaskStore(MemoryListing):
             if record is not None and record.lease_owner == owner and record.is_active:
                 record.lease_expires = until
 
-    async def active_tasks(self) -> list[TaskRecord]:
-        return [_snapshot(r) for r in self._tasks.values() if r.status in ACTIVE_STATUSES]
-
     async def requeue(self, task_id: str, owner: str) -> TaskRecord | None:
         record = self._live(task_id)
         if record is None or record.status not in ACTIVE_STATUSES or record.lease_owner != owner:
             return None
-        record.lease_owner = None
-        record.lease_expires = None
+        rules.give_back(record)
         self._flow.leased(record, owner)
         self._emit(TaskChange(task_id, "queued", record.status, {"app": record.app}))
+        return _snapshot(record)
+
+    async def start_run(
+        self, task_id: str, owner: str, status_message: str | None
+    ) -> TaskRecord | None:
+        """Begin the run of a waiting task leased to `owner` (`stores.phases.start_run`)."""
+        record = self._live(task_id)
+        if record is None or (kinds := rules.begin(record, owner, status_message)) is None:
+            return None
+        for kind in kinds:
+            self._emit(TaskChange(task_id, kind, record.status))
         return _snapshot(record)
 
     async def retry_later(
@@ -319,14 +326,6 @@ class MemoryTaskStore(MemoryListing):
             return None
         return self._flow.tombstone(task_id, time.time())
 
-    async def active_leases(self, *, app: str | None = None) -> list[TaskRecord]:
-        """The active tasks of `app` (all: `None`), lease fields only (`base.active_leases`)."""
-        return [
-            rules.lease_view(r)
-            for r in self._tasks.values()
-            if r.status in ACTIVE_STATUSES and (app is None or r.app == app)
-        ]
-
     async def claim_queued(
         self, owner: str, until: float, limit: int, *, app: str | None = None
     ) -> list[TaskRecord]:
@@ -336,7 +335,6 @@ class MemoryTaskStore(MemoryListing):
             record.lease_owner = owner
             record.lease_expires = until
             record.not_before = None
-            record.attempts += 1
             self._flow.leased(record, None)
             taken.append(_snapshot(record))
         return taken
@@ -345,14 +343,6 @@ class MemoryTaskStore(MemoryListing):
 
     async def purge_expired(self, now: float) -> int:
         return self._purge(now)
-
-    async def get_many(self, task_ids: list[str]) -> dict[str, TaskRecord]:
-        """The live tasks among `task_ids`, by id (see `base.get_many`)."""
-        found = {}
-        for task_id in task_ids:
-            if (record := self._live(task_id)) is not None:
-                found[task_id] = _snapshot(record)
-        return found
 
     def _purge(self, now: float) -> int:
         removed = 0

@@ -1,9 +1,10 @@
-"""The in-memory store's records as copies, and its listing part (`ListableTaskStore`).
+"""The in-memory store's records as copies, and its reads of many tasks.
 
 `_snapshot` is how every record leaves or enters `MemoryTaskStore`: one positional
 constructor call, so mutating a record a caller holds never changes the store.
 `MemoryListing` is the operator half (`fastmcp-tasks ls` / `purge`): newest first
-with keyset paging, and purging finished tasks (each leaves a tombstone).
+with keyset paging, and purging finished tasks (each leaves a tombstone); and the
+batch reads (`get_many`, `active_tasks`, `active_leases`).
 """
 
 from __future__ import annotations
@@ -12,10 +13,13 @@ import heapq
 import operator
 import time
 from dataclasses import fields
+from typing import TYPE_CHECKING
 
+from fastmcp_tasks.stores import rules
 from fastmcp_tasks.stores.base import TaskRecord
 from fastmcp_tasks.stores.listing import PageKey, check_listing, page_key, selected
 from fastmcp_tasks.stores.memory_flow import MemoryFlow
+from fastmcp_tasks.wire.names import ACTIVE_STATUSES
 
 _FIELDS = operator.attrgetter(*(f.name for f in fields(TaskRecord)))
 
@@ -26,10 +30,33 @@ def _snapshot(record: TaskRecord) -> TaskRecord:
 
 
 class MemoryListing:
-    """Listing and purging over a `MemoryTaskStore`'s dict."""
+    """Listing, purging and batch reads over a `MemoryTaskStore`'s dict."""
 
     _tasks: dict[str, TaskRecord]
     _flow: MemoryFlow
+
+    if TYPE_CHECKING:
+
+        def _live(self, task_id: str) -> TaskRecord | None: ...
+
+    async def get_many(self, task_ids: list[str]) -> dict[str, TaskRecord]:
+        """The live tasks among `task_ids`, by id (see `base.get_many`)."""
+        found = {}
+        for task_id in task_ids:
+            if (record := self._live(task_id)) is not None:
+                found[task_id] = _snapshot(record)
+        return found
+
+    async def active_tasks(self) -> list[TaskRecord]:
+        return [_snapshot(r) for r in self._tasks.values() if r.status in ACTIVE_STATUSES]
+
+    async def active_leases(self, *, app: str | None = None) -> list[TaskRecord]:
+        """The active tasks of `app` (all: `None`), lease fields only (`base.active_leases`)."""
+        return [
+            rules.lease_view(r)
+            for r in self._tasks.values()
+            if r.status in ACTIVE_STATUSES and (app is None or r.app == app)
+        ]
 
     async def list_tasks(
         self,

@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from fastmcp_tasks.stores.base import ALLOWED_TRANSITIONS, ChangeKind, TaskRecord, storable_text
+from fastmcp_tasks.stores.phases import RESTART, RETRY, RUNNING, WAITING_PHASES
 from fastmcp_tasks.wire.names import ACTIVE_STATUSES, TaskStatus
 
 
@@ -80,7 +81,8 @@ def withdraw(record: TaskRecord, keys: frozenset[str]) -> bool:
 
 
 def lease(record: TaskRecord, owner: str, until: float, expect_owner: str | None) -> bool:
-    """Take the run lease when free, expired, the owner's, or `expect_owner`'s."""
+    """Take the run lease when free, expired, the owner's, or `expect_owner`'s (a lease is
+    not a run: `phase` and `attempts` stay)."""
     if record.status not in ACTIVE_STATUSES:
         return False
     holder = record.lease_owner
@@ -89,8 +91,32 @@ def lease(record: TaskRecord, owner: str, until: float, expect_owner: str | None
         return False
     record.lease_owner = owner
     record.lease_expires = until
-    record.attempts += 1
     return True
+
+
+def give_back(record: TaskRecord) -> None:
+    """`requeue`: unleased; a run that had begun (or may have: no phase) now waits to restart."""
+    record.lease_owner = None
+    record.lease_expires = None
+    if record.phase not in WAITING_PHASES:
+        record.phase = RESTART
+
+
+def begin(record: TaskRecord, owner: str, message: str | None) -> list[ChangeKind] | None:
+    """`start_run` on a loaded record: the feed entries it makes, or `None` when refused
+    (not active, or leased to someone else). Already `running`: nothing changes."""
+    if record.status not in ACTIVE_STATUSES or record.lease_owner != owner:
+        return None
+    if record.phase == RUNNING:
+        return []
+    record.phase = RUNNING
+    record.attempts += 1
+    message = storable_text(message)
+    if message == record.status_message:
+        return []
+    record.status_message = message
+    record.updated_at = time.time()
+    return ["message"]
 
 
 def retry(
@@ -112,6 +138,7 @@ def retry(
     record.lease_expires = None
     record.not_before = not_before
     record.retries += 1
+    record.phase = RETRY
     record.status = "working"
     record.input_requests = None
     record.status_message = message
@@ -130,6 +157,7 @@ def lease_view(record: TaskRecord) -> TaskRecord:
         updated_at=record.updated_at,
         status_message=record.status_message,
         attempts=record.attempts,
+        phase=record.phase,
         app=record.app,
         lease_owner=record.lease_owner,
         lease_expires=record.lease_expires,

@@ -21,8 +21,10 @@ the same tests the memory, SQLite and Redis stores pass::
 It needs pytest and anyio's pytest plugin (installed with anyio); tests run on
 asyncio (override the `anyio_backend` fixture for trio), each bounded by
 `anyio.fail_after(timeout)` (30 s). The parts are separate classes (`CoreContract`,
-`LeaseContract`, `FeedContract`, `IsolationContract`, `CapsContract`) for a store
-that keeps only some of the contract. `make_record` builds the tasks the tests use.
+`LeaseContract`, `PhaseContract`, `FeedContract`, `IsolationContract`, `CapsContract`)
+for a store that keeps only some of the contract. `PhaseContract` checks
+`TaskRecord.phase` and `attempts`, and `start_run` (`fastmcp_tasks.stores.phases`).
+`make_record` builds the tasks the tests use.
 Importing `fastmcp_tasks` never imports this module (nor pytest).
 """
 
@@ -34,6 +36,7 @@ from fastmcp_tasks.testing.core import CoreContract
 from fastmcp_tasks.testing.feed import FeedContract
 from fastmcp_tasks.testing.isolation import IsolationContract
 from fastmcp_tasks.testing.leases import LeaseContract
+from fastmcp_tasks.testing.phases import PhaseContract
 
 __all__ = [
     "CapsContract",
@@ -42,10 +45,13 @@ __all__ = [
     "FeedContract",
     "IsolationContract",
     "LeaseContract",
+    "PhaseContract",
     "StoreContract",
     "make_record",
 ]
 
 
-class StoreContract(CoreContract, LeaseContract, FeedContract, IsolationContract, CapsContract):
+class StoreContract(
+    CoreContract, LeaseContract, PhaseContract, FeedContract, IsolationContract, CapsContract
+):
     """The whole `TaskStore` contract; subclass it and provide the `store` fixture."""

@@ -243,7 +243,8 @@ class CoreContract(ContractBase):
     async def test_active_leases_are_the_apps_active_tasks_without_payloads(
         self, store: TaskStore
     ) -> None:
-        mine, theirs, done = make_record(app="a"), make_record(app="b"), make_record(app="a")
+        mine = make_record(app="a", phase="running", attempts=1)
+        theirs, done = make_record(app="b"), make_record(app="a")
         for task in (mine, theirs, done):
             await store.create(task)
         until = time.time() + 60
@@ -252,6 +253,7 @@ class CoreContract(ContractBase):
         (lease,) = await active_leases(store, "a")
         assert lease.task_id == mine.task_id and lease.tool == "tool" and lease.status == "working"
         assert lease.app == "a" and lease.lease_owner == "w" and lease.attempts == 1
+        assert lease.phase == "running"
         assert lease.lease_expires == pytest.approx(until)
         assert lease.arguments is None and lease.context is None and lease.result_json is None
         assert lease.input_requests is None and lease.answers is None

@@ -49,9 +49,12 @@ class Job:
     name: str
     arguments: dict[str, Any]
     tool: Tool | None = None
+    #: the record waits (`stores.phases`): its run begins in the store (`start_run`, with
+    #: `message`) before the tool body; otherwise it began already (created to start at
+    #: once, or begun by PostgreSQL's claim)
     queued: bool = False
-    message: str | None = None  # the statusMessage the task shows while it starts
-    attempt: int = 1
+    message: str | None = None  # the statusMessage the task shows as its run starts
+    attempt: int = 1  # the run's number: `attempts` once it has begun
     input_kinds: frozenset[str] = frozenset()
     input_timeout: float | None = None
     input_responses: Any = None
@@ -93,7 +96,7 @@ class Job:
             tool=tool,
             message=message,
             queued=queued,
-            attempt=max(1, record.attempts),
+            attempt=record.attempts + 1 if queued else max(1, record.attempts),
             input_kinds=context.input_kinds,
             input_timeout=input_timeout if accepted is None else accepted.input_timeout,
             input_responses=context.input_responses,

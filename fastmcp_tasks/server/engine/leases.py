@@ -15,10 +15,10 @@ lease is taken with compare-and-set, so exactly one does):
   requests and asks again;
 - any other tool ends `failed` with -32603 "Task interrupted: ..." saying the
   run was lost and the tool is not marked idempotent;
-- a task that never started (it still shows its waiting message, "Queued: ..." or
-  "Retrying ...", which a run clears before the tool runs) goes back to the queue:
-  nothing was interrupted. A store that clears the message as it leases the task
-  (PostgreSQL's ungated claim, `stores.flow`) makes it count as started from then on.
+- a task that never started goes back to the queue: nothing was interrupted. Whether
+  its run had begun is the record's `phase` (`stores.phases`), which only the engine
+  and the stores write, never the status message (a tool may write any text there,
+  "Queued: ..." included). A record written before phases counts as started.
 
 A task leased to this very process that it does not hold is one whose lease
 reply was lost. Once the lease runs out, the process's own scan fails it if it
@@ -45,10 +45,13 @@ import anyio
 from fastmcp_tasks.errors import StoreError, interrupted
 from fastmcp_tasks.server.engine.call import leaf_of, resolve_tool
 from fastmcp_tasks.server.engine.durable import DurableContext
-from fastmcp_tasks.server.flow import QUEUED_PREFIX, is_waiting_message
+from fastmcp_tasks.server.engine.jobs import Job
+from fastmcp_tasks.server.engine.supervision import GaveUp, retry_store
+from fastmcp_tasks.server.flow import QUEUED_PREFIX
 from fastmcp_tasks.server.observability import shown_id
 from fastmcp_tasks.server.options import options_of
 from fastmcp_tasks.stores.base import TaskRecord, active_leases
+from fastmcp_tasks.stores.phases import has_begun, start_message, start_run
 
 QUEUED_MESSAGE = f"{QUEUED_PREFIX}waiting for a free worker slot"
 CANCELLED_BEFORE_START = "Cancelled before it started"
@@ -101,8 +104,10 @@ def is_orphan(record: TaskRecord, now: float, me: str, mine: set[str] | None = N
 
 
 def is_idempotent(tool: Any) -> bool:
+    """Whether the tool's annotations say `idempotentHint=True` (read as `idempotent_hint`,
+    the field's name in MCP SDK v2's `ToolAnnotations`: FastMCP 4 deprecates the other)."""
     annotations = getattr(tool, "annotations", None)
-    return bool(getattr(annotations, "idempotentHint", None))
+    return bool(getattr(annotations, "idempotent_hint", None))
 
 
 def restarted_message(attempt: int) -> str:
@@ -164,6 +169,25 @@ class LeaseKeeper:
                 exc,
             )
 
+    async def begin(self, job: Job, stop: anyio.Event) -> bool:
+        """Record that the run of a waiting task begins (`stores.phases.start_run`) before
+        its tool body does; False when it must not run (gone, ended, leased elsewhere, or
+        the store stayed down until `stop`). A job whose run began already: True."""
+        if not job.queued:
+            return True
+
+        async def write() -> TaskRecord | None:
+            return await start_run(self.store, job.task_id, self.owner, job.message)
+
+        try:
+            record = await retry_store(write, stop=stop)
+        except GaveUp:
+            return False
+        if record is None:
+            return False
+        job.attempt = max(1, record.attempts)
+        return True
+
     async def take_queued(self) -> None:
         """Lease tasks of this application nobody runs yet (a front end's, or requeued)."""
         runner = self.runner
@@ -201,13 +225,13 @@ class LeaseKeeper:
                 record.task_id, "failed", error=error, status_message=error["message"]
             )
             return
-        waiting = is_waiting_message(record.status_message)  # cleared when it starts
+        begun = has_begun(record)  # PostgreSQL's claim begins the run; else its start does
         options = options_of(await leaf_of(tool))  # a mounted tool's options live on the child's
         self.runner.resubmit(
             record,
             tool,
-            None if waiting else record.status_message,
-            queued=waiting,
+            record.status_message if begun else start_message(record),
+            queued=not begun,
             input_timeout=options.timeout_seconds(self.runner.input_timeout),
         )
 
@@ -253,10 +277,10 @@ class LeaseKeeper:
                 record.task_id, "failed", error=UNCONFIRMED, status_message=UNCONFIRMED["message"]
             )
             return True
-        if record.lease_owner == self.owner or is_waiting_message(claimed.status_message):
+        if record.lease_owner == self.owner or not has_begun(claimed):
             # never started: leased here by a claim whose reply was lost, or by a process
-            # that died (or lost a claim's reply) before it ran the tool, which clears the
-            # waiting message first: nothing was interrupted, so it goes back to the queue
+            # that died (or lost a claim's reply) before its run began, which the record's
+            # phase says: nothing was interrupted, so it goes back to the queue
             await self.store.requeue(record.task_id, self.owner)
             return True
         tool = await self.find_tool(record)
@@ -269,7 +293,7 @@ class LeaseKeeper:
                 "Task %s (%s) was interrupted: failed", shown_id(record.task_id), record.tool
             )
             return True
-        message = restarted_message(claimed.attempts)
+        message = restarted_message(claimed.attempts + 1)  # the run it is about to begin
         if claimed.status == "input_required":
             await self.store.transition(record.task_id, "working", status_message=message)
         else:

@@ -45,12 +45,7 @@ from fastmcp_tasks.server.engine.context import RunningTask, _current_task
 from fastmcp_tasks.server.engine.fairqueue import FairQueue
 from fastmcp_tasks.server.engine.inputs import InputBroker
 from fastmcp_tasks.server.engine.jobs import Job
-from fastmcp_tasks.server.engine.leases import (
-    CANCELLED_BEFORE_START,
-    QUEUED_MESSAGE,
-    LeaseKeeper,
-    new_owner,
-)
+from fastmcp_tasks.server.engine.leases import CANCELLED_BEFORE_START, LeaseKeeper, new_owner
 from fastmcp_tasks.server.engine.outcomes import OutcomeRecorder
 from fastmcp_tasks.server.engine.retries import RetryPlanner
 from fastmcp_tasks.server.engine.supervision import keep_running, periodic, retry_store
@@ -320,7 +315,7 @@ class TaskRunner:
             self.store,
             job.task_id,
             job.name,
-            message=QUEUED_MESSAGE if job.queued else job.message,
+            message=job.message,
             broker=self.inputs,
             input_timeout=job.input_timeout,
             input_kinds=job.input_kinds,
@@ -329,16 +324,18 @@ class TaskRunner:
         )
         outcome: Outcome | None = None
         failure: dict[str, Any] | None = None
+        begun = False
         started = time.perf_counter()
         with observability.task_span(job.task_id, job.name, job.attempt, self.health.store) as span:
             try:
                 with job.scope:
-                    await running.status(job.message)  # clears "Queued"; no write if unchanged
-                    token = _current_task.set(running)
-                    try:
-                        outcome = await run_job(self.server, job, running)
-                    finally:
-                        _current_task.reset(token)
+                    begun = await self.leases.begin(job, self._abandon)
+                    if begun:
+                        token = _current_task.set(running)
+                        try:
+                            outcome = await run_job(self.server, job, running)
+                        finally:
+                            _current_task.reset(token)
             except Exception:
                 logger.exception(
                     "Task %s (%s) crashed in the task engine", shown_id(job.task_id), job.name
@@ -355,7 +352,10 @@ class TaskRunner:
                 self._jobs.pop(job.task_id, None)
                 with anyio.CancelScope(shield=True):
                     try:
-                        if await self.retries.try_later(job, outcome):
+                        if not begun and failure is None and not job.cancel_requested:
+                            self._handed_back.add(job.task_id)  # its lease ends at shutdown
+                            status = "not started"  # still waiting in the store (`leases`)
+                        elif await self.retries.try_later(job, outcome):
                             status = "retrying"
                         else:
                             status = await self.outcomes.finish(job, outcome, failure)

@@ -1,17 +1,18 @@
 """The statements of `claim_queued` (`ClaimStatements`, one set per application filter).
 
 The ungated claim is one statement: the oldest claimable tasks, `FOR UPDATE SKIP
-LOCKED`, leased, their waiting messages (`stores.flow.WAITING_PREFIXES`) cleared with
-a `message` change each, unless some gate has a claimable task and room: then it
-leases nothing and names those gates, for the fair, serialised path (`postgres.gates`,
-which uses `rooms_of` and `candidates`).
+LOCKED`, leased and their runs begun as `start_run` would (`stores.phases`: `phase`
+running, one more attempt, the waiting message cleared, unless the task waits to
+restart, whose message says which attempt it is, with a `message` change when one is
+cleared), unless some gate has a claimable task and room: then it leases nothing and
+names those gates, for the fair, serialised path (`postgres.gates`, which uses
+`rooms_of` and `candidates`). Whether a task waits is its `phase`, never its message.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fastmcp_tasks.stores.flow import WAITING_PREFIXES
 from fastmcp_tasks.stores.postgres.schema import COLUMNS, GATED, HOLDING, READY
 
 _NULLS = ", ".join(["NULL"] * len(COLUMNS))
@@ -54,27 +55,29 @@ def claim_statements(t: str, app: str, change: str, note: str) -> ClaimStatement
         "ORDER BY created_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED"
     )
     returning = ", ".join(f"{t}.{c}" for c in COLUMNS)
-    waiting = " OR ".join(f"starts_with(status_message, '{p}')" for p in WAITING_PREFIXES)
-    # A waiting message (`stores.flow`) is cleared by the claim, with its `message` change
-    # (the engine then writes nothing when the task starts); `note` runs for its notify.
+    # Each task's run begins with its claim (`stores.phases`): an unleased task always waits
+    # (a NULL phase too: a row from before phases). Its message is cleared, with its
+    # `message` change, unless it waits to restart (the engine then writes nothing when
+    # the task starts); `note` runs for its notify.
+    clears = "(phase IS DISTINCT FROM 'restart' AND status_message IS NOT NULL)"
     fast = f"""WITH RECURSIVE {gates},
 room AS (SELECT array_agg(r.gate) AS gates FROM ({rooms.format(only="")}) r),
 picked AS ({
         ready.format(
-            more=f", COALESCE({waiting}, false) AS waiting",
+            more=f", {clears} AS clears",
             extra="AND (SELECT gates FROM room) IS NULL ",
         )
     }),
 u AS (
     UPDATE {t} SET lease_owner = %(owner)s, lease_expires = %(until)s,
-        attempts = {t}.attempts + 1, not_before = NULL,
-        status_message = CASE WHEN picked.waiting THEN NULL ELSE {t}.status_message END,
-        updated_at = CASE WHEN picked.waiting THEN %(now)s ELSE {t}.updated_at END
+        attempts = {t}.attempts + 1, not_before = NULL, phase = 'running',
+        status_message = CASE WHEN picked.clears THEN NULL ELSE {t}.status_message END,
+        updated_at = CASE WHEN picked.clears THEN %(now)s ELSE {t}.updated_at END
     FROM picked WHERE {t}.task_id = picked.task_id
-    RETURNING {returning}, picked.waiting
+    RETURNING {returning}, picked.clears
 ),
 ch AS ({change} SELECT task_id, 'message', status, '{{}}', %(now)s FROM u
-    WHERE waiting RETURNING seq, kind),
+    WHERE clears RETURNING seq, kind),
 {note}
 SELECT NULL::text[], {", ".join(COLUMNS)} FROM u WHERE (SELECT count(*) FROM note) >= 0
 UNION ALL

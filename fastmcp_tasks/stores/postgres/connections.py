@@ -41,13 +41,13 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from fastmcp_tasks.errors import ConfigurationError, StoreError, StoreTimeout
-from fastmcp_tasks.stores.base import TaskRecord, encode_json
+from fastmcp_tasks.stores.base import TaskRecord
 from fastmcp_tasks.stores.flow import DEFAULT_TOMBSTONE_RETENTION
 from fastmcp_tasks.stores.postgres import refusals, sessions
 from fastmcp_tasks.stores.postgres import schema as tables
 from fastmcp_tasks.stores.postgres.feed import QUIET_LAG, PostgresChangeFeed
 from fastmcp_tasks.stores.postgres.liveness import Reach, session_defaults, setter
-from fastmcp_tasks.stores.postgres.sql import Statements
+from fastmcp_tasks.stores.postgres.sql import Statements, save_params
 from fastmcp_tasks.stores.postgres.urls import parse_store_url, redact, secrets
 
 DEFAULT_MAX_TASKS = 100_000
@@ -343,29 +343,9 @@ class PostgresConnections:
             record = tables.from_row(rows[0])
             value, save, emits = apply(record)
             if save or emits:
-                params = _save_params(record, emits, now)
+                params = save_params(record, emits, now)
                 await self._on(conn, self.sql.save_emit, params, fetch=False)
             return value
-
-
-def _save_params(record: TaskRecord, emits: list[Emit], now: float) -> dict[str, Any]:
-    return {
-        "id": record.task_id,
-        "status": record.status,
-        "message": tables.clean_text(record.status_message),
-        "updated_at": record.updated_at,
-        "input_requests": tables.dumps(record.input_requests),
-        "answers": tables.dumps(record.answers),
-        "cancel_requested": bool(record.cancel_requested),
-        "attempts": record.attempts,
-        "lease_owner": record.lease_owner,
-        "lease_expires": record.lease_expires,
-        "not_before": record.not_before,
-        "retries": record.retries,
-        "kinds": [kind for kind, _ in emits],
-        "details": [encode_json(details) for _, details in emits],
-        "now": now,
-    }
 
 
 __all__ = [

@@ -3,7 +3,8 @@
 A lease is two columns of the task row (`lease_owner`, `lease_expires`) changed by
 one compare-and-set UPDATE (`claim`: the rules of `rules.lease` in its WHERE), so
 two processes never both hold a task. `renew` is one UPDATE of all the owner's
-tasks given. `requeue` is one statement with its `queued` change row.
+tasks given. `requeue` and `start_run` (a waiting task's run begins, `stores.phases`)
+are one statement each, with their change rows.
 
 `claim_queued` takes unleased tasks oldest first with `FOR UPDATE SKIP LOCKED`
 (two claimers never wait for, nor take, each other's rows), through the partial
@@ -11,7 +12,10 @@ index of ungated queued tasks, skipping a retry whose `not_before` is ahead. The
 same statement tells which gates have a claimable task and a free slot (a loose
 index scan of the gated queued tasks, one probe per gate); only then does
 the claim go through `postgres.gates` instead (serialised per gate, fair turns),
-so a store whose tools have no `concurrency` claims in one statement.
+so a store whose tools have no `concurrency` claims in one statement. That statement
+also begins the run of each task it hands out (`phase` running, one more attempt, the
+waiting message cleared), so a worker writes nothing to start it; a gated claim leaves
+that to `start_run`.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import time
 from fastmcp_tasks.stores.base import TaskRecord
 from fastmcp_tasks.stores.postgres.connections import PostgresConnections
 from fastmcp_tasks.stores.postgres.gates import claim_gated
-from fastmcp_tasks.stores.postgres.schema import COLUMNS, from_row
+from fastmcp_tasks.stores.postgres.schema import COLUMNS, clean_text, from_row
 
 _WIDTH = len(COLUMNS)
 
@@ -52,6 +56,19 @@ class PostgresLeases(PostgresConnections):
         rows = await self._query(self.sql.requeue, params)
         return from_row(rows[0][:_WIDTH]) if rows else None
 
+    async def start_run(
+        self, task_id: str, owner: str, status_message: str | None
+    ) -> TaskRecord | None:
+        """Begin the run of a waiting task leased to `owner` (`stores.phases.start_run`)."""
+        params = {
+            "id": task_id,
+            "owner": owner,
+            "message": clean_text(status_message),
+            "now": time.time(),
+        }
+        rows = await self._query(self.sql.start_run, params)
+        return from_row(rows[0][:_WIDTH]) if rows else None
+
     async def active_tasks(self) -> list[TaskRecord]:
         return [from_row(row) for row in await self._query(self.sql.active_tasks, read=True)]
 
@@ -59,7 +76,7 @@ class PostgresLeases(PostgresConnections):
         """The active tasks of `app` (all: `None`) as recovery scans them (`base.active_leases`).
 
         One narrow read: `task_id`, `tool`, `status`, `created_at`, `updated_at`,
-        `status_message`, `attempts`, `app`, `lease_owner`, `lease_expires` and
+        `status_message`, `attempts`, `phase`, `app`, `lease_owner`, `lease_expires` and
         `cancel_requested` are set; the payloads are left `None`.
         """
         if app is None:
@@ -79,6 +96,7 @@ class PostgresLeases(PostgresConnections):
                 lease_owner=row[8],
                 lease_expires=row[9],
                 cancel_requested=bool(row[10]),
+                phase=row[11],
             )
             for row in rows
         ]

@@ -31,6 +31,7 @@ end and delete tasks; a writer adds to its backend's shard (`pg_backend_pid() % 
 so concurrent writers rarely touch one row. Every `prepare` also (re)creates the
 functions `caps_check` (`CAPS_FUNCTION`) and `key_free` (`KEY_FREE_FUNCTION`), which
 need no version of their own.
+Version 2: the `phase` column of `tasks` (`stores.phases`).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
     from psycopg import AsyncConnection
 
 APPLICATION_NAME = "fastmcp-tasks"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: `tasks` columns in `TaskRecord` field order (`expires_at` is kept apart, for the index).
 COLUMNS = (
@@ -74,6 +75,7 @@ COLUMNS = (
     "not_before",
     "retries",
     "dedupe_key",
+    "phase",
 )
 JSON_COLUMNS = frozenset({"arguments", "error", "input_requests", "answers", "context"})
 SELECT_COLUMNS = ", ".join(COLUMNS)
@@ -161,10 +163,12 @@ INSERT INTO {{s}}.meta (key, value) VALUES ('application', '{APPLICATION_NAME}')
 """
 
 #: from-version -> the statements that bring a schema to from-version + 1 (`{s}`: the
-#: schema). Version 2 adds `MIGRATIONS[1]`; `prepare` runs every step from the found
-#: version up in one transaction and then records the new `schema_version`.
+#: schema); `prepare` runs every step from the found version up in one transaction and
+#: then records the new `schema_version`. Version 2: `phase` (`stores.phases`), NULL on
+#: older rows (an unleased task waits, a leased one counts as started).
 MIGRATIONS: dict[int, list[str]] = {
     0: [statement.strip() for statement in _V1.split(";\n") if statement.strip()],
+    1: ["ALTER TABLE {s}.tasks ADD COLUMN phase text"],
 }
 
 #: The caps check of a capped `create` (`sql.create_capped` calls it in its `caps` CTE).
@@ -339,6 +343,7 @@ def to_params(record: TaskRecord) -> tuple[Any, ...]:
         r.not_before,
         r.retries,
         r.dedupe_key,
+        r.phase,
         r.expires_at,
     )
 
@@ -372,6 +377,7 @@ def from_row(row: tuple[Any, ...] | Any) -> TaskRecord:
         not_before=row[23],
         retries=row[24],
         dedupe_key=row[25],
+        phase=row[26],
     )
 
 

@@ -3,9 +3,10 @@
 Each hot path is ONE statement (autocommit, prepared): `get`, `create` (the insert,
 its `queued` change row and `pg_notify`, and the retained-task count in one CTE), a
 status transition (the compare-and-set UPDATE, its change rows and the notify), a
-message change, a cancel request, `claim`, `requeue`, `renew` and the ungated
-`claim_queued` (`postgres.claims`: `FOR UPDATE SKIP LOCKED`, which also tells whether
-a gate has room, so the gated path, `postgres.gates`, runs only then). The rest load a row
+message change, a run's start (`start_run`), a cancel request, `claim`, `requeue`,
+`renew` and the ungated `claim_queued` (`postgres.claims`: `FOR UPDATE SKIP LOCKED`,
+which also tells whether a gate has room, so the gated path, `postgres.gates`, runs
+only then). The rest load a row
 `FOR UPDATE` in a transaction, apply `stores.rules` and write it back with
 `SAVE_EMIT` (the row, the change rows and the notify in one statement).
 
@@ -17,6 +18,9 @@ subscribers wants other kinds reads nothing on a quiet notification.
 
 from __future__ import annotations
 
+from typing import Any
+
+from fastmcp_tasks.stores.base import TaskRecord, encode_json
 from fastmcp_tasks.stores.postgres.claims import claim_statements
 from fastmcp_tasks.stores.postgres.schema import (
     ACTIVE,
@@ -26,6 +30,8 @@ from fastmcp_tasks.stores.postgres.schema import (
     HOLDING,
     SELECT_COLUMNS,
     UNLEASED,
+    clean_text,
+    dumps,
 )
 
 #: The SQL type of each `tasks` column, for the casts of an INSERT ... SELECT.
@@ -216,7 +222,7 @@ WITH u AS (
         answers = %(answers)s::json, cancel_requested = %(cancel_requested)s,
         attempts = %(attempts)s, lease_owner = %(lease_owner)s::text,
         lease_expires = %(lease_expires)s::float8, not_before = %(not_before)s::float8,
-        retries = %(retries)s
+        retries = %(retries)s, phase = %(phase)s::text
     WHERE task_id = %(id)s RETURNING 1
 ),
 ch AS ({change}
@@ -226,8 +232,9 @@ ch AS ({change}
 {note}
 SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM note)"""
 
+        #: A lease, not a run: `phase` and `attempts` stay (`stores.phases`).
         self.claim = f"""
-UPDATE {t} SET lease_owner = %(owner)s, lease_expires = %(until)s, attempts = attempts + 1
+UPDATE {t} SET lease_owner = %(owner)s, lease_expires = %(until)s
 WHERE task_id = %(id)s AND {ACTIVE} AND (lease_owner IS NULL OR lease_owner = %(owner)s
     OR lease_owner = %(expect)s::text OR COALESCE(lease_expires, 0) <= %(now)s)
 RETURNING {SELECT_COLUMNS}"""
@@ -235,9 +242,11 @@ RETURNING {SELECT_COLUMNS}"""
             f"UPDATE {t} SET lease_expires = %(until)s WHERE task_id = ANY(%(ids)s::text[]) "
             f"AND lease_owner = %(owner)s AND {ACTIVE}"
         )
+        #: A run that had begun (`phase` running, or none) waits to restart (`rules.give_back`).
         self.requeue = f"""
 WITH u AS (
-    UPDATE {t} SET lease_owner = NULL, lease_expires = NULL
+    UPDATE {t} SET lease_owner = NULL, lease_expires = NULL,
+        phase = CASE WHEN phase IS NULL OR phase = 'running' THEN 'restart' ELSE phase END
     WHERE task_id = %(id)s AND {ACTIVE} AND lease_owner = %(owner)s
     RETURNING {SELECT_COLUMNS}
 ),
@@ -245,10 +254,32 @@ ch AS ({change} SELECT task_id, 'queued', status, json_build_object('app', app):
     %(now)s FROM u RETURNING seq, kind),
 {note}
 SELECT {SELECT_COLUMNS}, (SELECT count(*) FROM note) FROM u"""
+        #: `rules.begin`: the run of a waiting task leased to `owner` begins (`phase`
+        #: running, one more attempt, the message it starts with, its change); a task
+        #: already running is returned as it is (no change row); refused: no row.
+        self.start_run = f"""
+WITH old AS (
+    SELECT task_id, phase IS DISTINCT FROM 'running' AS begins,
+        status_message IS DISTINCT FROM %(message)s::text AS changed
+    FROM {t} WHERE task_id = %(id)s AND {ACTIVE} AND lease_owner = %(owner)s FOR UPDATE
+),
+u AS (
+    UPDATE {t} SET phase = 'running', attempts = {t}.attempts + 1,
+        status_message = %(message)s::text,
+        updated_at = CASE WHEN old.changed THEN %(now)s ELSE {t}.updated_at END
+    FROM old WHERE {t}.task_id = old.task_id AND old.begins
+    RETURNING {", ".join(f"{t}.{c}" for c in COLUMNS)}, old.changed
+),
+ch AS ({change} SELECT task_id, 'message', status, '{{}}', %(now)s FROM u WHERE changed
+    RETURNING seq, kind),
+{note}
+SELECT {SELECT_COLUMNS}, (SELECT count(*) FROM note) FROM u
+UNION ALL
+SELECT {SELECT_COLUMNS}, 0 FROM {t} WHERE task_id = (SELECT task_id FROM old WHERE NOT begins)"""
         self.active_tasks = f"SELECT {SELECT_COLUMNS} FROM {t} WHERE {ACTIVE}"
         lease_columns = (
             "task_id, tool, status, created_at, updated_at, status_message, attempts, app, "
-            "lease_owner, lease_expires, cancel_requested"
+            "lease_owner, lease_expires, cancel_requested, phase"
         )
         self.active_leases = f"SELECT {lease_columns} FROM {t} WHERE {ACTIVE}"
         self.active_leases_of = f"{self.active_leases} AND app = %(app)s"
@@ -258,8 +289,7 @@ SELECT {SELECT_COLUMNS}, (SELECT count(*) FROM note) FROM u"""
         self.of_app = claim_statements(t, "AND app = %(app)s ", change, note)
         self.any_app = claim_statements(t, "", change, note)
         self.lease_many = f"""
-UPDATE {t} SET lease_owner = %(owner)s, lease_expires = %(until)s, attempts = attempts + 1,
-    not_before = NULL
+UPDATE {t} SET lease_owner = %(owner)s, lease_expires = %(until)s, not_before = NULL
 WHERE task_id = ANY(%(ids)s::text[]) AND {UNLEASED}
 RETURNING {SELECT_COLUMNS}"""
         #: Each gate's lock, taken in one order by every claimer (no deadlock between two).
@@ -335,4 +365,28 @@ SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END,
 FROM {s}.changes_seq_seq"""
 
 
-__all__ = ["LIVE", "QUIET", "TOMB_KEY", "WAKING_KINDS", "Statements"]
+def save_params(
+    record: TaskRecord, emits: list[tuple[str, dict[str, Any]]], now: float
+) -> dict[str, Any]:
+    """The parameters of `save_emit`: a loaded record's mutable fields and its change rows."""
+    return {
+        "id": record.task_id,
+        "status": record.status,
+        "message": clean_text(record.status_message),
+        "updated_at": record.updated_at,
+        "input_requests": dumps(record.input_requests),
+        "answers": dumps(record.answers),
+        "cancel_requested": bool(record.cancel_requested),
+        "attempts": record.attempts,
+        "lease_owner": record.lease_owner,
+        "lease_expires": record.lease_expires,
+        "not_before": record.not_before,
+        "retries": record.retries,
+        "phase": record.phase,
+        "kinds": [kind for kind, _ in emits],
+        "details": [encode_json(details) for _, details in emits],
+        "now": now,
+    }
+
+
+__all__ = ["LIVE", "QUIET", "TOMB_KEY", "WAKING_KINDS", "Statements", "save_params"]

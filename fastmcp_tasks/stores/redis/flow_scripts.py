@@ -185,17 +185,18 @@ local holder = v[2]
 local free = (not holder) or holder == ARGV[4] or (ARGV[6] == '1' and holder == ARGV[7])
 if not free and (tonumber(v[3] or '') or 0) > tonumber(ARGV[2]) then return false end
 redis.call('HSET', key, 'lease_owner', ARGV[4], 'lease_expires', ARGV[5])
-redis.call('HINCRBY', key, 'attempts', 1)
 if not holder then unlist(KEYS[3], key, ARGV[1], true) end
 return redis.call('HGETALL', key)
 """
 
-#: ARGV[4..]: owner. Queues the task again (its queue, gate or wait) and announces it.
+#: ARGV[4..]: owner. Queues the task again (its queue, gate or wait) and announces it; a
+#: run that had begun (`phase` running, or none) waits to restart (`rules.give_back`).
 REQUEUE = """
 local key, id = KEYS[1], ARGV[1]
-local v = redis.call('HMGET', key, 'status', 'lease_owner', 'app', 'gate')
+local v = redis.call('HMGET', key, 'status', 'lease_owner', 'app', 'gate', 'phase')
 if not is_active(v[1]) or v[2] ~= ARGV[4] then return false end
 redis.call('HDEL', key, 'lease_owner', 'lease_expires')
+if not v[5] or v[5] == 'running' then redis.call('HSET', key, 'phase', 'restart') end
 enqueue(KEYS[3], key, id, ARGV[2])
 free_slot(v[4], id)
 local details = '{"app":null}'
@@ -221,7 +222,7 @@ local drop = fields_with(key, 'r:')
 drop[#drop + 1] = 'lease_owner'
 drop[#drop + 1] = 'lease_expires'
 redis.call('HDEL', key, unpack(drop))
-redis.call('HSET', key, 'status', 'working', 'not_before', ARGV[5])
+redis.call('HSET', key, 'status', 'working', 'not_before', ARGV[5], 'phase', 'retry')
 redis.call('HINCRBY', key, 'retries', 1)
 set_message(key, ARGV[6], ARGV[7])
 if kind then
@@ -253,7 +254,6 @@ local limit, one_app, wanted, now = tonumber(ARGV[4]), ARGV[5] == '1', ARGV[6], 
 local taken = {}
 local function lease(key, id, waited)
   redis.call('HSET', key, 'lease_owner', owner, 'lease_expires', till)
-  redis.call('HINCRBY', key, 'attempts', 1)
   if waited then redis.call('HDEL', key, 'not_before') end
   taken[#taken + 1] = {id, redis.call('HGETALL', key)}
 end

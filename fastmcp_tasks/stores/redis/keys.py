@@ -18,7 +18,8 @@ The keys of the prefix `P`:
   `owner`, `app`, ...), numbers as decimal text, dict fields as JSON text (`arguments`,
   `error`, `context`), `result_json` the compact result JSON. Outstanding input
   requests are fields `r:<key>`, stored answers `a:<key>` (JSON text each), so the
-  scripts add and remove them without re-encoding JSON. A missing field is `None`.
+  scripts add and remove them without re-encoding JSON. A missing field is `None`
+  (`phase`, `stores.phases`, is missing on a hash written before phases).
   A finished task carries a Redis TTL of its `retention_ms`.
 - `{P}:active`           sorted set of active task ids (`working`, `input_required`),
   scored by creation time.
@@ -244,6 +245,7 @@ _TEXT_FIELDS = (
     "app",
     "gate",
     "dedupe_key",
+    "phase",
 )
 
 
@@ -294,6 +296,7 @@ def decode_task(task_id: str, fields: dict[str, str]) -> TaskRecord:
         app=get("app"),
         gate=get("gate"),
         dedupe_key=get("dedupe_key"),
+        phase=get("phase"),  # type: ignore[arg-type]
     )
     for name in _INT_FIELDS:
         if name in fields:

@@ -2,9 +2,10 @@
 
 A lease is two fields of the task hash (`lease_owner`, `lease_expires`), taken and
 given back by the `claim`, `requeue` and `claim_queued` scripts of `redis.flow_scripts`
-(`renew`: `redis.scripts`), which keep the queued sets of `redis.keys` in step: an
-active task nobody holds is in `{P}:queued` and, when it has an `app`, in
-`{P}:queued:<app>`, unless it is gated or waits out a retry (`redis.flow_lua`).
+(`renew`, and `start_run`, a waiting task's run beginning (`stores.phases`):
+`redis.scripts`), which keep the queued sets of `redis.keys` in step: an active task
+nobody holds is in `{P}:queued` and, when it has an `app`, in `{P}:queued:<app>`,
+unless it is gated or waits out a retry (`redis.flow_lua`).
 
 Reads for recovery are narrow: `active_leases` walks `{P}:active` and reads only
 the lease fields of each task (pipelined `HMGET`s, `BATCH` per round trip), never
@@ -17,7 +18,7 @@ import time
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from fastmcp_tasks.stores.base import TaskRecord
+from fastmcp_tasks.stores.base import TaskRecord, storable_text
 from fastmcp_tasks.stores.redis.feed import BATCH
 from fastmcp_tasks.stores.redis.keys import decode_task, pairs
 from fastmcp_tasks.wire.names import ACTIVE_STATUSES
@@ -40,12 +41,13 @@ LEASE_FIELDS = (
     "lease_expires",
     "created_at",
     "updated_at",
+    "phase",
 )
 
 
 def lease_record(task_id: str, values: list[str | None]) -> TaskRecord | None:
     """The narrow record of one `HMGET` of `LEASE_FIELDS`; `None` unless an active task."""
-    tool, status, message, attempts, app, holder, expires, created, updated = values
+    tool, status, message, attempts, app, holder, expires, created, updated, phase = values
     if tool is None or status not in ACTIVE_STATUSES or created is None or updated is None:
         return None
     return TaskRecord(
@@ -59,6 +61,7 @@ def lease_record(task_id: str, values: list[str | None]) -> TaskRecord | None:
         app=app,
         lease_owner=holder,
         lease_expires=None if expires is None else float(expires),
+        phase=phase,  # type: ignore[arg-type]
     )
 
 
@@ -130,6 +133,14 @@ class RedisLeases:
 
     async def requeue(self, task_id: str, owner: str) -> TaskRecord | None:
         return await self._record("requeue", task_id, owner)
+
+    async def start_run(
+        self, task_id: str, owner: str, status_message: str | None
+    ) -> TaskRecord | None:
+        """Begin the run of a waiting task leased to `owner` (`stores.phases.start_run`)."""
+        mode = "clear" if status_message is None else "set"
+        text = storable_text(status_message) or ""
+        return await self._record("start_run", task_id, owner, mode, text)
 
     async def claim_queued(
         self, owner: str, until: float, limit: int, *, app: str | None = None

@@ -8,7 +8,7 @@ step, so the feed never disagrees with the data.
 
 This module owns `PRELUDE` (the helpers every script shares), `SCRIPTS` (every
 script of the store) and the scripts that change a task without queueing, leasing,
-ending or removing it (messages, input, cancel requests, lease renewals). Those that
+ending or removing it (messages, a run's start, input, cancel requests, lease renewals). Those that
 do keep flow control too and are `redis.flow_scripts`.
 
 Calling conventions. Per-task scripts take the keys
@@ -78,6 +78,26 @@ if changed then
   set_message(key, ARGV[4], ARGV[5])
   redis.call('HSET', key, 'updated_at', ARGV[2])
   emit(KEYS[5], ARGV[3], ARGV[1], 'message', status)
+end
+return redis.call('HGETALL', key)
+"""
+
+#: ARGV[4..]: owner, message mode ('set'|'clear'), message. `rules.begin`: the run of a
+#: waiting task leased to `owner` begins (`phase` running, one more attempt); refused when
+#: not active or leased to another; a task already running is returned as it is.
+START_RUN = """
+local key = KEYS[1]
+local v = redis.call('HMGET', key, 'status', 'lease_owner', 'phase', 'status_message')
+if not is_active(v[1]) or v[2] ~= ARGV[4] then return false end
+if v[3] == 'running' then return redis.call('HGETALL', key) end
+redis.call('HSET', key, 'phase', 'running')
+redis.call('HINCRBY', key, 'attempts', 1)
+local changed
+if ARGV[5] == 'set' then changed = v[4] ~= ARGV[6] else changed = v[4] ~= false end
+if changed then
+  set_message(key, ARGV[5], ARGV[6])
+  redis.call('HSET', key, 'updated_at', ARGV[2])
+  emit(KEYS[5], ARGV[3], ARGV[1], 'message', v[1])
 end
 return redis.call('HGETALL', key)
 """
@@ -185,6 +205,7 @@ SCRIPTS: dict[str, str] = {
         name: PRELUDE + body
         for name, body in {
             "set_status_message": SET_STATUS_MESSAGE,
+            "start_run": START_RUN,
             "request_input": REQUEST_INPUT,
             "answer_input": ANSWER_INPUT,
             "take_answers": TAKE_ANSWERS,

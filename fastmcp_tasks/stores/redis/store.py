@@ -16,7 +16,7 @@ costs a task per send and can swallow a cancellation on Python 3.11, see
 `redis.feed`), so an unreachable, restarting or black-holed Redis (connections held
 open, no bytes) is a `StoreError` within that bound, never a hung request. redis-py
 does not retry: a script whose reply was lost may already have run, and running it
-twice is not always harmless (`claim` counts attempts); the engine retries. The
+twice is not always harmless (`create`, `retry_later`); the engine retries. The
 store is never reopened: the pool replaces a dead connection when it hands it out,
 so once Redis is back (restarted on the same address, say) the next call works; a
 `NOSCRIPT` (empty script cache) makes redis-py's `AsyncScript` load the script and

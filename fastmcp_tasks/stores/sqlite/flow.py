@@ -24,7 +24,8 @@ from fastmcp_tasks.stores import rules
 from fastmcp_tasks.stores.base import TaskRecord
 from fastmcp_tasks.stores.flow import Tombstone, TombstoneReason, tombstone_key
 from fastmcp_tasks.stores.sqlite.gates import forget_turns
-from fastmcp_tasks.stores.sqlite.schema import DEDUPE_INDEX, SELECT_TASK, from_row
+from fastmcp_tasks.stores.sqlite.rows import from_row
+from fastmcp_tasks.stores.sqlite.schema import DEDUPE_INDEX, SELECT_TASK
 from fastmcp_tasks.stores.sqlite.tx import Tx
 
 T = TypeVar("T")

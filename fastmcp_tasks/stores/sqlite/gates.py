@@ -87,10 +87,8 @@ _OLDEST = (
     f"{{app}}AND {DUE} ORDER BY created_at LIMIT ?"
 )
 
-_LEASE = (
-    "UPDATE tasks SET lease_owner = ?, lease_expires = ?, attempts = attempts + 1, "
-    "not_before = NULL WHERE task_id = ?"
-)
+#: A claim is a lease, not a run: `phase` and `attempts` stay (`stores.phases`).
+_LEASE = "UPDATE tasks SET lease_owner = ?, lease_expires = ?, not_before = NULL WHERE task_id = ?"
 
 
 def _app_term(app: str | None) -> tuple[str, tuple[Any, ...]]:
@@ -182,7 +180,6 @@ def claim(tx: Tx, owner: str, until: float, limit: int, app: str | None) -> list
         tx.conn.executemany(_LEASE, [(owner, until, r.task_id) for r in taken])
     for record in taken:
         record.lease_owner, record.lease_expires = owner, until
-        record.attempts += 1
         record.not_before = None
     return taken
 

@@ -9,6 +9,8 @@ lease owner) are taken oldest first through the partial indexes of queued tasks
 the write lock only when there is something to take: workers calling it
 periodically on an empty queue (or one whose gates are all full) never lock the file.
 The scans (`active_tasks`, `active_leases`) are reads on that connection too.
+`start_run` (the engine starting a waiting task's run, `stores.phases`) and `requeue`
+change the `phase` column with the rules of `rules.begin` / `rules.give_back`.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ class SQLiteLeases:
         """The active tasks of `app` (all: `None`) as recovery scans them (`base.active_leases`).
 
         One narrow read: `task_id`, `tool`, `status`, `created_at`, `updated_at`,
-        `status_message`, `attempts`, `app`, `lease_owner`, `lease_expires` and
+        `status_message`, `attempts`, `phase`, `app`, `lease_owner`, `lease_expires` and
         `cancel_requested` are set; the payloads (arguments, context, result, inputs)
         are left `None`.
         """
@@ -78,12 +80,28 @@ class SQLiteLeases:
                 return None
             if record.lease_owner != owner:
                 return None
-            record.lease_owner, record.lease_expires = None, None
+            rules.give_back(record)
             tx.save(record)
             tx.emit(task_id, "queued", record.status, {"app": record.app})
             return record
 
         return await self._run(give_back)
+
+    async def start_run(
+        self, task_id: str, owner: str, status_message: str | None
+    ) -> TaskRecord | None:
+        """Begin the run of a waiting task leased to `owner` (`stores.phases.start_run`)."""
+
+        def begin(tx: Tx) -> TaskRecord | None:
+            record = tx.load(task_id)
+            if record is None or (kinds := rules.begin(record, owner, status_message)) is None:
+                return None
+            tx.save(record)
+            for kind in kinds:
+                tx.emit(task_id, kind, record.status)
+            return record
+
+        return await self._run(begin)
 
     async def claim_queued(
         self, owner: str, until: float, limit: int, *, app: str | None = None

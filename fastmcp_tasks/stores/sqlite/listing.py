@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from fastmcp_tasks.stores.base import TaskRecord
 from fastmcp_tasks.stores.listing import ALL_STATUSES, PageKey, check_listing
-from fastmcp_tasks.stores.sqlite.schema import SELECT_TASK, from_row
+from fastmcp_tasks.stores.sqlite.rows import from_row
+from fastmcp_tasks.stores.sqlite.schema import SELECT_TASK
 from fastmcp_tasks.stores.sqlite.tx import Tx
 from fastmcp_tasks.wire.names import TERMINAL_STATUSES
 

@@ -13,27 +13,28 @@ Versions: 1 the tables; 2 the listing, purging and per-principal indexes; 3 the
 `app` column and the index of queued tasks; 4 flow control (`stores.flow`): the
 `gate`, `gate_limit`, `not_before`, `retries` and `dedupe_key` columns, the
 `gate_turns` and `tombstones` tables, and the indexes `claim_queued`, dedupe and
-tombstone pruning range over (the queued index becomes the *ungated* queued index).
-The statements a transaction runs on these tables are `sqlite.tx.Tx` and `sqlite.flow`.
+tombstone pruning range over (the queued index becomes the *ungated* queued index);
+5 the `phase` column (`stores.phases`). Rows are mapped by `sqlite.rows`; the
+statements a transaction runs on these tables are `sqlite.tx.Tx` and `sqlite.flow`.
 """
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from fastmcp_tasks.errors import ConfigurationError
-from fastmcp_tasks.stores.base import TaskRecord, encode_json, storable_text
+from fastmcp_tasks.stores.sqlite.rows import dumps as dumps
+from fastmcp_tasks.stores.sqlite.rows import from_row as from_row
+from fastmcp_tasks.stores.sqlite.rows import to_row as to_row
 from fastmcp_tasks.stores.urls import refuse_unknown
 
 #: `PRAGMA application_id` of a task store file: "FMTT" in ASCII.
 APPLICATION_ID = 0x464D5454
 APPLICATION_NAME = "fastmcp-tasks"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 _HEADER_MAGIC = b"SQLite format 3\x00"
 
@@ -65,6 +66,7 @@ COLUMNS = (
     "not_before",
     "retries",
     "dedupe_key",
+    "phase",
 )
 SELECT_TASK = f"SELECT {', '.join(COLUMNS)} FROM tasks"
 INSERT_TASK = (
@@ -203,12 +205,20 @@ def _v3_to_v4(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
+def _v4_to_v5(conn: sqlite3.Connection) -> None:
+    """Where each task's run stands (`TaskRecord.phase`, `stores.phases`). Older rows keep
+    NULL: an unleased task waits, a leased one counts as started (fails rather than runs
+    twice, if its process is gone)."""
+    conn.execute("ALTER TABLE tasks ADD COLUMN phase TEXT")
+
+
 #: from-version -> the step that brings a file to from-version + 1.
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     0: _v0_to_v1,
     1: _v1_to_v2,
     2: _v2_to_v3,
     3: _v3_to_v4,
+    4: _v4_to_v5,
 }
 
 
@@ -287,81 +297,6 @@ def prepare(conn: sqlite3.Connection, path: Path) -> None:
             "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)",
             (SCHEMA_VERSION,),
         )
-
-
-def dumps(value: dict[str, Any] | None) -> str | None:
-    """JSON text for a dict column (`None` stays NULL)."""
-    return None if value is None else encode_json(value)
-
-
-def _loads(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
-
-
-def to_row(record: TaskRecord) -> tuple[Any, ...]:
-    """The `INSERT_TASK` parameters for a record."""
-    r = record
-    return (
-        r.task_id,
-        r.tool,
-        r.status,
-        r.created_at,
-        r.updated_at,
-        dumps(r.arguments),
-        storable_text(r.status_message),
-        r.poll_interval_ms,
-        r.retention_ms,
-        r.terminal_at,
-        r.result_json,
-        dumps(r.error),
-        dumps(r.input_requests),
-        dumps(r.answers),
-        int(r.cancel_requested),
-        r.owner,
-        dumps(r.context),
-        r.attempts,
-        r.lease_owner,
-        r.lease_expires,
-        r.app,
-        r.gate,
-        r.gate_limit,
-        r.not_before,
-        r.retries,
-        r.dedupe_key,
-        r.expires_at,
-    )
-
-
-def from_row(row: tuple[Any, ...]) -> TaskRecord:
-    """The record a `SELECT_TASK` row holds."""
-    return TaskRecord(
-        task_id=row[0],
-        tool=row[1],
-        status=row[2],
-        created_at=row[3],
-        updated_at=row[4],
-        arguments=_loads(row[5]),
-        status_message=row[6],
-        poll_interval_ms=row[7],
-        retention_ms=row[8],
-        terminal_at=row[9],
-        result_json=row[10],
-        error=_loads(row[11]),
-        input_requests=_loads(row[12]),
-        answers=_loads(row[13]),
-        cancel_requested=bool(row[14]),
-        owner=row[15],
-        context=_loads(row[16]),
-        attempts=row[17],
-        lease_owner=row[18],
-        lease_expires=row[19],
-        app=row[20],
-        gate=row[21],
-        gate_limit=row[22],
-        not_before=row[23],
-        retries=row[24],
-        dedupe_key=row[25],
-    )
 
 
 def is_busy(exc: sqlite3.Error) -> bool:

@@ -18,21 +18,13 @@ from typing import Any
 from fastmcp_tasks.errors import TaskLimitExceeded
 from fastmcp_tasks.stores.base import ActiveCaps, TaskRecord, encode_json, storable_text
 from fastmcp_tasks.stores.flow import TombstoneReason, tombstone_key
-from fastmcp_tasks.stores.sqlite.schema import (
-    ACTIVE,
-    COLUMNS,
-    DUE,
-    READY,
-    READY_INDEX,
-    SELECT_TASK,
-    dumps,
-    from_row,
-)
+from fastmcp_tasks.stores.sqlite.rows import dumps, from_row
+from fastmcp_tasks.stores.sqlite.schema import ACTIVE, COLUMNS, DUE, READY, READY_INDEX, SELECT_TASK
 
 #: The columns `active_leases` reads: what recovery needs, none of the payloads.
 LEASE_COLUMNS = (
     "task_id, tool, status, created_at, updated_at, status_message, attempts, app, "
-    "lease_owner, lease_expires, cancel_requested"
+    "lease_owner, lease_expires, cancel_requested, phase"
 )
 
 
@@ -88,7 +80,7 @@ class Tx:
         self.conn.execute(
             "UPDATE tasks SET status = ?, status_message = ?, updated_at = ?, input_requests = ?, "
             "answers = ?, cancel_requested = ?, attempts = ?, lease_owner = ?, lease_expires = ?, "
-            "not_before = ?, retries = ? WHERE task_id = ?",
+            "not_before = ?, retries = ?, phase = ? WHERE task_id = ?",
             (
                 record.status,
                 storable_text(record.status_message),
@@ -101,6 +93,7 @@ class Tx:
                 record.lease_expires,
                 record.not_before,
                 record.retries,
+                record.phase,
                 record.task_id,
             ),
         )
@@ -128,6 +121,7 @@ class Tx:
                 lease_owner=row[8],
                 lease_expires=row[9],
                 cancel_requested=bool(row[10]),
+                phase=row[11],
             )
             for row in self.conn.execute(query, params).fetchall()
         ]
