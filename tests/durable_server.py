@@ -32,11 +32,12 @@ from fastmcp_tasks import TasksExtension, related_tasks
 FAST = TaskConfig(poll_interval=timedelta(milliseconds=50))
 
 
-def build(db: str, markers: Path, concurrency: int = 100) -> FastMCP:
+def build(db: str, markers: Path, concurrency: int = 100, lease: float = 2.0) -> FastMCP:
     """`db` is a SQLite file path, or a full store URL (`redis://...`)."""
     url = db if "://" in db else f"sqlite:///{db}"
     mcp = FastMCP("durable")
-    mcp.add_extension(TasksExtension(url=url, lease=timedelta(seconds=2), concurrency=concurrency))
+    extension = TasksExtension(url=url, lease=timedelta(seconds=lease), concurrency=concurrency)
+    mcp.add_extension(extension)
 
     async def hold(key: str) -> None:
         (markers / f"{key}.started.{os.getpid()}").touch()
@@ -96,6 +97,7 @@ if "DURABLE_DB" in os.environ:
         os.environ["DURABLE_DB"],
         Path(os.environ["DURABLE_MARKERS"]),
         int(os.environ.get("DURABLE_CONCURRENCY", "100")),
+        float(os.environ.get("DURABLE_LEASE", "2")),
     )
 
 
@@ -105,8 +107,9 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--dir", required=True)
     parser.add_argument("--concurrency", type=int, default=100)
+    parser.add_argument("--lease", type=float, default=2.0, help="lease seconds (2)")
     args = parser.parse_args()
-    mcp = build(args.db, Path(args.dir), args.concurrency)
+    mcp = build(args.db, Path(args.dir), args.concurrency, args.lease)
     mcp.run(transport="http", host="127.0.0.1", port=args.port, path="/mcp", show_banner=False)
 
 

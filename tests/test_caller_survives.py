@@ -44,12 +44,16 @@ __all__ = ["store_at"]  # the fixture, parametrized over SQLite, Redis and Postg
 
 
 @asynccontextmanager
-async def deployment(tmp_path: Path, db: str) -> AsyncIterator[tuple[Server, Worker, Path]]:
-    """A `concurrency=0` front end on a fixed port and one worker, on one store."""
+async def deployment(
+    tmp_path: Path, db: str, lease: float = 2.0
+) -> AsyncIterator[tuple[Server, Worker, Path]]:
+    """A `concurrency=0` front end on a fixed port and one worker, on one store. A store
+    outage longer than `lease` rightly makes the worker's running task recoverable by
+    another process (a non-idempotent one then fails): tests of such outages lengthen it."""
     markers = tmp_path / "markers"
     markers.mkdir(exist_ok=True)
-    worker = Worker(db, markers)
-    front = Server(db, markers, concurrency=0, port=free_port())
+    worker = Worker(db, markers, lease=lease)
+    front = Server(db, markers, concurrency=0, port=free_port(), lease=lease)
     try:
         await worker.ready()
         await front.ready()
@@ -194,7 +198,7 @@ async def test_callers_ride_through_a_store_outage(tmp_path: Path) -> None:
     prefix = store.keys.prefix  # type: ignore[attr-defined]
     async with blackhole_proxy(urlsplit(REDIS_URL).port or 6379) as proxy:
         db = f"{proxy.url()}?prefix={prefix}"
-        async with deployment(tmp_path, db) as (front, _worker, markers):
+        async with deployment(tmp_path, db, lease=30) as (front, _worker, markers):
             unavailable: list[str] = []
 
             async def black_hole_for_three_seconds() -> None:

@@ -28,7 +28,12 @@ SERVER = Path(__file__).parent / "durable_server.py"
 
 class Server:
     def __init__(
-        self, db: Path | str, markers: Path, concurrency: int = 100, port: int | None = None
+        self,
+        db: Path | str,
+        markers: Path,
+        concurrency: int = 100,
+        port: int | None = None,
+        lease: float = 2.0,
     ) -> None:
         self.port = port if port is not None else free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
@@ -44,6 +49,8 @@ class Server:
                 str(markers),
                 "--concurrency",
                 str(concurrency),
+                "--lease",
+                str(lease),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -124,8 +131,10 @@ class Worker(Server):
         grace: float = 10.0,
         concurrency: int | None = None,
         server_concurrency: int | None = None,
+        lease: float = 2.0,
     ) -> None:
         env = {**os.environ, "DURABLE_DB": str(db), "DURABLE_MARKERS": str(markers)}
+        env["DURABLE_LEASE"] = str(lease)
         if server_concurrency is not None:  # the `TasksExtension(concurrency=)` of the file
             env["DURABLE_CONCURRENCY"] = str(server_concurrency)
         self.banner = b""
