@@ -227,10 +227,9 @@ BEGIN
 END
 $fn$"""
 
-#: Whether no live task holds dedupe key `held_key`, asked under the key's advisory lock
-#: (held to the end of the calling statement's transaction). A function, so its query
-#: takes its snapshot after the lock is granted: a create that waited for the lock sees
-#: the task the lock's holder committed, and one statement can be lock, check and insert.
+#: Whether no live task holds dedupe key `held_key`, asked under the key's advisory lock:
+#: a function, so its query's snapshot is taken after the lock is granted (a waiting create
+#: sees what the holder committed), and one statement is lock, check and insert.
 KEY_FREE_FUNCTION = """
 CREATE OR REPLACE FUNCTION {s}.key_free(lock_key text, held_key text, at float8)
 RETURNS boolean
