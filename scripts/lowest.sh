@@ -44,7 +44,9 @@ if (( $# == 0 )); then
   # restarts, the store contract and the engine's store faults, on memory and SQLite;
   # the seams of issue 14: mounts, the caller's identity, the client API, the proxy;
   # the 2025-11-25 surface (its result sieve, capabilities and raw params seams);
-  # flow control, expired ids and related tasks (issue 16). The browser tests (tests/browser,
+  # flow control, expired ids and related tasks (issue 16); idempotency keys, the client's
+  # transport (FastMCP's default HTTP client seam), lost replies, the recorded run phase
+  # and the configuration messages. The browser tests (tests/browser,
   # the dashboard in Chromium) are left out: they test our HTML, not FastMCP's seams.
   set -- tests/test_parity.py tests/test_modes.py tests/test_input.py \
     tests/test_lifecycle.py tests/test_durability.py tests/test_store_contract.py \
@@ -53,6 +55,8 @@ if (( $# == 0 )); then
     tests/test_legacy.py tests/test_legacy_progress.py \
     tests/test_flow_control.py tests/test_flow_processes.py tests/test_store_flow.py \
     tests/test_expired.py tests/test_related.py \
+    tests/test_idempotency.py tests/test_client_http.py tests/test_client_resend.py \
+    tests/test_lost_replies.py tests/test_recorded_state.py tests/test_configuration.py \
     -k "not redis and not postgres" -q -p no:cacheprovider
 fi
 PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" exec "$VENV/bin/python" -m pytest "$@"
