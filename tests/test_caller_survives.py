@@ -29,7 +29,7 @@ from mcp.shared.exceptions import MCPError
 from fastmcp_tasks import TaskUnreachable, call_tool_task
 from fastmcp_tasks.client import TasksClientExtension
 from fastmcp_tasks.wire.models import GetTaskRequest, TaskIdParams, TaskState
-from tests.private_servers import blackhole_proxy
+from tests.private_servers import Lines, blackhole_proxy
 from tests.test_durability import Server, Worker, release, started_in, store_at
 from tests.test_store_contract import REDIS_URL, redis_store
 from tests.wire import free_port
@@ -228,18 +228,21 @@ async def test_wait_started_while_the_server_is_down_gets_the_result(tmp_path: P
         front.kill()
         waiting = cli("wait", front.url, str(task.task_id))
         try:
-            await anyio.sleep(3)  # the outage: `wait` starts and keeps trying
+            errors = Lines(waiting.stderr)
+            # `wait` met the outage (however slowly it started) and keeps trying
+            await errors.wait_for(lambda line: "yet; retrying" in line, within=30)
             assert waiting.poll() is None
             back = restart(front, db, markers)
             try:
                 await back.ready()
                 release(markers, "later")
-                code, out, err = await finished(waiting, 30)
+                code = await anyio.to_thread.run_sync(lambda: waiting.wait(timeout=30))
+                out = await anyio.to_thread.run_sync(waiting.stdout.read)
             finally:
                 back.stop()
         finally:
             if waiting.poll() is None:
                 waiting.kill()
-    assert code == 0, err
-    assert out.strip().splitlines()[-1] == "plain later"
-    assert f"cannot reach {front.url} yet; retrying" in err
+    assert code == 0, errors.text
+    assert out.decode().strip().splitlines()[-1] == "plain later"
+    assert f"cannot reach {front.url} yet; retrying" in errors.text
