@@ -153,12 +153,7 @@ class PostgresTaskStore(PostgresFlow, PostgresListing, PostgresLeases):
         query = self.sql.create_unheld
         if caps is not None:
             query = self.sql.create_capped_unheld
-            params.update(
-                total=caps.total,
-                per_owner=caps.per_owner,
-                lock=f"{self.schema}:caps",
-                exclusive=False,
-            )
+            params.update(self._caps_params(caps, exclusive=False))
         async with self._connection() as conn:
             while True:
                 row = (await self._on(conn, query, params))[0]
@@ -166,6 +161,16 @@ class PostgresTaskStore(PostgresFlow, PostgresListing, PostgresLeases):
                     params["exclusive"] = True  # came near a cap meanwhile: check exactly
                     continue
                 return bool(row[0])
+
+    def _caps_params(self, caps: ActiveCaps, *, exclusive: bool) -> dict[str, Any]:
+        """The parameters of the caps check (`caps_check`) of a capped create."""
+        lock = f"{self.schema}:caps"
+        return {
+            "total": caps.total,
+            "per_owner": caps.per_owner,
+            "lock": lock,
+            "exclusive": exclusive,
+        }
 
     def _params(self, record: TaskRecord) -> dict[str, Any]:
         """The parameters of `create` / `create_unheld` for `record`."""
@@ -192,12 +197,7 @@ class PostgresTaskStore(PostgresFlow, PostgresListing, PostgresLeases):
             query = self.sql.create_capped
             # Inside a transaction (a dedupe create) the shared mode could not retry
             # exclusive without risking a deadlock: check exactly from the start.
-            params.update(
-                total=caps.total,
-                per_owner=caps.per_owner,
-                lock=f"{self.schema}:caps",
-                exclusive=not own_transaction,
-            )
+            params.update(self._caps_params(caps, exclusive=not own_transaction))
         swept = False
         while True:
             row = (await self._on(conn, query, params))[0]
