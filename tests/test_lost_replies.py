@@ -10,6 +10,7 @@ and the tool body runs exactly once.
 
 from __future__ import annotations
 
+import contextlib
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
@@ -25,6 +26,9 @@ from tests.test_caller_survives import cli_call, finished, runs
 from tests.test_durability import release, servers, started_in, wire_to
 
 pytestmark = [pytest.mark.anyio, pytest.mark.bound(60)]
+
+#: What a relayed connection may end with when one side goes away.
+GONE = (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream, OSError)
 
 
 class ReplyDropper:
@@ -46,20 +50,23 @@ class ReplyDropper:
         async with client, upstream, anyio.create_task_group() as group:
 
             async def requests() -> None:
-                async for chunk in client:
-                    if b"mcp-method: tools/call" in chunk.lower() and self.dropped < self.drops:
-                        self.dropped += 1
-                        dropping.set()  # the server gets it; its answer goes nowhere
-                    await upstream.send(chunk)
+                with contextlib.suppress(*GONE):  # the client may reset a connection it gave up
+                    async for chunk in client:
+                        lost = b"mcp-method: tools/call" in chunk.lower()
+                        if lost and self.dropped < self.drops:
+                            self.dropped += 1
+                            dropping.set()  # the server gets it; its answer goes nowhere
+                        await upstream.send(chunk)
                 group.cancel_scope.cancel()
 
             async def answers() -> None:
-                async for chunk in upstream:
-                    if dropping.is_set():
-                        if self.hold:
-                            await anyio.sleep_forever()  # until the caller gives up
-                        break  # the server answered: drop the connection, answer unsent
-                    await client.send(chunk)
+                with contextlib.suppress(*GONE):
+                    async for chunk in upstream:
+                        if dropping.is_set():
+                            if self.hold:
+                                await anyio.sleep_forever()  # until the caller gives up
+                            break  # the server answered: drop the connection, answer unsent
+                        await client.send(chunk)
                 group.cancel_scope.cancel()
 
             group.start_soon(requests)
