@@ -4,12 +4,21 @@
 #   1. ruff check, ruff format --check       (the whole repo)
 #   2. mypy                                  (fastmcp_tasks; config: pyproject [tool.mypy])
 #   3. scripts/check_imports.py              (every third-party import is declared)
-#   4. the pytest suite                      (newest FastMCP, .venv)
+#   4. the pytest suite                      (newest FastMCP, .venv; in parallel)
 #   5. scripts/lowest.sh                     (a subset on the lowest declared FastMCP)
 #   6. scripts/conformance.sh                (the official MCP conformance tasks-* scenarios)
 #
+# The suite runs in CHECK_WORKERS pytest-xdist workers (default 4: its tests wait on
+# processes, servers and deadlines more than they compute, so twice the cores of a
+# 2-core machine), `--dist loadgroup` (tests/conftest.py keeps a module that shares a
+# server in one worker).
+#
+# `scripts/check.sh --quick`: steps 1-3, then only the tests marked `quick` (no real
+# faults, no processes of ours, no browser, no other SDKs' clients), for use while
+# working; about 2 minutes. CI always runs the whole check.
+#
 # Creates .venv with the `dev` extra when it is missing or lacks the dev tools.
-# Environment: CHECK_SKIP_LOWEST=1 leaves step 5 out (a quick local run).
+# Environment: CHECK_WORKERS (default 4), CHECK_SKIP_LOWEST=1 leaves step 5 out.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -17,7 +26,16 @@ PY="$ROOT/.venv/bin/python"
 # the repo's own code, whatever an editable install elsewhere points to
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 
-if ! "$PY" -c 'import mypy, ruff, pytest' 2>/dev/null; then
+QUICK=0
+case "${1:-}" in
+  "") ;;
+  --quick) QUICK=1 ;;
+  *) echo "usage: scripts/check.sh [--quick]" >&2; exit 2 ;;
+esac
+WORKERS="${CHECK_WORKERS:-4}"
+PARALLEL=(-n "$WORKERS" --dist loadgroup)
+
+if ! "$PY" -c 'import mypy, ruff, pytest, xdist' 2>/dev/null; then
   echo "check: installing .venv with the dev extra"
   python3 -m venv .venv
   "$PY" -m pip install --quiet --upgrade pip
@@ -43,9 +61,16 @@ step "ruff check" "$PY" -m ruff check .
 step "ruff format" "$PY" -m ruff format --check .
 step "mypy" "$PY" -m mypy
 step "imports" "$PY" scripts/check_imports.py
-step "pytest" "$PY" -m pytest
+if (( QUICK )); then
+  step "pytest quick" "$PY" -m pytest "${PARALLEL[@]}" -m quick
+  echo
+  echo "check: quick loop green (the whole check: scripts/check.sh)"
+  printf '  %s\n' "${TIMES[@]}"
+  exit 0
+fi
+step "pytest" "$PY" -m pytest "${PARALLEL[@]}"
 if [[ "${CHECK_SKIP_LOWEST:-0}" != 1 ]]; then
-  step "lowest fastmcp" env PYTHON3="${PYTHON3:-python3}" scripts/lowest.sh
+  step "lowest fastmcp" env PYTHON3="${PYTHON3:-python3}" LOWEST_WORKERS="$WORKERS" scripts/lowest.sh
 fi
 step "conformance" scripts/conformance.sh
 

@@ -53,6 +53,9 @@ ts_env() {
 
 (( $# )) || set -- fastmcp3 mcp1 ts
 mkdir -p "$DIR"
+# one build at a time: parallel test runs (or two checkouts sharing INTEROP_DIR) wait here
+exec 9>"$DIR/.lock"
+flock 9
 for env in "$@"; do
   case "$env" in
     fastmcp3) python_env fastmcp3 $FASTMCP3_PINS ;;

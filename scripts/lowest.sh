@@ -7,7 +7,8 @@
 # It is kept between runs and rebuilt only when pyproject.toml changes (a stamp file).
 #
 # Usage: scripts/lowest.sh [pytest args]   (default: the subset below, Redis and PostgreSQL left out)
-# Environment: LOWEST_VENV (default .venv-lowest), PYTHON3 (the base interpreter).
+# Environment: LOWEST_VENV (default .venv-lowest), PYTHON3 (the base interpreter),
+# LOWEST_WORKERS (pytest-xdist workers for the subset, default 4).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -57,6 +58,7 @@ if (( $# == 0 )); then
     tests/test_expired.py tests/test_related.py \
     tests/test_idempotency.py tests/test_client_http.py tests/test_client_resend.py \
     tests/test_lost_replies.py tests/test_recorded_state.py tests/test_configuration.py \
-    -k "not redis and not postgres" -q -p no:cacheprovider
+    -k "not redis and not postgres" -q -p no:cacheprovider \
+    -n "${LOWEST_WORKERS:-4}" --dist loadgroup
 fi
 PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" exec "$VENV/bin/python" -m pytest "$@"

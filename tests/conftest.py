@@ -23,6 +23,8 @@ import anyio
 import pytest
 from hypothesis import Verbosity, settings
 
+from tests import spawn
+
 ASYNC_TEST_TIMEOUT = 30.0
 
 settings.register_profile("dev", deadline=None, print_blob=True, verbosity=Verbosity.normal)
@@ -46,9 +48,12 @@ def transport(request: pytest.FixtureRequest) -> str:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    spawn.install()  # our own Python processes fork this one (tests/spawn.py)
     config.addinivalue_line(
         "markers", "bound(seconds): this async test's time bound, instead of ASYNC_TEST_TIMEOUT"
     )
+    for name in CATEGORIES:
+        config.addinivalue_line("markers", f"{name}: a test of the {name} category (conftest)")
 
 
 def _bounded(fn: Any, seconds: float) -> Any:
@@ -60,18 +65,62 @@ def _bounded(fn: Any, seconds: float) -> Any:
     return wrapper
 
 
-BROWSER_TESTS = Path(__file__).parent / "browser"
+#: Modules the quick loop (`scripts/check.sh --quick`, `-m quick`) leaves out, by what
+#: makes them slow: `faults` (real faults: processes killed, private Redis, PostgreSQL
+#: and PgBouncer servers stopped or cut off), `processes` (several processes of ours:
+#: servers, workers, the command line, another process on one SQLite file), `browser`
+#: (the dashboard in Chromium) and `interop` (other SDKs' clients, in their own
+#: environments). Every other test is marked `quick`. CI always runs everything.
+SLOW_MODULES = {
+    "faults": (
+        "test_caller_survives.py test_deploys.py test_durability.py test_flow_processes.py "
+        "test_lost_replies.py test_postgres_faults.py test_postgres_outages.py "
+        "test_postgres_pgbouncer.py test_postgres_processes.py test_private_postgres.py "
+        "test_real_faults.py test_recorded_state.py test_redis_outages.py"
+    ).split(),
+    "processes": (
+        "test_cli.py test_cli_operator.py test_cli_terminal.py test_dashboard_cli.py "
+        "test_dashboard_hardening_cli.py test_handles.py test_postgres_misconfigured.py "
+        "test_related.py test_sqlite_contention.py"
+    ).split(),
+    "interop": ["test_legacy_clients.py"],
+}
+CATEGORIES = ("quick", "faults", "processes", "browser", "interop")
+
+
+def _category(item: pytest.Item) -> str:
+    path = Path(item.path)
+    if path.parent.name == "browser":
+        return "browser"
+    return next((name for name, files in SLOW_MODULES.items() if path.name in files), "quick")
+
+
+def _shares_fixtures(item: pytest.Item) -> bool:
+    """Does `item` use a module- or session-scoped fixture of this suite (a server, a
+    browser, a built environment)? Plugins' own (`tmp_path_factory`) do not count."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(
+        definitions[-1].scope != "function" and definitions[-1].baseid
+        for definitions in info.name2fixturedefs.values()
+        if definitions
+    )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the browser tests last, keeping every other order as collected.
+    """Mark each test with its category (`SLOW_MODULES`); keep tests that share a
+    module's fixtures in one worker of a parallel run.
 
-    Their event loop is session-scoped (`tests/browser/conftest.py`: one loop holds the
-    browser and its processes) and stays open until the session ends; a synchronous test
-    calling `anyio.run` in the same thread after them would fail with "Already running
-    asyncio in this thread".
+    `scripts/check.sh` runs the suite with pytest-xdist `--dist loadgroup`: a test is
+    sent to any free worker, except that every test of a module whose tests share a
+    module- or session-scoped fixture of ours (a PgBouncer, a served subprocess, the
+    browser) goes, with all of its module, to one worker, which starts it once.
     """
-    items.sort(key=lambda item: BROWSER_TESTS in Path(item.path).parents)
+    for item in items:
+        item.add_marker(_category(item))
+        if _shares_fixtures(item) and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
 @pytest.hookimpl(wrapper=True)

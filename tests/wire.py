@@ -13,7 +13,6 @@ validated against the official schema (`tests/fixtures/ext-tasks-schema.json`).
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -26,6 +25,8 @@ import jsonschema
 import uvicorn
 from fastmcp import Client, FastMCP
 from mcp.shared.exceptions import MCPError
+
+from tests.ports import free_port
 
 TASKS = "io.modelcontextprotocol/tasks"
 MODERN = "2026-07-28"
@@ -204,12 +205,6 @@ def memory_wire_for(client: Client, kind: str = "memory") -> Wire:
 async def memory_wire(server: FastMCP, *, mode: str = "auto") -> AsyncIterator[Wire]:
     async with Client(server, mode=mode) as client:
         yield memory_wire_for(client, "memory" if mode == "auto" else f"memory-{mode}")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @asynccontextmanager

@@ -109,9 +109,10 @@ class Session:
                 break
             except Exception as exc:
                 refusal = await self.target.refusal()
-                delay = None if refusal else outage.next_delay()
+                lasting = refusal is not None and not refusal.passing
+                delay = None if lasting else outage.next_delay()
                 if delay is None:
-                    reason = refusal or str(exc)
+                    reason = refusal.reason if refusal else str(exc)
                     raise TaskFailure(f"cannot reach {self.target.text}: {reason}") from None
                 if outage.tries == 1:
                     self.report(f"cannot reach {self.target.text} yet; retrying")

@@ -41,7 +41,7 @@ class Target:
         """Whether a task outlives this command (not for an in-memory server)."""
         return self.url is not None
 
-    async def refusal(self) -> str | None:
+    async def refusal(self) -> Refusal | None:
         """Why the HTTP server refused us, if it answered with an error status."""
         return None if self.url is None else await http_refusal(self.url, self.headers)
 
@@ -55,7 +55,21 @@ class Target:
         return TasksHttpTransport(self.url, headers=self.headers or None)
 
 
-async def http_refusal(url: str, headers: dict[str, str]) -> str | None:
+#: Statuses that may not be the server's last word: a proxy whose backend is (re)starting,
+#: a rate limit, and 400, which a server that is up answers to our probe (a request
+#: outside a session) in the moment between a failed connect and the probe.
+PASSING = frozenset({400, 408, 425, 429, 500, 502, 503, 504})
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """An HTTP error status the server answered with, for a person to read."""
+
+    reason: str
+    passing: bool  # worth trying again (`PASSING`), not a refusal to act on
+
+
+async def http_refusal(url: str, headers: dict[str, str]) -> Refusal | None:
     """Why an HTTP server refuses to start a session, when it says so with a 4xx/5xx.
 
     The mcp SDK reports a refused `initialize` only as "Server returned an error
@@ -75,14 +89,15 @@ async def http_refusal(url: str, headers: dict[str, str]) -> str | None:
             response = await http.post(url, json=body, headers=sent)
     except Exception:
         return None
-    if response.status_code < 400:
+    status = response.status_code
+    if status < 400:
         return None
-    reason = f"HTTP {response.status_code} {response.reason_phrase}".strip()
-    if response.status_code in (401, 403):
+    reason = f"HTTP {status} {response.reason_phrase}".strip()
+    if status in (401, 403):
         given = "Authorization" in headers
         hint = "the token was refused" if given else f"pass --token or set ${TOKEN_ENV}"
-        return f"{reason}: {hint}"
-    return reason
+        reason = f"{reason}: {hint}"
+    return Refusal(reason, status in PASSING)
 
 
 def parse_target(

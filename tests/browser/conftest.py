@@ -1,14 +1,16 @@
 """Fixtures of the browser tests: Debian's Chromium under Playwright, and the real processes.
 
 Playwright's async API runs on the suite's asyncio backend; `anyio_backend` is
-session-scoped here so one event loop holds the browser and the processes for the
-whole run (each test is still bounded by the suite's `anyio.fail_after(30)`; the
-fixtures bound their own setup). Playwright never downloads a browser: it launches
+module-scoped here so one event loop holds a module's browser and processes (each
+test is still bounded by the suite's `anyio.fail_after(30)`; the fixtures bound their
+own setup). The loop ends with the module, so the next module, browser or not, may
+start its own; the suite's parallel run keeps each module in one worker. Playwright
+never downloads a browser: it launches
 `/usr/bin/chromium` (`$DASHBOARD_CHROMIUM` overrides), which `.ci/run` installs from
 Debian's packages. Without that executable or without the `playwright` package the
 tests skip with a loud reason, and fail instead when `CI=true`.
 
-The worlds (session-scoped, one per store kind): a store (a SQLite file; a Redis
+The worlds (module-scoped, one per store kind): a store (a SQLite file; a Redis
 prefix, cleaned up, skipped or failed as the other Redis tests do), seeded through the
 store API (`procs.seed`), a real MCP server on it (`task_server.py`) and a real
 `fastmcp-tasks ui` on it. `sqlite_world` serves most tests; `world` runs a test on
@@ -71,12 +73,12 @@ def need(problem: str | None, what: str) -> None:
     pytest.skip(message)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def anyio_backend() -> str:
     return "asyncio"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 async def browser(anyio_backend: str) -> AsyncIterator[Browser]:
     need(_browser_problem(), "BROWSER TESTS")
     from playwright.async_api import async_playwright
@@ -168,7 +170,7 @@ async def running_world(kind: str, store_url: str, root: Path) -> AsyncIterator[
             process.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 async def sqlite_world(
     browser: Browser, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[World]:
@@ -177,7 +179,7 @@ async def sqlite_world(
         yield world
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 async def redis_world(
     browser: Browser, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[World]:

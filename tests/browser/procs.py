@@ -36,6 +36,7 @@ from fastmcp import Client
 
 from fastmcp_tasks import TaskRecord, ToolTask, call_tool_task, store_from_url
 from fastmcp_tasks.stores.listing import ListableTaskStore
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK_SERVER = Path(__file__).with_name("task_server.py")
@@ -61,14 +62,6 @@ def child_env(**extra: str) -> dict[str, str]:
     env.pop("FASTMCP_TASKS_UI_TOKEN", None)
     env.update(extra)
     return env
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Process:
