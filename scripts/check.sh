@@ -10,8 +10,8 @@
 #
 # The suite runs in CHECK_WORKERS pytest-xdist workers (default 4: its tests wait on
 # processes, servers and deadlines more than they compute, so twice the cores of a
-# 2-core machine), `--dist loadgroup` (tests/conftest.py keeps a module that shares a
-# server in one worker).
+# 2-core machine); tests/conftest.py's scheduler keeps a module that shares a server in
+# one worker.
 #
 # `scripts/check.sh --quick`: steps 1-3, then only the tests marked `quick` (no real
 # faults, no processes of ours, no browser, no other SDKs' clients), for use while
@@ -33,7 +33,7 @@ case "${1:-}" in
   *) echo "usage: scripts/check.sh [--quick]" >&2; exit 2 ;;
 esac
 WORKERS="${CHECK_WORKERS:-4}"
-PARALLEL=(-n "$WORKERS" --dist loadgroup)
+PARALLEL=(-n "$WORKERS")
 
 if ! "$PY" -c 'import mypy, ruff, pytest, xdist' 2>/dev/null; then
   echo "check: installing .venv with the dev extra"

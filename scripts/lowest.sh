@@ -59,6 +59,6 @@ if (( $# == 0 )); then
     tests/test_idempotency.py tests/test_client_http.py tests/test_client_resend.py \
     tests/test_lost_replies.py tests/test_recorded_state.py tests/test_configuration.py \
     -k "not redis and not postgres" -q -p no:cacheprovider \
-    -n "${LOWEST_WORKERS:-4}" --dist loadgroup
+    -n "${LOWEST_WORKERS:-4}"
 fi
 PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" exec "$VENV/bin/python" -m pytest "$@"

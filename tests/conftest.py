@@ -85,7 +85,7 @@ SLOW_MODULES = {
     ).split(),
     "interop": ["test_legacy_clients.py"],
 }
-CATEGORIES = ("quick", "faults", "processes", "browser", "interop")
+CATEGORIES = ("faults", "interop", "browser", "processes", "quick")  # the run's order
 
 
 def _category(item: pytest.Item) -> str:
@@ -108,19 +108,52 @@ def _shares_fixtures(item: pytest.Item) -> bool:
     )
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark each test with its category (`SLOW_MODULES`); keep tests that share a
-    module's fixtures in one worker of a parallel run.
+#: Modules whose tests share a module- or session-scoped fixture of ours (a PgBouncer, a
+#: served subprocess, the browser): a parallel run keeps each in one worker, which starts
+#: the fixture once. Collection fails if a module shares one and is not listed here.
+SHARING_MODULES = frozenset(
+    {
+        "tests/test_cli.py",
+        "tests/test_cli_terminal.py",
+        "tests/test_legacy_clients.py",
+        "tests/test_observability.py",
+        "tests/test_postgres_pgbouncer.py",
+        "tests/browser/test_browser_actions.py",
+        "tests/browser/test_browser_layout.py",
+        "tests/browser/test_browser_live.py",
+        "tests/browser/test_browser_load.py",
+    }
+)
 
-    `scripts/check.sh` runs the suite with pytest-xdist `--dist loadgroup`: a test is
-    sent to any free worker, except that every test of a module whose tests share a
-    module- or session-scoped fixture of ours (a PgBouncer, a served subprocess, the
-    browser) goes, with all of its module, to one worker, which starts it once.
-    """
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with its category (`SLOW_MODULES`) and put the slow ones first,
+    so that a parallel run starts the long tests of real faults and processes early
+    instead of running them alone at the end; check `SHARING_MODULES`."""
+    categories = {item: _category(item) for item in items}
+    items.sort(key=lambda item: CATEGORIES.index(categories[item]))
     for item in items:
-        item.add_marker(_category(item))
-        if _shares_fixtures(item) and item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+        item.add_marker(categories[item])
+        module = item.nodeid.split("::")[0]
+        if _shares_fixtures(item) and module not in SHARING_MODULES:
+            raise pytest.UsageError(
+                f"{module} has module- or session-scoped fixtures: add it to "
+                "SHARING_MODULES in tests/conftest.py so a parallel run keeps it in one worker"
+            )
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """pytest-xdist's scheduler for this suite: any test to any free worker, except that
+    a module of `SHARING_MODULES` goes whole to one worker. Units are handed out in
+    order: the shared modules first (larger first), then the tests as collected."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModulesThatShare(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::")[0]
+            return module if module in SHARING_MODULES else nodeid
+
+    return ModulesThatShare(config, log)
 
 
 @pytest.hookimpl(wrapper=True)

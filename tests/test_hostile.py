@@ -32,6 +32,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Annotated, Any
 
 import anyio
@@ -311,7 +312,9 @@ class Int:
 
 
 def hostile_server(store: Any = None) -> tuple[Any, Any]:
-    mcp, probes = make_server() if store is None else make_server(store=store)
+    # no shutdown grace: the held bystander never ends, and waiting for it tests nothing here
+    options = {} if store is None else {"store": store, "shutdown_grace": timedelta(0)}
+    mcp, probes = make_server(**options)
 
     @mcp.tool(task=True)
     async def asker(ctx: Context) -> str:
