@@ -19,10 +19,9 @@ from typing import Any
 
 import anyio
 import pytest
-import uvicorn
 
 from fastmcp_tasks.cli.target import http_refusal
-from tests.ports import free_port
+from tests.wire import serve_asgi
 
 pytestmark = pytest.mark.anyio
 
@@ -44,18 +43,8 @@ def answering(status: int) -> Callable[[dict[str, Any], Receive, Send], Awaitabl
 
 @asynccontextmanager
 async def serving(status: int) -> AsyncIterator[str]:
-    port = free_port()
-    config = uvicorn.Config(answering(status), host="127.0.0.1", port=port, log_level="error")
-    server = uvicorn.Server(config)
-    async with anyio.create_task_group() as group:
-        group.start_soon(server.serve)
-        with anyio.fail_after(10):
-            while not server.started:  # noqa: ASYNC110 - uvicorn offers no started event
-                await anyio.sleep(0.01)
-        try:
-            yield f"http://127.0.0.1:{port}/mcp"
-        finally:
-            server.should_exit = True
+    async with serve_asgi(answering(status), lifespan="off") as base:
+        yield f"{base}/mcp"
 
 
 @pytest.mark.parametrize(

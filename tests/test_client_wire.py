@@ -15,7 +15,6 @@ from typing import Any
 
 import anyio
 import pytest
-import uvicorn
 from fastmcp import Client, Context, FastMCP
 from fastmcp.utilities.tasks import TaskConfig
 from mcp_types import CallToolResult
@@ -23,7 +22,7 @@ from mcp_types import CallToolResult
 from fastmcp_tasks import TasksExtension
 from fastmcp_tasks.client import TasksClientExtension
 from fastmcp_tasks.client.handles import call_tool_task
-from tests.wire import free_port
+from tests.wire import serve_asgi
 
 pytestmark = pytest.mark.anyio
 
@@ -64,18 +63,8 @@ class Recorder:
 async def recorded(mcp: FastMCP) -> AsyncIterator[tuple[str, Recorder]]:
     """Serve `mcp` behind a `Recorder` with uvicorn's default settings; yield the URL."""
     recorder = Recorder(mcp.http_app())
-    port = free_port()
-    config = uvicorn.Config(recorder, host="127.0.0.1", port=port, log_level="warning")
-    server = uvicorn.Server(config)
-    async with anyio.create_task_group() as group:
-        group.start_soon(server.serve)
-        with anyio.fail_after(10):
-            while not server.started:  # noqa: ASYNC110 - uvicorn offers no started event
-                await anyio.sleep(0.01)
-        try:
-            yield f"http://127.0.0.1:{port}/mcp", recorder
-        finally:
-            server.should_exit = True
+    async with serve_asgi(recorder, lifespan="auto") as base:
+        yield f"{base}/mcp", recorder
 
 
 def tasks_server() -> tuple[FastMCP, anyio.Event]:

@@ -19,7 +19,6 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-import uvicorn
 from fastmcp import FastMCP
 from starlette.applications import Starlette
 from starlette.routing import Mount
@@ -30,7 +29,7 @@ from fastmcp_tasks.stores.listing import ListableTaskStore
 from fastmcp_tasks.testing import make_record
 from tests.faults import FaultyStore
 from tests.servers import make_server
-from tests.wire import free_port, http_wire_for, memory_wire
+from tests.wire import http_wire_for, memory_wire, serve_asgi
 
 HOST = "127.0.0.1:8765"
 BASE = f"http://{HOST}"
@@ -53,20 +52,8 @@ async def client_of(application: Starlette, **kw: Any) -> AsyncIterator[httpx.As
 @asynccontextmanager
 async def served(application: Any) -> AsyncIterator[str]:
     """`application` on a real uvicorn at 127.0.0.1 (free port); yields the base URL."""
-    port = free_port()
-    config = uvicorn.Config(
-        application, host="127.0.0.1", port=port, log_level="warning", lifespan="on"
-    )
-    server = uvicorn.Server(config)
-    async with anyio.create_task_group() as group:
-        group.start_soon(server.serve)
-        with anyio.fail_after(10):
-            while not server.started:  # noqa: ASYNC110 - uvicorn offers no started event
-                await anyio.sleep(0.01)
-        try:
-            yield f"http://127.0.0.1:{port}"
-        finally:
-            server.should_exit = True
+    async with serve_asgi(application) as base:
+        yield base
 
 
 def csrf_of(page: str) -> str:

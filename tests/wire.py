@@ -208,27 +208,27 @@ async def memory_wire(server: FastMCP, *, mode: str = "auto") -> AsyncIterator[W
 
 
 @asynccontextmanager
-async def http_server(server: FastMCP, **uvicorn_options: Any) -> AsyncIterator[str]:
-    """Serve `server` over Streamable HTTP on 127.0.0.1; yield the endpoint URL."""
+async def serve_asgi(app: Any, **uvicorn_options: Any) -> AsyncIterator[str]:
+    """Serve the ASGI `app` with uvicorn on 127.0.0.1 (a free port); yield its base URL."""
     port = free_port()
-    config = uvicorn.Config(
-        server.http_app(),
-        host="127.0.0.1",
-        port=port,
-        log_level="warning",
-        lifespan="on",
-        **uvicorn_options,
-    )
-    uv = uvicorn.Server(config)
+    options = {"log_level": "warning", "lifespan": "on", **uvicorn_options}
+    uv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, **options))
     async with anyio.create_task_group() as group:
         group.start_soon(uv.serve)
         with anyio.fail_after(10):
             while not uv.started:  # noqa: ASYNC110 - uvicorn offers no started event
                 await anyio.sleep(0.01)
         try:
-            yield f"http://127.0.0.1:{port}/mcp"
+            yield f"http://127.0.0.1:{port}"
         finally:
             uv.should_exit = True
+
+
+@asynccontextmanager
+async def http_server(server: FastMCP, **uvicorn_options: Any) -> AsyncIterator[str]:
+    """Serve `server` over Streamable HTTP on 127.0.0.1; yield the endpoint URL."""
+    async with serve_asgi(server.http_app(), **uvicorn_options) as base:
+        yield f"{base}/mcp"
 
 
 def parse_http_response(response: httpx.Response) -> dict[str, Any]:
