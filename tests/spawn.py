@@ -78,8 +78,13 @@ SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
 
 
 def _holds_sqlite() -> bool:
-    """Does this process hold a SQLite database (or its WAL, shm, journal) open?"""
-    for name in os.listdir("/proc/self/fd"):
+    """Does this process hold a SQLite database (or its WAL, shm, journal) open? Where
+    `/proc` cannot tell (not Linux), say yes: fresh interpreters are always safe."""
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return True
+    for name in names:
         with contextlib.suppress(OSError):
             target = os.readlink(f"/proc/self/fd/{name}")
             if not target.startswith("/") or target.startswith(("/dev/", "/proc/")):
