@@ -236,6 +236,7 @@ async def run_cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, s
     return done.returncode, done.stdout.decode(), done.stderr.decode()
 
 
+@pytest.mark.bound(90)  # seven command lines: fresh interpreters with FASTMCP_TASKS_TEST_EXEC=1
 async def test_a_token_reaches_an_authenticated_server() -> None:
     async with http_server(authed_cli_server()) as url:
         with anyio.fail_after(60):
