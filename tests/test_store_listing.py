@@ -185,15 +185,7 @@ def write_v1_file(path: Path, task: TaskRecord) -> None:
         conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
         conn.execute("PRAGMA user_version = 1")
         conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', 1)")
-        later = {
-            "app",
-            "gate",
-            "gate_limit",
-            "not_before",
-            "retries",
-            "dedupe_key",
-            "phase",
-        }  # v3-5
+        later = set(COLUMNS[COLUMNS.index("lease_expires") + 1 :])  # v1 ended there; v3-5 added
         row = dict(zip((*COLUMNS, "expires_at"), to_row(task), strict=True))
         v1 = {name: value for name, value in row.items() if name not in later}
         columns, values = ", ".join(v1), tuple(v1.values())
