@@ -6,8 +6,9 @@ are retained so memory cannot grow without bound. Active tasks are counted (in
 all and per owner) as they are created and end, so active caps cost O(1).
 Every method runs without an await between its read and its write, so on one
 event loop each is atomic: that is the compare-and-set the contract asks for.
-Finished tasks drop their arguments and input state, keeping a retained task
-small.
+Finished tasks drop their input state and keep their arguments (operators read
+them to understand or rerun a task). Histories, workers, pauses and the audit log
+are `memory_operations.MemoryOperations`.
 
 Records go in and out as copies (`_snapshot`, one positional constructor call):
 mutating a record passed to `create` or returned by any method never changes
@@ -42,12 +43,13 @@ from fastmcp_tasks.stores.base import (
 from fastmcp_tasks.stores.flow import DEFAULT_TOMBSTONE_RETENTION, Tombstone
 from fastmcp_tasks.stores.memory_flow import MemoryFlow
 from fastmcp_tasks.stores.memory_listing import MemoryListing, _snapshot
+from fastmcp_tasks.stores.memory_operations import MemoryOperations
 from fastmcp_tasks.wire.names import ACTIVE_STATUSES, TERMINAL_STATUSES, TaskStatus
 
 DEFAULT_MAX_TASKS = 100_000
 
 
-class MemoryTaskStore(MemoryListing):
+class MemoryTaskStore(MemoryListing, MemoryOperations):
     """A `TaskStore` held in this process's memory.
 
     Args:
@@ -77,6 +79,7 @@ class MemoryTaskStore(MemoryListing):
         self._expiry: list[tuple[float, str]] = []
         self._active = 0
         self._active_by_owner: dict[str, int] = {}
+        self._operations_init()
         # each feed subscriber, with the task ids and change kinds it follows (None: all)
         self._subscribers: dict[
             MemoryObjectSendStream[TaskChange], tuple[frozenset[str] | None, frozenset[str] | None]
@@ -148,6 +151,7 @@ class MemoryTaskStore(MemoryListing):
         expires_at = record.expires_at
         if expires_at is not None and expires_at <= time.time():
             del self._tasks[task_id]
+            self._forget_history(task_id)
             self._flow.bury(record, "expired", expires_at)
             return None
         return record
@@ -195,7 +199,6 @@ class MemoryTaskStore(MemoryListing):
             completed = status == "completed" and result is not None
             record.result_json = encode_result(result) if completed else None
             record.error = error if status == "failed" else None
-            record.arguments = None
             record.input_requests = None
             record.answers = None
             record.context = None
@@ -352,6 +355,7 @@ class MemoryTaskStore(MemoryListing):
             record = self._tasks.get(task_id)
             if record is not None and record.expires_at == expires_at:
                 del self._tasks[task_id]
+                self._forget_history(task_id)
                 self._flow.bury(record, "expired", expires_at)
                 removed += 1
         self._flow.prune(now)

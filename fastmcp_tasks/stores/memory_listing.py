@@ -38,6 +38,7 @@ class MemoryListing:
     if TYPE_CHECKING:
 
         def _live(self, task_id: str) -> TaskRecord | None: ...
+        def _forget_history(self, task_id: str) -> None: ...
 
     async def get_many(self, task_ids: list[str]) -> dict[str, TaskRecord]:
         """The live tasks among `task_ids`, by id (see `base.get_many`)."""
@@ -79,5 +80,6 @@ class MemoryListing:
         if not dry_run:
             now = time.time()
             for task_id in ended:  # their expiry-heap entries are skipped when they come up
+                self._forget_history(task_id)
                 self._flow.bury(self._tasks.pop(task_id), "purged", now)
         return len(ended)

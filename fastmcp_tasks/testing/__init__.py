@@ -21,7 +21,8 @@ the same tests the memory, SQLite and Redis stores pass::
 It needs pytest and anyio's pytest plugin (installed with anyio); tests run on
 asyncio (override the `anyio_backend` fixture for trio), each bounded by
 `anyio.fail_after(timeout)` (30 s). The parts are separate classes (`CoreContract`,
-`LeaseContract`, `PhaseContract`, `FeedContract`, `IsolationContract`, `CapsContract`)
+`LeaseContract`, `PhaseContract`, `FeedContract`, `IsolationContract`, `CapsContract`,
+`OperationsContract`)
 for a store that keeps only some of the contract. `PhaseContract` checks
 `TaskRecord.phase` and `attempts`, and `start_run` (`fastmcp_tasks.stores.phases`).
 `make_record` builds the tasks the tests use.
@@ -36,6 +37,7 @@ from fastmcp_tasks.testing.core import CoreContract
 from fastmcp_tasks.testing.feed import FeedContract
 from fastmcp_tasks.testing.isolation import IsolationContract
 from fastmcp_tasks.testing.leases import LeaseContract
+from fastmcp_tasks.testing.operations import OperationsContract
 from fastmcp_tasks.testing.phases import PhaseContract
 
 __all__ = [
@@ -45,6 +47,7 @@ __all__ = [
     "FeedContract",
     "IsolationContract",
     "LeaseContract",
+    "OperationsContract",
     "PhaseContract",
     "StoreContract",
     "make_record",
@@ -52,6 +55,12 @@ __all__ = [
 
 
 class StoreContract(
-    CoreContract, LeaseContract, PhaseContract, FeedContract, IsolationContract, CapsContract
+    CoreContract,
+    LeaseContract,
+    PhaseContract,
+    FeedContract,
+    IsolationContract,
+    CapsContract,
+    OperationsContract,
 ):
     """The whole `TaskStore` contract; subclass it and provide the `store` fixture."""

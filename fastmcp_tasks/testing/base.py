@@ -24,19 +24,21 @@ _counter = itertools.count()
 
 
 def make_record(*, retention_ms: int | None = 60_000, **fields: object) -> TaskRecord:
-    """A new `working` task (`task-N` ids, unique per process) with `fields` set."""
+    """A new `working` task (`task-N` ids, unique per process) with `fields` set (any field,
+    the defaults included, may be given)."""
     now = time.time()
-    return TaskRecord(
-        task_id=f"task-{next(_counter)}",
-        tool="tool",
-        status="working",
-        created_at=now,
-        updated_at=now,
-        arguments={"a": 1},
-        retention_ms=retention_ms,
-        poll_interval_ms=1000,
-        **fields,  # type: ignore[arg-type]
-    )
+    values: dict[str, object] = {
+        "task_id": f"task-{next(_counter)}",
+        "tool": "tool",
+        "status": "working",
+        "created_at": now,
+        "updated_at": now,
+        "arguments": {"a": 1},
+        "retention_ms": retention_ms,
+        "poll_interval_ms": 1000,
+    }
+    values.update(fields)
+    return TaskRecord(**values)  # type: ignore[arg-type]
 
 
 def _bounded(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
