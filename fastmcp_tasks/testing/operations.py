@@ -90,7 +90,9 @@ class OperationsContract(ContractBase):
         task = make_record()
         await store.create(task)
         now = time.time()
-        chatty = [(task.task_id, TaskEvent(now + i / 1000, "message", {"i": i})) for i in range(150)]
+        chatty = [
+            (task.task_id, TaskEvent(now + i / 1000, "message", {"i": i})) for i in range(150)
+        ]
         await ops.add_events(chatty)
         await ops.add_events([(task.task_id, TaskEvent(now + 1, "finished", {"outcome": "x"}))])
         got = await ops.events(task.task_id)
@@ -118,7 +120,8 @@ class OperationsContract(ContractBase):
         assert await ops.delete_finished([late.task_id]) == 1
         await ops.add_events([(late.task_id, TaskEvent(time.time(), "finished"))])
         assert await ops.events(late.task_id) == []
-        again = dataclasses.replace(make_record(), task_id=late.task_id)  # the id reused: a fresh, empty history
+        # the id reused: a fresh, empty history
+        again = dataclasses.replace(make_record(), task_id=late.task_id)
         await store.create(again)
         assert await ops.events(again.task_id) == []
 
