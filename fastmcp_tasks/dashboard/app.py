@@ -1,11 +1,12 @@
 """The dashboard's Starlette application: routes, the lazy start, and the actions.
 
-`build_app` wires one `Dashboard` (the store, its `TaskIndex`, the `BacklogSampler`
-and the `Hub`) to the routes of the design: pages, their JSON mirrors, the event
-stream, and the two actions. The hub starts on the first request, not in a lifespan:
-a dashboard mounted inside another application gets no lifespan of its own. A store
-the dashboard opened itself (it was given a URL) is closed on lifespan shutdown, or
-by `Dashboard.aclose()`; a store object it was given is never opened nor closed.
+`build_app` wires one `Dashboard` (`state`: the store, its `TaskIndex`, the
+`BacklogSampler` and the `Hub`) to the routes of the design: pages, their JSON
+mirrors, the event stream, and the two actions. The hub starts on the first request,
+not in a lifespan: a dashboard mounted inside another application gets no lifespan of
+its own. A store the dashboard opened itself (it was given a URL) is closed on
+lifespan shutdown, or by `Dashboard.aclose()`; a store object it was given is never
+opened nor closed.
 
 Actions go through the store calls the rest of the package uses: cancel is
 `store.request_cancel` (what `tasks/cancel` does; the process running the task hears
@@ -16,7 +17,6 @@ preview and `store.purge_finished(before)` with the same fixed cutoff to confirm
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import logging
@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import anyio
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import (
@@ -42,13 +41,11 @@ from starlette.staticfiles import StaticFiles
 from fastmcp_tasks.dashboard import boards, pages
 from fastmcp_tasks.dashboard.forms import parse_age, parse_cutoff, read_form
 from fastmcp_tasks.dashboard.html import login_page, message_page
-from fastmcp_tasks.dashboard.index import TaskIndex, TaskQuery
-from fastmcp_tasks.dashboard.live import Hub, stop
+from fastmcp_tasks.dashboard.index import TaskQuery
 from fastmcp_tasks.dashboard.security import COOKIE, Guard, Guarded, Refusal, request_headers
-from fastmcp_tasks.dashboard.stats import BacklogSampler
-from fastmcp_tasks.errors import ConfigurationError, InvalidTransition, StoreError
+from fastmcp_tasks.dashboard.state import Dashboard, open_store
+from fastmcp_tasks.errors import InvalidTransition, StoreError
 from fastmcp_tasks.server.engine.leases import CANCELLED_BEFORE_START
-from fastmcp_tasks.stores import store_from_url
 from fastmcp_tasks.stores.listing import ListableTaskStore
 
 STATIC = Path(__file__).parent / "static"
@@ -61,61 +58,6 @@ TITLES = {
     503: "Store unavailable",
 }
 log = logging.getLogger("fastmcp_tasks.dashboard")
-
-
-class Dashboard:
-    """One dashboard's state: the store, the index, the hub and the access policy."""
-
-    def __init__(self, store: ListableTaskStore, owns: bool, guard: Guard, lease_seconds: float):
-        self.store = store
-        self.owns = owns
-        self.guard = guard
-        self.lease_seconds = lease_seconds
-        self.index = TaskIndex(store)
-        self.sampler = BacklogSampler()
-        self.hub = Hub(store, self.index, self.sampler)
-        self._task: asyncio.Task[None] | None = None
-        self._opened = False
-        self._lock = anyio.Lock()
-
-    async def start(self) -> None:
-        """Open an owned store and start the hub, once (on the first request)."""
-        if self._task is not None:
-            return
-        async with self._lock:
-            if self._task is not None:
-                return
-            if self.owns and not self._opened:
-                await self.store.open()  # a StoreError here is a 503; the next request retries
-                self._opened = True
-            self._task = asyncio.get_running_loop().create_task(self.hub.run())
-
-    async def aclose(self) -> None:
-        """Stop the hub; close the store if the dashboard opened it."""
-        task, self._task = self._task, None
-        await stop(task)
-        if self.owns and self._opened:
-            self._opened = False
-            await self.store.close()
-
-
-def open_store(store_or_url: ListableTaskStore | str) -> tuple[ListableTaskStore, bool]:
-    """The store to show and whether the dashboard owns it (it was given a URL)."""
-    owns = isinstance(store_or_url, str)
-    if isinstance(store_or_url, str):
-        # an idle SQLite feed is read every 0.2 s, not 1 s: a change reaches the page
-        # well within a second after a quiet spell (5 cheap reads a second)
-        options = {"idle_poll_interval": 0.2} if store_or_url.startswith("sqlite:") else {}
-        store = store_from_url(store_or_url, **options)
-    else:
-        store = store_or_url
-    if not isinstance(store, ListableTaskStore):
-        scheme = getattr(store, "scheme", type(store).__name__)
-        raise ConfigurationError(
-            f"the dashboard needs a store that can list tasks (ListableTaskStore); "
-            f"the {scheme} store cannot"
-        )
-    return store, owns
 
 
 def build_app(
