@@ -135,3 +135,33 @@ def test_loopback_is_recognised(host: str) -> None:
     from fastmcp_tasks.cli.ui import is_loopback
 
     assert is_loopback(host) == (host in ("127.0.0.1", "localhost", "::1"))
+
+
+def test_ui_serves_labelled_tokens_from_a_file(tmp_path: Path) -> None:
+    """`--token-file` (`label:token` lines) and `--read-only-label`: each token is its
+    label's session, a viewer's pages have no form; a bad file or an unknown label
+    exits 2 before serving."""
+    url = f"sqlite:///{tmp_path / 'tasks.db'}"
+    anyio.run(_populate, url)
+    tokens = tmp_path / "tokens"
+    tokens.write_text("# who may use it\nalice:alice-secret\nviewer:viewer-secret\n")
+    bad = tmp_path / "bad"
+    bad.write_text("alice\n")
+    refused = _run("--url", url, "--token-file", str(bad), env=_env())
+    assert refused.returncode == 2 and "line 1" in refused.stderr
+    unknown = _run(
+        "--url", url, "--token-file", str(tokens), "--read-only-label", "bob", env=_env()
+    )
+    assert unknown.returncode == 2 and "bob" in unknown.stderr
+    env = _env(FASTMCP_TASKS_UI_TOKEN_FILE=str(tokens))
+    process, base = _serve("--url", url, "--port", "0", "--read-only-label", "viewer", env=env)
+    try:
+        with httpx.Client(base_url=base, timeout=10) as http:
+            assert http.get("/tasks").status_code == 401
+            alice = http.get("/tasks", headers={"Authorization": "Bearer alice-secret"})
+            assert alice.status_code == 200 and 'data-read-only="false"' in alice.text
+            viewer = http.get("/tasks", headers={"Authorization": "Bearer viewer-secret"})
+            assert viewer.status_code == 200 and 'method="post"' not in viewer.text
+    finally:
+        err = _stop(process)
+    assert "alice-secret" not in err

@@ -2,17 +2,18 @@
 
     from fastmcp_tasks.dashboard import app
     dashboard = app("sqlite:///tasks.db", token="...")     # or app(extension.store)
+    dashboard = app(url, tokens={"alice": "...", "bob": "..."}, read_only_labels=["bob"])
 
 `fastmcp-tasks ui` serves it with uvicorn; a server can also mount it beside its MCP
 endpoint, which is how a `memory://` store is seen. The parts: routes and the lazy
 start in `dashboard.app` (the module), HTML in `pages`, `boards` and `html`, the live
-hub in `live`, the access policy in `security`; the data (index, summaries,
+hub in `live`, the access policy in `security` and `tokens`; the data (index, summaries,
 statistics, charts, workers) in `index`, `summary`, `stats`, `charts`, `workers`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from starlette.applications import Starlette
 
@@ -24,7 +25,9 @@ def app(
     store_or_url: ListableTaskStore | str,
     *,
     token: str | None = None,
+    tokens: Mapping[str, str] | None = None,
     read_only: bool = False,
+    read_only_labels: Iterable[str] = (),
     allowed_hosts: Iterable[str] | None = None,
     lease_seconds: float = 30.0,
     cookie_name: str = "fastmcp_tasks_ui",
@@ -41,12 +44,14 @@ def app(
 
     Security model:
 
-    - **Token.** With `token` set, every page, JSON API call, the event stream and
-      every action needs it: `Authorization: Bearer TOKEN`, or the session cookie
+    - **Tokens.** With `tokens` (labelled: `{"alice": "...", "bob": "..."}`) or
+      `token` (labelled `operator`) set, every page, JSON API call, the event stream
+      and every action needs one: `Authorization: Bearer TOKEN`, or the session cookie
       `cookie_name` (HttpOnly, SameSite=Strict, `Path` the app's mount point, holding
-      an HMAC of the token, not the token) set by opening any page with
-      `?token=TOKEN` (answered by a redirect to the same URL without it) or by the
-      login form (`POST /login`).
+      the label and an HMAC of label and token, not the token) set by opening any page
+      with `?token=TOKEN` (answered by a redirect to the same URL without it) or by
+      the login form (`POST /login`). The label of the token a request carries is
+      who acts (`dashboard` on a dashboard without tokens).
       Without the token, pages answer 401 with the login form and the API, the event
       stream and actions 401 JSON. Comparisons are constant time. Our static CSS and
       JS are served to anyone. The token is never logged by the dashboard (a `?token=`
@@ -59,8 +64,9 @@ def app(
       `name:port`); any other Host gets 400. Default: any (a mounted app is reached
       by whatever names its server has; pass them). `fastmcp-tasks ui` on a loopback
       address allows only `127.0.0.1`, `localhost` and `[::1]` with its port.
-    - **Read-only.** `read_only=True` renders no action (no POST form on any page)
-      and answers every POST with 403.
+    - **Read-only.** `read_only=True`, or a label among `read_only_labels` (a
+      viewer's role), renders no action (no POST form on any page) and answers every
+      POST with 403.
     - **Headers.** Every response carries `Content-Security-Policy: default-src
       'self'` (no inline script or style, `frame-ancestors 'none'`),
       `X-Frame-Options: DENY`, `Referrer-Policy: same-origin`,
@@ -76,8 +82,10 @@ def app(
 
     Args:
         store_or_url: a listable store object, or a store URL the app opens itself.
-        token: the shared secret every request must carry (default: none).
-        read_only: show everything, change nothing.
+        token: a shared secret every request may carry, labelled `operator`.
+        tokens: labelled secrets, `{label: token}` (labels: letters, digits, `_.@+-`).
+        read_only: show everything, change nothing (every label).
+        read_only_labels: labels of `tokens` that may look but not act.
         allowed_hosts: the `Host` header values accepted (default: any).
         lease_seconds: the servers' lease duration (30 s by default, as
             `TasksExtension`'s): heartbeat age is `now - (lease_expires - lease_seconds)`.
@@ -85,12 +93,15 @@ def app(
             two dashboards on one host keep their own sessions).
 
     Raises:
-        ConfigurationError: an unknown URL, or a store that cannot list tasks.
+        ConfigurationError: an unknown URL, a store that cannot list tasks, or tokens
+            that cannot work (an empty one, one shared by two labels, a bad label).
     """
     return build_app(
         store_or_url,
         token=token,
+        tokens=tokens,
         read_only=read_only,
+        read_only_labels=read_only_labels,
         allowed_hosts=None if allowed_hosts is None else list(allowed_hosts),
         lease_seconds=lease_seconds,
         cookie_name=cookie_name,

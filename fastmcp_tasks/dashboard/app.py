@@ -21,7 +21,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -42,7 +42,14 @@ from fastmcp_tasks.dashboard import boards, pages
 from fastmcp_tasks.dashboard.forms import parse_age, parse_cutoff, read_form
 from fastmcp_tasks.dashboard.html import login_page, message_page
 from fastmcp_tasks.dashboard.index import TaskQuery
-from fastmcp_tasks.dashboard.security import COOKIE, Guard, Guarded, Refusal, request_headers
+from fastmcp_tasks.dashboard.security import (
+    COOKIE,
+    Guard,
+    Guarded,
+    Refusal,
+    request_headers,
+    request_identity,
+)
 from fastmcp_tasks.dashboard.state import Dashboard, open_store
 from fastmcp_tasks.errors import InvalidTransition, StoreError
 from fastmcp_tasks.server.engine.leases import CANCELLED_BEFORE_START
@@ -64,24 +71,34 @@ def build_app(
     store_or_url: ListableTaskStore | str,
     *,
     token: str | None = None,
+    tokens: Mapping[str, str] | None = None,
     read_only: bool = False,
+    read_only_labels: Iterable[str] = (),
     allowed_hosts: list[str] | None = None,
     lease_seconds: float = 30.0,
     cookie_name: str = COOKIE,
 ) -> Starlette:
     """The dashboard application (see `fastmcp_tasks.dashboard.app`)."""
+    guard = Guard(
+        token,
+        tokens=tokens,
+        read_only=read_only,
+        read_only_labels=read_only_labels,
+        allowed_hosts=allowed_hosts,
+        cookie_name=cookie_name,
+    )
     store, owns = open_store(store_or_url)
-    guard = Guard(token, read_only=read_only, allowed_hosts=allowed_hosts, cookie_name=cookie_name)
     dash = Dashboard(store, owns, guard, lease_seconds)
 
     def root(request: Request) -> str:
         return str(request.scope.get("root_path", ""))
 
     def view(request: Request) -> pages.View:
+        who = request_identity(request.scope)
         return pages.View(
             root=root(request),
-            read_only=guard.read_only,
-            csrf=guard.csrf_token(),
+            read_only=who.read_only,
+            csrf=guard.csrf_token(who.label),
             now=time.time(),
             lease_seconds=lease_seconds,
             live=dash.hub.state,
@@ -95,7 +112,8 @@ def build_app(
         if wants_json(request):
             return JSONResponse({"error": message}, status)
         title = TITLES.get(status, "Error")
-        html = message_page(title, message, root=root(request), read_only=guard.read_only)
+        read_only = request_identity(request.scope).read_only
+        html = message_page(title, message, root=root(request), read_only=read_only)
         return HTMLResponse(html, status)
 
     Handler = Callable[[Request], Awaitable[Response]]
@@ -128,7 +146,7 @@ def build_app(
 
     async def post_form(request: Request) -> dict[str, str]:
         form = await read_form(request)
-        guard.check_post(request_headers(request.scope), form)
+        guard.check_post(request_headers(request.scope), form, request_identity(request.scope))
         return form
 
     async def record_or_404(task_id: str) -> Any:
@@ -247,7 +265,7 @@ def build_app(
         return login_page(str(scope.get("root_path", "")), message, next_url, guard.csrf_token())
 
     async def login_get(request: Request) -> Response:
-        if guard.authenticated(request_headers(request.scope)):
+        if guard.identify(request_headers(request.scope)) is not None:
             return RedirectResponse(f"{root(request)}/", 303)
         return HTMLResponse(login_html(request.scope, "This dashboard needs its token."), 401)
 
@@ -256,7 +274,8 @@ def build_app(
         guard.check_origin(request_headers(request.scope))
         if not guard.has_token:
             return RedirectResponse(f"{root(request)}/", 303)
-        if not guard.token_matches(form.get("token")):
+        label = guard.token_label(form.get("token"))
+        if label is None:
             html = login_page(root(request), "That token is not right.", "", guard.csrf_token())
             return HTMLResponse(html, 401)
         target = form.get("next", "")
@@ -264,7 +283,7 @@ def build_app(
         if not target.startswith(here) or target.startswith("//"):
             target = here  # only back into the dashboard, never elsewhere
         response = RedirectResponse(target, 303)
-        response.headers["set-cookie"] = guard.cookie_header(root(request))
+        response.headers["set-cookie"] = guard.cookie_header(label, root(request))
         return response
 
     routes = [

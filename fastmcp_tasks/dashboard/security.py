@@ -4,22 +4,25 @@
 request-wide part of it to every request before any route runs:
 
 - Host allowlist (DNS rebinding): a request whose `Host` is not allowed gets 400.
-- Token: with a token set, every page, API call, the event stream and every action needs
-  it, as `Authorization: Bearer TOKEN` or as the session cookie `fastmcp_tasks_ui`
+- Tokens: with tokens set (labelled ones, or one `token` labelled `operator`:
+  `tokens`), every page, API call, the event stream and every action needs one, as
+  `Authorization: Bearer TOKEN` or as the session cookie `fastmcp_tasks_ui`
   (HttpOnly, SameSite=Strict) that a valid `?token=TOKEN` on any GET or `POST /login`
-  sets. The cookie holds an HMAC of the token under a per-app random secret, never the
-  token itself; every comparison is `hmac.compare_digest`. Static assets (our own CSS
-  and JS) are served without it, so the login page is styled.
+  sets. The cookie holds the token's label and an HMAC of label and token under a
+  per-app random secret, never the token itself; every comparison is constant time.
+  The label the request's token has is its `Identity` (`request_identity`): who the
+  audit log says acted, and whether that role may act at all. Static assets (our own
+  CSS and JS) are served without a token, so the login page is styled.
 - Security headers on every response: a CSP of `default-src 'self'` (no inline script
   or style; `frame-ancestors 'none'`), `X-Frame-Options: DENY`, `Referrer-Policy:
   same-origin` (a browser then sends the real `Origin` on our own forms),
   `X-Content-Type-Options: nosniff`, `Cache-Control: no-store`.
 
 The per-action part runs in the POST routes (`Guard.check_post`, after the form is
-read): read-only refuses every POST with 403; a POST is refused when `Sec-Fetch-Site`
-is `cross-site` or an `Origin` header does not match `Host`, and needs the form field
-`csrf`, an HMAC of the per-app secret (and of the token, when one is set). The token
-is never logged: the query string holding it is rewritten away by a redirect at once.
+read): a read-only dashboard or role refuses every POST with 403; a POST is refused
+when `Sec-Fetch-Site` is `cross-site` or an `Origin` header does not match `Host`, and
+needs the form field `csrf`, an HMAC of the per-app secret, the label and its token.
+A token is never logged: the query string holding it is rewritten away by a redirect.
 """
 
 from __future__ import annotations
@@ -30,14 +33,18 @@ import json
 import logging
 import re
 import secrets
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from http.cookies import SimpleCookie
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from fastmcp_tasks.dashboard.tokens import ANONYMOUS, Credentials, Identity
+
 COOKIE = "fastmcp_tasks_ui"
+#: The ASGI scope key holding the request's `Identity` (set by `Guarded`).
+IDENTITY = "fastmcp_tasks.identity"
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "connect-src 'self'; base-uri 'self'; form-action 'self'; frame-ancestors 'none'"
@@ -76,11 +83,13 @@ class Guard:
         self,
         token: str | None,
         *,
+        tokens: Mapping[str, str] | None = None,
         read_only: bool = False,
+        read_only_labels: Iterable[str] = (),
         allowed_hosts: Iterable[str] | None = None,
         cookie_name: str = COOKIE,
     ) -> None:
-        self._token = token or None
+        self.credentials = Credentials(token, tokens, read_only_labels)
         self.read_only = read_only
         self.cookie_name = cookie_name
         self.allowed_hosts = (
@@ -94,10 +103,10 @@ class Guard:
 
     @property
     def has_token(self) -> bool:
-        return self._token is not None
+        return bool(self.credentials)
 
-    def _mac(self, purpose: str) -> str:
-        message = f"{purpose}\0{self._token or ''}".encode()
+    def _mac(self, purpose: str, label: str) -> str:
+        message = f"{purpose}\0{label}\0{self.credentials.secret(label)}".encode()
         return hmac.new(self._secret, message, hashlib.sha256).hexdigest()
 
     # --- checks -------------------------------------------------------------------------
@@ -111,36 +120,56 @@ class Guard:
             return False  # not `name[:port]`: e.g. `127.0.0.1:8765:1`
         return parsed.group(0) in self.allowed_hosts or parsed.group(1) in self._any_port
 
+    def token_label(self, given: str | None) -> str | None:
+        """The label of the token `given` is, or `None` (constant time: `tokens`)."""
+        return self.credentials.match(given)
+
     def token_matches(self, given: str | None) -> bool:
-        if self._token is None or given is None:
-            return False
-        return hmac.compare_digest(given.encode(), self._token.encode())
+        return self.token_label(given) is not None
 
-    def session_value(self) -> str:
-        """What the session cookie holds: an HMAC of the token, not the token."""
-        return self._mac("session")
+    def identity(self, label: str) -> Identity:
+        """The identity of `label`: read-only when the dashboard or its role is."""
+        return self.credentials.identity(label, read_only=self.read_only)
 
-    def authenticated(self, headers: dict[str, str]) -> bool:
-        """Whether a request carries the token (header or cookie); always, without one."""
-        if self._token is None:
-            return True
+    def session_value(self, label: str) -> str:
+        """What the session cookie holds: the label and an HMAC of its token, not the token."""
+        return f"{label}.{self._mac('session', label)}"
+
+    def identify(self, headers: dict[str, str]) -> Identity | None:
+        """Who a request is (its token, as a Bearer header or the session cookie), or `None`
+        when it carries none; everyone is `ANONYMOUS` on a dashboard without tokens."""
+        if not self.has_token:
+            return self.identity(ANONYMOUS)
         authorization = headers.get("authorization", "")
         scheme, _, credentials = authorization.partition(" ")
-        if scheme.lower() == "bearer" and self.token_matches(credentials.strip()):
-            return True
+        if scheme.lower() == "bearer":
+            label = self.token_label(credentials.strip())
+            if label is not None:
+                return self.identity(label)
         cookies = SimpleCookie()
         try:
             cookies.load(headers.get("cookie", ""))
         except Exception:  # a malformed cookie header is no session
-            return False
+            return None
         morsel = cookies.get(self.cookie_name)
-        return morsel is not None and hmac.compare_digest(
-            morsel.value.encode(), self.session_value().encode()
-        )
+        if morsel is None:
+            return None
+        label, _, _ = morsel.value.rpartition(".")
+        if label not in self.credentials.labels:
+            return None
+        expected = self.session_value(label)
+        if not hmac.compare_digest(morsel.value.encode(), expected.encode()):
+            return None
+        return self.identity(label)
 
-    def csrf_token(self) -> str:
-        """The token every POST form carries (field `csrf`)."""
-        return self._mac("csrf")
+    def authenticated(self, headers: dict[str, str]) -> bool:
+        """Whether a request carries a token (header or cookie); always, without one."""
+        return self.identify(headers) is not None
+
+    def csrf_token(self, label: str = "") -> str:
+        """The token every POST form of `label`'s pages carries (field `csrf`); the login
+        form's is `label` ""."""
+        return self._mac("csrf", label)
 
     def check_origin(self, headers: dict[str, str]) -> None:
         """Refuse a cross-site request (`Sec-Fetch-Site`, `Origin` not matching `Host`)."""
@@ -155,21 +184,22 @@ class Guard:
             if netloc != headers.get("host", "").lower():
                 raise Refusal(403, "Refused: the Origin header does not match this server.")
 
-    def check_post(self, headers: dict[str, str], form: dict[str, str]) -> None:
-        """The checks of a state-changing request, after its form is read."""
-        if self.read_only:
+    def check_post(self, headers: dict[str, str], form: dict[str, str], who: Identity) -> None:
+        """The checks of a state-changing request by `who`, after its form is read."""
+        if who.read_only:
             raise Refusal(403, "This dashboard is read-only: actions are turned off.")
         self.check_origin(headers)
         given = form.get("csrf", "")
-        if not given or not hmac.compare_digest(given.encode(), self.csrf_token().encode()):
+        expected = self.csrf_token(who.label)
+        if not given or not hmac.compare_digest(given.encode(), expected.encode()):
             raise Refusal(
                 403, "Refused: the form's CSRF token is missing or wrong; reload the page."
             )
 
-    def cookie_header(self, root: str = "") -> str:
-        """The session cookie, for the paths under the app's `root` (its mount point)."""
+    def cookie_header(self, label: str, root: str = "") -> str:
+        """`label`'s session cookie, for the paths under the app's `root` (its mount point)."""
         path = quote(root or "/", safe="/")
-        value = self.session_value()
+        value = self.session_value(label)
         return f"{self.cookie_name}={value}; Path={path}; HttpOnly; SameSite=Strict"
 
 
@@ -180,6 +210,13 @@ def _headers(scope: Scope) -> dict[str, str]:
 def request_headers(scope: Scope) -> dict[str, str]:
     """A request's headers by lower-case name (the last one of a repeated name)."""
     return _headers(scope)
+
+
+def request_identity(scope: Scope) -> Identity:
+    """Who made the request, as `Guarded` found (a read-only nobody when it did not run:
+    `/login` without a session)."""
+    who = scope.get(IDENTITY)
+    return who if isinstance(who, Identity) else Identity(ANONYMOUS, True)
 
 
 async def _answer(
@@ -219,14 +256,16 @@ class Guarded:
         path: str = scope.get("path", "")
         root = scope.get("root_path", "")
         route = path[len(root) :] if root and path.startswith(root) else path
+        who = guard.identify(headers)
         if guard.has_token and not route.startswith("/static/") and route != "/login":
             query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
             if scope["method"] == "GET" and "token" in query:
                 await self._login_by_query(scope, send, query, path)
                 return
-            if not guard.authenticated(headers):
+            if who is None:
                 await self._refuse(scope, send, route)
                 return
+        scope[IDENTITY] = who  # `request_identity`: who acts, and whether they may
 
         started = False
 
@@ -250,14 +289,14 @@ class Guarded:
     async def _login_by_query(
         self, scope: Scope, send: Send, query: dict[str, str], path: str
     ) -> None:
-        token = query.pop("token")
-        if not self.guard.token_matches(token):
+        label = self.guard.token_label(query.pop("token"))
+        if label is None:
             await self._refuse(scope, send, path, "That token is not right.")
             return
         # one leading slash (`//host/x` would be another site), the rest percent-quoted
         location = quote("/" + path.lstrip("/"), safe="/:@!$&'()*+,;=~")
         location += f"?{urlencode(query)}" if query else ""
-        cookie = self.guard.cookie_header(str(scope.get("root_path", "")))
+        cookie = self.guard.cookie_header(label, str(scope.get("root_path", "")))
         extra = [(b"location", location.encode()), (b"set-cookie", cookie.encode())]
         await _answer(send, 303, b"", "text/plain; charset=utf-8", extra)
 
@@ -273,9 +312,12 @@ class Guarded:
 
 __all__ = [
     "COOKIE",
+    "IDENTITY",
     "Guard",
     "Guarded",
+    "Identity",
     "Refusal",
     "loopback_hosts",
     "request_headers",
+    "request_identity",
 ]
