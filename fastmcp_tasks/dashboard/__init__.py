@@ -6,9 +6,11 @@
 
 `fastmcp-tasks ui` serves it with uvicorn; a server can also mount it beside its MCP
 endpoint, which is how a `memory://` store is seen. The parts: routes and the lazy
-start in `dashboard.app` (the module), HTML in `pages`, `boards` and `html`, the live
-hub in `live`, the access policy in `security` and `tokens`; the data (index, summaries,
-statistics, charts, workers) in `index`, `summary`, `stats`, `charts`, `workers`.
+start in `dashboard.app` (the module), the operator routes in `operations`, HTML in
+`pages`, `boards`, `ops_pages`, `worker_pages` and `html`, the live hub in `live`,
+the access policy in `security` and `tokens`; the data (index, summaries, statistics,
+charts, workers, the registry, queues, histories, previewed selections) in `index`,
+`summary`, `stats`, `charts`, `workers`, `registry`, `queues`, `history`, `selections`.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ def app(
       the label and an HMAC of label and token, not the token) set by opening any page
       with `?token=TOKEN` (answered by a redirect to the same URL without it) or by
       the login form (`POST /login`). The label of the token a request carries is
-      who acts (`dashboard` on a dashboard without tokens).
+      who acts: the audit log's actor (`dashboard` on a dashboard without tokens).
       Without the token, pages answer 401 with the login form and the API, the event
       stream and actions 401 JSON. Comparisons are constant time. Our static CSS and
       JS are served to anyone. The token is never logged by the dashboard (a `?token=`
@@ -74,11 +76,17 @@ def app(
       included). Pages use no CDN, font or other outside resource. Every POST body is
       read to 16 KiB at most (413 past it), `/login`'s too.
 
-    Actions go through the same store calls as the CLI and the task methods: cancel
-    is `store.request_cancel` (the process running the task ends it `cancelled`; a
-    task nobody runs yet ends at once, as `tasks/cancel` does), purge previews with
-    `store.purge_finished(before, dry_run=True)` and confirms with the same fixed
-    cutoff, `store.purge_finished(before)`.
+    Actions go through `fastmcp_tasks.actions`, as the CLI's, each audited with the
+    acting label: cancel is `actions.cancel_tasks` (the process running the task ends
+    it `cancelled`, "by an operator"; a task nobody runs yet ends at once, as
+    `tasks/cancel` does), purge previews with `store.purge_finished(before,
+    dry_run=True)` and confirms with the same fixed cutoff (`actions.purge_before`).
+    "Cancel matching…" / "Purge matching…" act on the task list's filters: a preview
+    counts them and keeps their ids for 10 minutes, and the confirmation acts on
+    exactly those. On a store that keeps operator records (`stores.operations`) the
+    dashboard also shows each task's history, the registered workers, warnings when
+    queued tasks have no live worker able to run them, per-tool pause / resume
+    (`/queues`) and the audit log (`/audit`).
 
     Args:
         store_or_url: a listable store object, or a store URL the app opens itself.

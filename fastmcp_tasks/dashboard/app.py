@@ -2,17 +2,20 @@
 
 `build_app` wires one `Dashboard` (`state`: the store, its `TaskIndex`, the
 `BacklogSampler` and the `Hub`) to the routes of the design: pages, their JSON
-mirrors, the event stream, and the two actions. The hub starts on the first request,
-not in a lifespan: a dashboard mounted inside another application gets no lifespan of
-its own. A store the dashboard opened itself (it was given a URL) is closed on
-lifespan shutdown, or by `Dashboard.aclose()`; a store object it was given is never
-opened nor closed.
+mirrors, the event stream, the cancel and purge-by-age actions, and the operator
+routes of `operations` (history, workers, queues and pauses, bulk actions, the audit
+log). The hub starts on the first request, not in a lifespan: a dashboard mounted
+inside another application gets no lifespan of its own. A store the dashboard opened
+itself (it was given a URL) is closed on lifespan shutdown, or by
+`Dashboard.aclose()`; a store object it was given is never opened nor closed.
 
-Actions go through the store calls the rest of the package uses: cancel is
-`store.request_cancel` (what `tasks/cancel` does; the process running the task hears
-it on the feed and ends it `cancelled`, and a task nobody runs yet ends at once, as
-the handler does), purge is `store.purge_finished(before, dry_run=True)` for the
-preview and `store.purge_finished(before)` with the same fixed cutoff to confirm.
+Actions go through `fastmcp_tasks.actions`, audited with the label of the request's
+token as the actor: cancel is `actions.cancel_tasks` (a `cancel_requested` event
+naming the operator, then `store.request_cancel`, what `tasks/cancel` does; the
+process running the task hears it on the feed and ends it `cancelled`, and a task
+nobody runs yet ends at once, as the handler does), purge previews with
+`store.purge_finished(before, dry_run=True)` and confirms with the same fixed cutoff,
+`actions.purge_before`.
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from fastmcp_tasks.dashboard import boards, pages
+from fastmcp_tasks import actions
+from fastmcp_tasks.dashboard import boards, operations, pages
 from fastmcp_tasks.dashboard.forms import parse_age, parse_cutoff, read_form
 from fastmcp_tasks.dashboard.html import login_page, message_page
 from fastmcp_tasks.dashboard.index import TaskQuery
@@ -50,9 +54,9 @@ from fastmcp_tasks.dashboard.security import (
     request_headers,
     request_identity,
 )
+from fastmcp_tasks.dashboard.selections import Selections
 from fastmcp_tasks.dashboard.state import Dashboard, open_store
-from fastmcp_tasks.errors import InvalidTransition, StoreError
-from fastmcp_tasks.server.engine.leases import CANCELLED_BEFORE_START
+from fastmcp_tasks.errors import StoreError
 from fastmcp_tasks.stores.listing import ListableTaskStore
 
 STATIC = Path(__file__).parent / "static"
@@ -60,6 +64,7 @@ TITLES = {
     400: "Bad request",
     403: "Refused",
     404: "Not found",
+    410: "No longer there",
     413: "Too large",
     500: "Dashboard error",
     503: "Store unavailable",
@@ -155,23 +160,38 @@ def build_app(
             raise Refusal(404, await pages.missing_text(store, task_id))
         return record
 
+    kit = operations.Kit(
+        store=store,
+        index=dash.index,
+        hub=dash.hub,
+        lease_seconds=lease_seconds,
+        selections=Selections(),
+        route=route,
+        view=view,
+        post_form=post_form,
+        record_or_404=record_or_404,
+    )
+
     # --- pages -------------------------------------------------------------------------
 
     async def overview(request: Request) -> Response:
-        return HTMLResponse(boards.overview_page(view(request), dash.index, dash.sampler))
+        v = view(request)
+        alerts = await operations.overview_alerts(kit, v.now)
+        return HTMLResponse(boards.overview_page(v, dash.index, dash.sampler, notices=alerts))
 
     async def tasks(request: Request) -> Response:
         query = query_of(request)
         found = await dash.index.page(query)
-        return HTMLResponse(pages.tasks_page(view(request), dash.index, query, found))
+        v = view(request)
+        bulk = operations.bulk_html(kit, v, query)
+        return HTMLResponse(pages.tasks_page(v, dash.index, query, found, bulk=bulk))
 
     async def detail(request: Request) -> Response:
         record = await record_or_404(request.path_params["task_id"])
         previous = dash.index.get(record.task_id)
-        return HTMLResponse(pages.detail_page(view(request), record, previous))
-
-    async def workers(request: Request) -> Response:
-        return HTMLResponse(boards.workers_page(view(request), dash.index))
+        v = view(request)
+        history = await operations.history_html(kit, record, v.now)
+        return HTMLResponse(pages.detail_page(v, record, previous, history=history))
 
     # --- JSON --------------------------------------------------------------------------
 
@@ -186,9 +206,6 @@ def build_app(
 
     async def api_overview(request: Request) -> Response:
         return JSONResponse(boards.overview_json(dash.index, dash.sampler, time.time()))
-
-    async def api_workers(request: Request) -> Response:
-        return JSONResponse(boards.workers_json(dash.index, time.time(), lease_seconds))
 
     async def events(request: Request) -> Response:
         kind = request.query_params.get("page", "tasks")
@@ -224,15 +241,12 @@ def build_app(
     async def cancel(request: Request) -> Response:
         await post_form(request)
         task_id = request.path_params["task_id"]
-        record = await store.request_cancel(task_id)
-        if record is None:
+        report = await actions.cancel_tasks(store, [task_id], operations.actor(request))
+        if report.missing:
             raise Refusal(404, await pages.missing_text(store, task_id))
-        if record.is_active and record.lease_owner is None:
-            # nobody runs it to hear the request: it ends now (what tasks/cancel does)
-            with contextlib.suppress(InvalidTransition):  # a worker ended it meanwhile:
-                await store.transition(  # the page shows the task as it now is
-                    task_id, "cancelled", status_message=CANCELLED_BEFORE_START
-                )
+        # nobody runs it to hear the request: it ends now (what tasks/cancel does); a
+        # worker that ended it meanwhile wins, and the page shows the task as it now is
+        await operations.end_unclaimed(store, [task_id])
         dash.hub.publish(await dash.index.refresh([task_id]))  # to every open page
         return RedirectResponse(f"{root(request)}/tasks/{quote(task_id, safe='')}", 303)
 
@@ -252,7 +266,7 @@ def build_app(
             before = parse_cutoff(form.get("before", ""))
         except ValueError as exc:
             raise Refusal(400, str(exc)) from None
-        removed = await store.purge_finished(before)
+        removed = await actions.purge_before(store, before, operations.actor(request))
         dash.hub.publish(await dash.index.reload())  # the open lists hear what is gone
         return HTMLResponse(pages.purge_result_page(view(request), before, removed))
 
@@ -291,16 +305,15 @@ def build_app(
         Route("/tasks", route(tasks), methods=["GET"]),
         Route("/tasks/{task_id}", route(detail), methods=["GET"]),
         Route("/tasks/{task_id}/cancel", route(cancel), methods=["POST"]),
-        Route("/workers", route(workers), methods=["GET"]),
         Route("/events", route(events), methods=["GET"]),
         Route("/api/tasks", route(api_tasks), methods=["GET"]),
         Route("/api/tasks/{task_id}", route(api_task), methods=["GET"]),
         Route("/api/overview", route(api_overview), methods=["GET"]),
-        Route("/api/workers", route(api_workers), methods=["GET"]),
         Route("/purge/preview", route(purge_preview), methods=["POST"]),
         Route("/purge", route(purge), methods=["POST"]),
         Route("/login", route(login_get), methods=["GET"]),
         Route("/login", route(login_post), methods=["POST"]),
+        *operations.operation_routes(kit),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
 

@@ -1,9 +1,9 @@
-"""The overview and workers pages, and their JSON (`/api/overview`, `/api/workers`).
+"""The overview page and its JSON (`/api/overview`).
 
 The overview shows the live counts, the two charts of `charts` (fixed viewBox: no
 layout shift), the per-tool table (tasks, failure rate, duration percentiles), the
 slowest running tasks and the longest waiting `input_required` ones. The workers page
-lists the processes holding leases (`workers.workers`), stale leases highlighted.
+is `worker_pages` (the registry merged with the lease holders, `registry`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from fastmcp_tasks.dashboard.html import counts_box, esc, span
 from fastmcp_tasks.dashboard.index import TaskIndex
 from fastmcp_tasks.dashboard.pages import View
 from fastmcp_tasks.dashboard.stats import BacklogSampler, Ranked, overview
-from fastmcp_tasks.dashboard.workers import WorkerRow, workers
 
 SLOW = "Nothing running."
 WAIT = "Nothing waits for input."
@@ -45,7 +44,7 @@ def _ranked(element_id: str, title: str, rows: list[Ranked], what: str, empty: s
     )
 
 
-def overview_page(v: View, index: TaskIndex, sampler: BacklogSampler) -> str:
+def overview_page(v: View, index: TaskIndex, sampler: BacklogSampler, *, notices: str = "") -> str:
     o = overview(index, sampler, v.now)
     tool_rows = "".join(
         f'<tr data-tool="{esc(t.tool)}"><th scope="row">{esc(t.tool)}</th>'
@@ -62,7 +61,7 @@ def overview_page(v: View, index: TaskIndex, sampler: BacklogSampler) -> str:
     tool_head = "".join(f'<th scope="col" class="num">{h}</th>' for h in heads)
     loading = "" if o.loaded else '<p class="notice">Reading the store…</p>'
     body = (
-        f"<h1>Overview</h1>{loading}"
+        f"<h1>Overview</h1>{loading}{notices}"
         f"{counts_box(o.counts if o.loaded else None)}"
         '<div class="charts">'
         '<figure class="chart"><figcaption>Created and finished per '
@@ -85,45 +84,4 @@ def overview_json(index: TaskIndex, sampler: BacklogSampler, now: float) -> dict
     return overview(index, sampler, now).to_json()
 
 
-def _worker_row(w: WorkerRow, now: float) -> str:
-    tasks = ", ".join(t.task_id for t in w.tasks[:5]) + (" …" if len(w.tasks) > 5 else "")
-    tools = sorted({t.tool for t in w.tasks})
-    beat = "-" if w.heartbeat_age is None else f"{span(w.heartbeat_age)} ago"
-    stale = ' data-stale="true" class="stale"' if w.stale else ' data-stale="false"'
-    label = " (stale)" if w.stale else ""
-    beat += " · stale" if w.stale else ""  # said in words where it shows, not by colour only
-    return (
-        f'<tr data-worker="{esc(w.owner)}"{stale}>'
-        f'<th scope="row" data-field="owner" title="{esc(w.owner)}"><code>{esc(w.owner)}</code>'
-        f"{esc(label)}</th>"
-        f'<td data-field="host">{esc(w.host)}</td>'
-        f'<td data-field="pid" class="num">{esc(w.pid if w.pid is not None else "-")}</td>'
-        f'<td data-field="tasks" class="num" title="{esc(tasks)}">{len(w.tasks)}</td>'
-        f'<td data-field="tools">{esc(", ".join(tools))}</td>'
-        f'<td data-field="heartbeat" class="num">{esc(beat)}</td></tr>'
-    )
-
-
-def workers_page(v: View, index: TaskIndex) -> str:
-    rows = workers(index, v.now, v.lease_seconds)
-    body_rows = "".join(_worker_row(w, v.now) for w in rows)
-    if not body_rows:
-        body_rows = '<tr class="empty"><td colspan="6">No process holds a lease.</td></tr>'
-    heads = ("process", "host", "pid", "tasks", "tools", "heartbeat")
-    head = "".join(f'<th scope="col">{h}</th>' for h in heads)
-    body = (
-        "<h1>Workers</h1>"
-        f"{counts_box(index.counts() if index.loaded else None)}"
-        "<p>Processes holding task leases. A lease not renewed in time is stale: its "
-        "process probably died, and recovery will hand its tasks to another.</p>"
-        f'<div class="table-wrap"><table id="worker-table"><thead><tr>{head}</tr></thead>'
-        f"<tbody>{body_rows}</tbody></table></div>"
-    )
-    return v.frame("Workers", body, "workers", {"page": "workers"})
-
-
-def workers_json(index: TaskIndex, now: float, lease_seconds: float) -> list[dict[str, Any]]:
-    return [w.to_json(now) for w in workers(index, now, lease_seconds)]
-
-
-__all__ = ["overview_json", "overview_page", "workers_json", "workers_page"]
+__all__ = ["overview_json", "overview_page"]

@@ -132,6 +132,8 @@ def nav(current: str) -> str:
         ("overview", "", "Overview"),
         ("tasks", "tasks", "Tasks"),
         ("workers", "workers", "Workers"),
+        ("queues", "queues", "Queues"),
+        ("audit", "audit", "Audit"),
     ]
     items = []
     for name, href, label in links:
@@ -160,7 +162,9 @@ def page(
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f'<base href="{base}"><title>{esc(title)} · fastmcp-tasks</title>'
         '<link rel="stylesheet" href="static/dashboard.css">'
-        '<script src="static/dashboard.js" defer></script></head>'
+        '<link rel="stylesheet" href="static/ops.css">'
+        '<script src="static/dashboard.js" defer></script>'
+        '<script src="static/ops.js" defer></script></head>'
         f'<body data-read-only="{"true" if read_only else "false"}" data-page="{esc(current)}"'
         f"{stream}>"
         '<header class="top"><a class="brand" href="./">fastmcp-tasks</a>'

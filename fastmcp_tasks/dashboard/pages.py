@@ -78,6 +78,7 @@ def task_row(s: TaskSummary, now: float) -> str:
             data_task_id=s.task_id,
             data_status=s.status,
             data_state=s.state_at(now),
+            data_paused="true" if s.paused else None,  # its tool is paused (ops.css)
             data_created=repr(s.created_at),  # where a live row goes (dashboard.js)
         )
         + f">{tds}</tr>"
@@ -131,7 +132,9 @@ def _purge_form(v: View) -> str:
     )
 
 
-def tasks_page(v: View, index: TaskIndex, query: TaskQuery, found: TaskPage) -> str:
+def tasks_page(
+    v: View, index: TaskIndex, query: TaskQuery, found: TaskPage, *, bulk: str = ""
+) -> str:
     rows = "".join(task_row(s, v.now) for s in found.tasks)
     matching = found.matching
     shown = "…" if matching is None else f"{matching:,}"
@@ -160,6 +163,7 @@ def tasks_page(v: View, index: TaskIndex, query: TaskQuery, found: TaskPage) -> 
         f"{table}{empty}"
         f'<nav class="paging" aria-label="Pages">{paging}</nav>'
         f"{_purge_form(v)}"
+        f"{bulk}"  # the bulk actions by filter (`operations.bulk_html`)
     )
     live = {"page": "tasks", **{k: val for k, val in query.params(before=None).items()}}
     return v.frame("Tasks", body, "tasks", live)
@@ -227,7 +231,9 @@ def _inputs(summary: TaskSummary, record: TaskRecord, now: float) -> str:
     )
 
 
-def detail_page(v: View, record: TaskRecord, previous: TaskSummary | None) -> str:
+def detail_page(
+    v: View, record: TaskRecord, previous: TaskSummary | None, *, history: str = ""
+) -> str:
     now = v.now
     summary = TaskSummary.of(record, previous)
     times = [
@@ -299,6 +305,7 @@ def detail_page(v: View, record: TaskRecord, previous: TaskSummary | None) -> st
         f"{_inputs(summary, record, now)}{_result(record)}{error}"
         '<section aria-labelledby="transitions-h"><h2 id="transitions-h">Seen while open</h2>'
         '<ol id="detail-transitions" aria-live="polite"></ol></section>'
+        f"{history}"  # the stored history (`operations.history_html`)
         "</section>"
     )
     return v.frame(f"Task {record.task_id}", body, "tasks", {"page": "task", "id": record.task_id})

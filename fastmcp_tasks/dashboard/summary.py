@@ -23,6 +23,7 @@ from typing import Any
 
 from fastmcp_tasks.stores.base import TaskRecord
 from fastmcp_tasks.stores.listing import ALL_STATUSES, PageKey
+from fastmcp_tasks.stores.operations import PAUSED_UNTIL
 from fastmcp_tasks.stores.phases import RUNNING
 from fastmcp_tasks.wire.names import ACTIVE_STATUSES, TERMINAL_STATUSES
 
@@ -122,6 +123,11 @@ class TaskSummary:
         return (self.created_at, self.task_id)
 
     @property
+    def paused(self) -> bool:
+        """Whether it is held because its tool is paused (`stores.operations`)."""
+        return self.not_before == PAUSED_UNTIL and self.status in ACTIVE_STATUSES
+
+    @property
     def is_active(self) -> bool:
         return self.status in ACTIVE_STATUSES
 
@@ -167,6 +173,7 @@ class TaskSummary:
             "duration": round(self.duration(now), 3),
             "lease_owner": self.lease_owner,
             "lease_expires": self.lease_expires,
+            "paused": self.paused,
             "attempts": self.attempts,
             "phase": self.phase,
             "retries": self.retries,

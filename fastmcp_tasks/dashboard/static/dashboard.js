@@ -204,6 +204,8 @@
         var data;
         try { data = JSON.parse(event.data); } catch (e) { return; }
         apply(data);
+        // for static/ops.js (the history, paused rows): what the stream said, as it said it
+        document.dispatchEvent(new CustomEvent("dashboard:" + event.type, { detail: data }));
         state.updates += 1;
         state.lastEventAt = Date.now();
       };
