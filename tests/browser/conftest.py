@@ -131,7 +131,8 @@ class World:
     extra: list[Dashboard] = field(default_factory=list)
 
     async def dashboard(self, **options: Any) -> Dashboard:
-        """Another `fastmcp-tasks ui` on this store (`token=`, `read_only=`), stopped at the end."""
+        """Another `fastmcp-tasks ui` on this store (`token=`, `read_only=`, `token_file=`),
+        stopped at the end."""
         ui = Dashboard(self.store_url, self.logs, **options)
         self.extra.append(ui)
         with anyio.fail_after(SETUP_TIMEOUT):

@@ -3,8 +3,8 @@
 - `McpServer`: `tests/browser/task_server.py` on a store URL, served over Streamable
   HTTP by uvicorn on a free port (ready once it answers HTTP);
 - `Dashboard`: `python -m fastmcp_tasks ui --url URL --port 0 [--read-only]` (the
-  token, when set, through `$FASTMCP_TASKS_UI_TOKEN`), ready once it prints the URL
-  it serves;
+  token, when set, through `$FASTMCP_TASKS_UI_TOKEN`; labelled tokens through
+  `--token-file`), ready once it prints the URL it serves;
 - `seed(url)`: tasks written straight through the store API (several tools, owners,
   ages and outcomes, a live and a stale lease of another application), so the
   filters, the charts, the workers page and the purge have something to act on;
@@ -60,6 +60,7 @@ def child_env(**extra: str) -> dict[str, str]:
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if "PYTHONPATH" in env else "")
     env["PYTHONUNBUFFERED"] = "1"
     env.pop("FASTMCP_TASKS_UI_TOKEN", None)
+    env.pop("FASTMCP_TASKS_UI_TOKEN_FILE", None)
     env.update(extra)
     return env
 
@@ -131,11 +132,19 @@ class Dashboard(Process):
     base: str
 
     def __init__(
-        self, store_url: str, logs: Path, *, token: str | None = None, read_only: bool = False
+        self,
+        store_url: str,
+        logs: Path,
+        *,
+        token: str | None = None,
+        read_only: bool = False,
+        token_file: Path | None = None,
     ) -> None:
         command = [sys.executable, "-m", "fastmcp_tasks", "ui", "--url", store_url, "--port", "0"]
         if read_only:
             command.append("--read-only")
+        if token_file is not None:
+            command += ["--token-file", str(token_file)]
         extra = {} if token is None else {"FASTMCP_TASKS_UI_TOKEN": token}
         self.token = token
         self.spawn(command, logs / f"ui-{uuid.uuid4().hex[:6]}.log", child_env(**extra))

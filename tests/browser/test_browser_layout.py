@@ -54,6 +54,8 @@ def pages(ids: dict[str, str]) -> dict[str, str]:
         "detail": f"tasks/{ids['asking']}",
         "running": f"tasks/{ids['running']}",
         "workers": "workers",
+        "queues": "queues",
+        "audit": "audit",
     }
 
 
