@@ -116,9 +116,9 @@ return 'ok'
 #: ARGV[4..]: target status, allowed current statuses (space separated), message mode
 #: ('keep'|'set'|'clear'), message, terminal '1'|'0', has result, result JSON,
 #: has error, error JSON, owner active-set key base, tombstone hash ('' none),
-#: tombstone ms. An ended task leaves every queue and its gate's running set; with a
-#: retention its dedupe key expires with it and its tombstone is written, dated to
-#: its expiry.
+#: tombstone ms. An ended task keeps its arguments, drops input state and context, and
+#: leaves every queue and its gate's running set; with a retention its dedupe key
+#: expires with it and its tombstone is written, dated to its expiry.
 TRANSITION = """
 local key, id, now = KEYS[1], ARGV[1], ARGV[2]
 local current = redis.call('HGET', key, 'status')
@@ -134,7 +134,7 @@ set_message(key, ARGV[6], ARGV[7])
 if ARGV[8] == '1' then
   local drop = fields_with(key, 'r:')
   for _, f in ipairs(fields_with(key, 'a:')) do drop[#drop + 1] = f end
-  for _, f in ipairs({'arguments', 'context', 'result_json', 'error'}) do drop[#drop + 1] = f end
+  for _, f in ipairs({'context', 'result_json', 'error'}) do drop[#drop + 1] = f end
   redis.call('HDEL', key, unpack(drop))
   redis.call('HSET', key, 'terminal_at', now)
   if ARGV[9] == '1' then redis.call('HSET', key, 'result_json', ARGV[10]) end

@@ -34,7 +34,8 @@ Expiry. A finished task gets a Redis TTL of its `retention_ms`; `get` also check
 `terminal_at + retention_ms` on the client, so a task is never returned once
 expired even before Redis evicts it. `purge_expired` (and `create` at the cap)
 removes the index entries of expired tasks. Its tombstone is written, pre-dated,
-when it ends, and its dedupe key expires with it (`redis.flow`).
+when it ends, and its dedupe key expires with it (`redis.flow`). A finished task
+keeps its arguments; its input state and context are dropped.
 """
 
 from __future__ import annotations
