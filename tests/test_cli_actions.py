@@ -1,5 +1,5 @@
-"""The operator commands acting on a store (`cli.actions`, `cli.pauses`, `cli.records`),
-run in this process on a `MemoryTaskStore`.
+"""The operator commands acting on a store (`cli.actions`, `cli.pauses`, `cli.records`,
+`show`'s history), run in this process on a `MemoryTaskStore`.
 
 Each test parses a real command line with the commands' own parsers, runs the command's
 body on the store (what `run_on_store` does once it opened the URL's store), and checks
@@ -20,10 +20,10 @@ import pytest
 
 from fastmcp_tasks import MemoryTaskStore, actions
 from fastmcp_tasks.cli.actions import add_action_commands, command_body, prepare
-from fastmcp_tasks.cli.operator import OperatorError, add_operator_commands
+from fastmcp_tasks.cli.operator import OperatorError, _show, add_operator_commands
 from fastmcp_tasks.errors import ConfigurationError
 from fastmcp_tasks.stores.base import TaskRecord
-from fastmcp_tasks.stores.operations import WorkerInfo
+from fastmcp_tasks.stores.operations import TaskEvent, WorkerInfo
 from tests.test_store_contract import record
 
 pytestmark = pytest.mark.anyio
@@ -339,6 +339,43 @@ async def test_audit_lists_the_actions_newest_first(capsys: pytest.CaptureFixtur
         await run(store, "audit", "--limit", "0")
 
 
+# --- show's history ------------------------------------------------------------------------
+
+
+async def test_show_prints_the_history_and_exports_it(capsys: pytest.CaptureFixture[str]) -> None:
+    store = MemoryTaskStore()
+    task_id = await made(store, result=ERROR_RESULT)
+    at = (await got(store, task_id)).created_at
+    history = [
+        TaskEvent(at, "created", {"app": "shop", "owner": None, "by": "front", "queued": True}),
+        TaskEvent(at + 1, "taken", {"worker": "box:1:a"}),
+        TaskEvent(at + 1.5, "started", {"worker": "box:1:a", "attempt": 1}),
+        TaskEvent(at + 2, "message", {"message": "step 1/3"}),
+        TaskEvent(at + 3, "cancel_requested", {"by": "operator", "who": "cli"}),
+        TaskEvent(at + 4, "finished", {"outcome": "error", "message": "bad input", "x": 1}),
+    ]
+    await store.add_events([(task_id, event) for event in history])
+    assert await _show(store, task_id, False, "memory://") == 0
+    out = capsys.readouterr().out
+    shown = out[out.index("History") :].splitlines()
+    assert len(shown) == 6
+    words = [line.split(None, 3 if i == 0 else 2)[-1] for i, line in enumerate(shown)]
+    assert words == [
+        "by front, queued for a worker, app shop",
+        "by box:1:a",
+        "attempt 1 on box:1:a",
+        '"step 1/3"',
+        "by an operator (cli)",
+        'error "bad input" x=1',
+    ]
+    assert shown[0].split()[2] == "created" and shown[4].split()[1] == "cancel_requested"
+    assert await _show(store, task_id, True, "memory://") == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["task_id"] == task_id and document["status"] == "completed"
+    assert document["outcome"] == "error" and document["result"] == ERROR_RESULT
+    assert document["history"] == [event.to_json() for event in history]
+
+
 # --- a store that keeps no operator records -------------------------------------------------
 
 
@@ -374,7 +411,7 @@ async def test_without_operator_records_the_rest_is_refused(argv: list[str], nee
         await run(PlainStore(), *argv)
 
 
-async def test_without_operator_records_cancel_and_purge_by_age_work(
+async def test_without_operator_records_cancel_show_and_purge_by_age_work(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     store = PlainStore()
@@ -383,6 +420,8 @@ async def test_without_operator_records_cancel_and_purge_by_age_work(
     assert await run(store, "cancel", active) == 0
     assert (await got(store, active)).cancel_requested
     capsys.readouterr()
+    assert await _show(store, active, True, "plain://") == 0
+    assert json.loads(capsys.readouterr().out)["history"] is None
     assert await run(store, "purge", "--older-than", "0s", "--yes") == 0
     assert capsys.readouterr().out.startswith("Removed 1 finished task that ended before ")
     assert await store.get(done) is None

@@ -1,8 +1,8 @@
 """The operator commands acting on a store, as a person runs them: the console script on
 a SQLite file (`cancel` by id and by filter, `purge` by filter, `pause` / `resume` /
-`paused`, `workers`, `audit`).
+`paused`, `workers`, `audit`, `show` with the history).
 
-Each test writes its tasks (and a worker's heartbeat) through the store
+Each test writes its tasks (and a worker's heartbeat, a history) through the store
 API, closes the store, runs the script off a terminal (`test_cli_operator.cli`) or on
 one (`on_terminal`), and reads back what the store holds. Most need the SQLite store's
 operator records (`stores.operations.OperableTaskStore`); the in-process twins of these
@@ -22,7 +22,7 @@ import anyio
 import pytest
 
 from fastmcp_tasks import store_from_url
-from fastmcp_tasks.stores.operations import WorkerInfo
+from fastmcp_tasks.stores.operations import TaskEvent, WorkerInfo
 from tests.test_cli_operator import cli, on_terminal
 from tests.test_store_contract import record
 
@@ -160,6 +160,24 @@ def test_pause_resume_paused_workers_and_audit(url: str) -> None:
     table = cli("audit", "--url", url).stdout.splitlines()
     assert table[0].split() == ["TIME", "ACTOR", "ACTION", "COUNT", "DETAILS"]
     assert "resume" in table[1] and "app=shop tool=build released=0" in table[1]
+
+
+def test_show_exports_the_history(url: str) -> None:
+    (task_id,) = tasks(url, ("x", "shop", {"result": ERROR_RESULT}))
+    history = [
+        TaskEvent(time.time(), "created", {"app": "shop", "by": "front", "queued": True}),
+        TaskEvent(time.time() + 1, "finished", {"outcome": "error", "message": "bad input"}),
+    ]
+    with_store(url, lambda store: store.add_events([(task_id, e) for e in history]))
+    exported = cli("show", task_id, "--json", "--url", url)
+    assert exported.returncode == 0, exported.stderr
+    document = json.loads(exported.stdout)
+    assert document["task_id"] == task_id and document["status"] == "completed"
+    assert document["outcome"] == "error" and document["result"] == ERROR_RESULT
+    assert document["history"] == [event.to_json() for event in history]
+    shown = cli("show", task_id, "--url", url).stdout
+    assert "History" in shown and "created           by front, queued for a worker" in shown
+    assert 'finished          error "bad input"' in shown
 
 
 def test_on_a_terminal_a_bulk_cancel_asks_first(url: str) -> None:

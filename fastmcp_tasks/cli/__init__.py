@@ -28,7 +28,7 @@ cancel the task or detach from it.
 
 The operator commands open a shared store by its URL (`--url`, default
 `FASTMCP_TASKS_URL`), no server needed: `ls` and `show` (`cli.operator`) list tasks
-and print one; `cancel` and `purge` (`cli.actions`) act on tasks by id
+and print one with its history; `cancel` and `purge` (`cli.actions`) act on tasks by id
 or by filter (a preview, then a confirmation acting on exactly the previewed tasks);
 `pause` / `resume` / `paused` (`cli.pauses`) hold a tool's new runs in every process;
 `workers` and `audit` (`cli.records`) list the processes that run tasks and the operator

@@ -13,13 +13,14 @@ stores do. A URL is only ever printed masked (`stores.urls.masked`).
 repeated, and `active` / `finished` for either group. `show` prints one task:
 times, message, owner, attempts (the runs of the tool body begun), where an active
 task's run stands (its `phase`), lease, input requests, error and a summary of
-the result (arguments shortened). The commands that act on a store (`cancel`,
-`purge`, `pause`, ...) live in `cli.actions`, which uses `open_store` and
-`OperatorError` from here.
+the result (arguments shortened), then its history where the store keeps one
+(`cli.history`). The commands that act on a store (`cancel`, `purge`, `pause`, ...)
+live in `cli.actions`, which uses `open_store` and `OperatorError` from here.
 
 On a terminal the output is `rich` tables; elsewhere plain aligned text, and
-`--json` prints JSON; `show` of a removed task says when it expired or was purged (its
-tombstone). Exit status: 0 done, 1 no such task or the store failed, 2 a usage error.
+`--json` prints JSON (`show --json` with the history and the operator outcome); `show`
+of a removed task says when it expired or was purged (its tombstone). Exit status: 0
+done, 1 no such task or the store failed, 2 a usage error.
 """
 
 from __future__ import annotations
@@ -34,12 +35,12 @@ from typing import Any
 
 import anyio
 
+from fastmcp_tasks.cli.history import history_fields, history_of, show_document
 from fastmcp_tasks.cli.terminal import STYLES
 from fastmcp_tasks.cli.views import (
     _UNITS,
     age,
     describe,
-    record_json,
     short,
     stamp,
     summary_json,
@@ -213,10 +214,11 @@ async def _show(store: ListableTaskStore, task_id: str, as_json: bool, where: st
         why = "expired (its retention ran out)" if stone.reason == "expired" else "was purged"
         when = f"{stamp(stone.at)} ({age(stone.at, time.time())})"
         raise OperatorError(f"task {task_id!r} in {where} {why} at {when}")
+    events = await history_of(store, task)
     if as_json:
-        print(json.dumps(record_json(task), indent=2, ensure_ascii=False))
+        print(json.dumps(show_document(task, events), indent=2, ensure_ascii=False))
         return 0
-    fields = describe(task, time.time())
+    fields = describe(task, time.time()) + history_fields(events, task.created_at)
     console = _console()
     if console is None:
         width = max(len(name) for name, _ in fields)
