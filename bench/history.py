@@ -229,7 +229,7 @@ async def reachable(name: str, url: str) -> str | None:
     try:
         async with opened(name, url):
             return None
-    except Exception as exc:  # noqa: BLE001 - reported, then skipped
+    except Exception as exc:
         return f"{type(exc).__name__}: {exc}"
 
 
@@ -247,8 +247,10 @@ async def main(args: argparse.Namespace) -> None:
             store_url(name, args, scratch), store_url(name, args, scratch), args.rounds
         )
         report["stores"][name] = {"bytes_per_task": sizes, "p50_us": p50}
-    print("| store | task bytes | + history bytes | create p50 / sync (on / off) "
-          "| tasks/get p50 / sync (on / off) |")
+    print(
+        "| store | task bytes | + history bytes | create p50 / sync (on / off) "
+        "| tasks/get p50 / sync (on / off) |"
+    )
     print("|---|---|---|---|---|")
     for name, row in report["stores"].items():
         b, p = row["bytes_per_task"], row["p50_us"]
