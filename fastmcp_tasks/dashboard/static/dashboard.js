@@ -8,6 +8,7 @@
   window.__dashboard = state;
 
   var FIELDS = ["id", "tool", "status", "message", "owner", "created", "duration"];
+  var LABELS = { error: "tool error" }; // html.LABELS
 
   function span(seconds) {
     if (seconds === null || seconds === undefined) return "-";
@@ -35,16 +36,24 @@
     if (el && el.textContent !== text) el.textContent = text;
   }
 
+  function label(status) {
+    return LABELS[status] || status;
+  }
+
+  function outcome(task) {
+    return task.outcome || task.status; // `error`: completed with a tool error
+  }
+
   function badge(status) {
     var b = document.createElement("span");
     b.className = "badge status-" + status;
-    b.textContent = status;
+    b.textContent = label(status);
     return b;
   }
 
   function setStatus(cell, status) {
     var current = cell.querySelector(".badge");
-    if (current && current.textContent === status) return;
+    if (current && current.classList.contains("status-" + status)) return;
     cell.textContent = "";
     cell.appendChild(badge(status));
   }
@@ -72,11 +81,12 @@
 
   function patchRow(tr, task) {
     tr.setAttribute("data-status", task.status);
+    tr.setAttribute("data-outcome", outcome(task));
     tr.setAttribute("data-state", task.state);
     var cell = function (name) { return tr.querySelector('[data-field="' + name + '"]'); };
     setText(cell("tool"), task.tool || "");
     cell("tool").title = task.tool || "";
-    setStatus(cell("status"), task.status);
+    setStatus(cell("status"), outcome(task));
     setText(cell("message"), task.message || "");
     cell("message").title = task.message || "";
     setText(cell("owner"), task.owner || "");
@@ -126,13 +136,15 @@
 
   function applyDetail(detail, task) {
     var oldStatus = detail.getAttribute("data-status");
+    var oldOutcome = detail.getAttribute("data-outcome") || oldStatus;
     var message = document.getElementById("detail-message");
     var oldMessage = message ? message.textContent : "";
     var newMessage = task.message || "-";
-    if (oldStatus === task.status && oldMessage === newMessage) return;
+    if (oldOutcome === outcome(task) && oldMessage === newMessage) return;
     detail.setAttribute("data-status", task.status);
+    detail.setAttribute("data-outcome", outcome(task));
     var status = document.getElementById("detail-status");
-    if (status) setStatus(status, task.status);
+    if (status) setStatus(status, outcome(task));
     setText(message, newMessage);
     var list = document.getElementById("detail-transitions");
     if (list) {
@@ -140,8 +152,9 @@
       var when = document.createElement("time");
       when.textContent = stamp(task.updated_at);
       li.appendChild(when);
-      li.appendChild(document.createTextNode(" " + task.status + (task.message ? ": " + task.message : "")));
+      li.appendChild(document.createTextNode(" " + label(outcome(task)) + (task.message ? ": " + task.message : "")));
       li.setAttribute("data-status", task.status);
+      li.setAttribute("data-outcome", outcome(task));
       list.appendChild(li);
     }
     if (["completed", "failed", "cancelled"].indexOf(task.status) >= 0 && oldStatus !== task.status) {
