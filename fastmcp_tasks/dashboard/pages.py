@@ -211,11 +211,16 @@ def detail_page(v: View, record: TaskRecord, previous: TaskSummary | None) -> st
     ]
     if record.terminal_at is not None:
         times.append(("Ended", time_tag(record.terminal_at, now)))
-    times.append(("Duration", esc(span(summary.duration(now)))))
+    duration = esc(span(summary.duration(now)))
+    if record.is_active:  # counts on in the page (dashboard.js) until the task ends
+        duration = (
+            f'<span data-field="elapsed" data-since="{record.created_at!r}">{duration}</span>'
+        )
+    times.append(("Duration", f'<span id="detail-duration">{duration}</span>'))
     if record.expires_at is not None:
         times.append(("Expires", esc(stamp(record.expires_at))))
-    lease = "none (queued)" if record.is_active else "none"
-    if record.lease_owner is not None:
+    lease = "none (queued)" if record.is_active else "none (the task ended)"
+    if record.lease_owner is not None and record.is_active:  # a lease ends with its task
         expires = record.lease_expires or 0.0
         beat = now - (expires - v.lease_seconds)
         state = "expired" if expires < now else "held"

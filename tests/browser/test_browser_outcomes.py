@@ -1,14 +1,19 @@
-"""Outcomes in a real browser: a tool error is shown, filtered and counted as an error.
+"""Outcomes, and a task's page to its end, in a real browser.
 
 Debian's Chromium (Playwright) against `fastmcp-tasks ui` on the store (SQLite, Redis)
 a real FastMCP server (`task_server.py`) runs its tasks on, made through an MCP client:
 
 - a tool error (the tool raised a `ToolError`: `completed` on the wire, an `isError`
   result) shows as `tool error`, styled as a failure, is what the status filter
-  `error` lists, and counts in its tool's failure rate on the overview.
+  `error` lists, and counts in its tool's failure rate on the overview;
+- a task's page opened while it runs shows its arguments, counts its duration on, and
+  turns to its result (or its tool error), final duration and lease when it ends,
+  without a reload.
 """
 
 from __future__ import annotations
+
+import uuid
 
 import anyio
 import pytest
@@ -66,3 +71,43 @@ async def test_a_tool_error_shows_as_an_error_and_counts_as_a_failure(
     assert int(await tool.locator("[data-field=tool-errors]").inner_text()) >= 1
     assert await tool.locator("[data-field=failed]").inner_text() == "0"
     assert int(await page.locator('[data-count="error"]').inner_text()) >= 1
+
+
+async def test_a_task_page_follows_the_task_to_its_end(world: World, page: Page) -> None:
+    key, bad = f"end-{uuid.uuid4().hex[:8]}", f"end-bad-{uuid.uuid4().hex[:8]}"
+    async with mcp_client(world.server) as client:
+        held = await start(client, "hold", key=key)
+        failing = await start(client, "hold", key=bad, fail=f"no paper in tray {bad}")
+        await reaches(held, "working")
+        await page.goto(world.ui.base + f"tasks/{held.task_id}")
+        await expect(page.locator("#live-status")).to_have_attribute("data-state", "live")
+        await page.evaluate("() => { window.__sameDocument = true; }")
+        await expect(page.locator("#detail-arguments")).to_contain_text(f'"key": "{key}"')
+        elapsed = page.locator("#detail-duration [data-field=elapsed]")
+        first = await elapsed.inner_text()
+        await expect(elapsed).not_to_have_text(first)  # it counts on while the task runs
+        await expect(page.locator("#cancel-form")).to_have_count(1)
+
+        world.release(key)
+        await reaches(held, "completed")
+        await expect(page.locator("#detail-result")).to_contain_text(f"held {key}")
+        await expect(page.locator("#task-detail")).to_have_attribute("data-status", "completed")
+        await expect(page.locator("#detail-status .badge")).to_have_text("completed")
+        await expect(elapsed).to_have_count(0)  # the final duration, no longer counting
+        await expect(page.locator("#detail-duration")).not_to_be_empty()
+        await expect(page.locator("#detail-times")).to_contain_text("Ended")
+        await expect(page.locator("#detail-lease")).to_have_text("none (the task ended)")
+        await expect(page.locator("#cancel-form, #detail-reload")).to_have_count(0)
+        await expect(page.locator("#detail-transitions li").last).to_contain_text("completed")
+        assert await page.evaluate("() => window.__sameDocument === true"), "the page reloaded"
+
+        await page.goto(world.ui.base + f"tasks/{failing.task_id}")
+        await expect(page.locator("#live-status")).to_have_attribute("data-state", "live")
+        await page.evaluate("() => { window.__sameDocument = true; }")
+        world.release(bad)
+        await reaches(failing, "completed")
+        await expect(page.locator("#detail-tool-error")).to_have_text(f"no paper in tray {bad}")
+        await expect(page.locator("#detail-status .badge")).to_have_text("tool error")
+        await expect(page.locator("#task-detail")).to_have_attribute("data-outcome", "error")
+        await expect(page.locator("#detail-transitions li").last).to_contain_text("tool error")
+        assert await page.evaluate("() => window.__sameDocument === true"), "the page reloaded"

@@ -2,13 +2,16 @@
 // No framework, no build step. The server coalesces changes (at most one message per
 // ~250 ms per page), so each message is applied at once. Rows keep a fixed height and
 // numeric cells use tabular figures (dashboard.css): updates never shift the layout.
+// A task's page that sees its status change reads its own HTML again (the result, the
+// error, the final duration and lease: one rendering, the server's).
 (function () {
   "use strict";
-  var state = { updates: 0, lastEventAt: 0 };
+  var state = { updates: 0, lastEventAt: 0, detailReads: 0 };
   window.__dashboard = state;
 
   var FIELDS = ["id", "tool", "status", "message", "owner", "created", "duration"];
   var LABELS = { error: "tool error" }; // html.LABELS
+  var TERMINAL = ["completed", "failed", "cancelled"];
 
   function span(seconds) {
     if (seconds === null || seconds === undefined) return "-";
@@ -157,22 +160,47 @@
       li.setAttribute("data-outcome", outcome(task));
       list.appendChild(li);
     }
-    if (["completed", "failed", "cancelled"].indexOf(task.status) >= 0 && oldStatus !== task.status) {
-      var form = document.getElementById("cancel-form");
-      if (form) form.remove();
-      var note = document.getElementById("detail-reload");
-      if (!note) {
-        note = document.createElement("p");
+    if (oldStatus !== task.status) {
+      if (TERMINAL.indexOf(task.status) >= 0) {
+        var form = document.getElementById("cancel-form");
+        if (form) form.remove();
+      }
+      rereadDetail(detail, task.id); // the result, the error, inputs, duration, lease
+    }
+  }
+
+  // Read the task's page again and put its parts in place, keeping what this page saw
+  // happen (`#detail-transitions`); the latest read wins. Offers a reload if it fails.
+  function rereadDetail(detail, id) {
+    var read = ++state.detailReads;
+    fetch("tasks/" + encodeURIComponent(id), { credentials: "same-origin" })
+      .then(function (response) { return response.ok ? response.text() : Promise.reject(response.status); })
+      .then(function (text) {
+        if (read !== state.detailReads) return;
+        var fresh = new DOMParser().parseFromString(text, "text/html").getElementById("task-detail");
+        if (!fresh || fresh.getAttribute("data-task-id") !== id) throw new Error("no task detail");
+        var seen = document.getElementById("detail-transitions");
+        var mine = seen ? seen.closest("section") : null;
+        var theirs = fresh.querySelector("#detail-transitions");
+        if (mine && theirs) theirs.closest("section").replaceWith(mine);
+        detail.replaceChildren.apply(detail, Array.prototype.slice.call(fresh.childNodes));
+        ["data-status", "data-outcome"].forEach(function (name) {
+          detail.setAttribute(name, fresh.getAttribute(name) || "");
+        });
+        detail.setAttribute("data-read", String(read));
+      })
+      .catch(function () {
+        if (read !== state.detailReads || document.getElementById("detail-reload")) return;
+        var note = document.createElement("p");
         note.id = "detail-reload";
         note.className = "notice";
         var a = document.createElement("a");
-        a.href = "tasks/" + encodeURIComponent(task.id);
-        a.textContent = "Reload for the result";
-        note.appendChild(document.createTextNode("The task ended. "));
+        a.href = "tasks/" + encodeURIComponent(id);
+        a.textContent = "Reload this task's page";
+        note.appendChild(document.createTextNode("The task changed. "));
         note.appendChild(a);
         detail.insertBefore(note, detail.firstChild);
-      }
-    }
+      });
   }
 
   function applyGone(ids) {
@@ -199,7 +227,8 @@
   }
 
   function tickAges() {
-    document.querySelectorAll('[data-field="waited"][data-since]').forEach(function (el) {
+    var ticking = '[data-field="waited"][data-since], [data-field="elapsed"][data-since]';
+    document.querySelectorAll(ticking).forEach(function (el) {
       var since = parseFloat(el.getAttribute("data-since"));
       if (!isNaN(since)) setText(el, span(Date.now() / 1000 - since));
     });
