@@ -270,3 +270,20 @@ async def test_a_real_tool_error_is_error_in_the_dashboard_and_completed_on_the_
             assert (await http.get(f"/api/tasks/{held}")).json()["arguments"] == {"key": "args"}
         probes.event("release", "args").set()
         await wire.wait(held)
+
+
+async def test_long_arguments_are_cut_with_a_control_showing_all() -> None:
+    memory = MemoryTaskStore()
+    await memory.open()
+    task = record(arguments={"rows": [f"row-{n:04d}" for n in range(400)]})
+    await memory.create(task)
+    async with client_of(dashboard_app(memory)) as http:
+        page = (await http.get(f"/tasks/{task.task_id}")).text
+        shown = page.split('<pre id="detail-arguments">', 1)[1].split("</pre>", 1)[0]
+        assert "row-0000" in shown and "row-0399" not in shown and "characters in all" in shown
+        full = page.split('<details id="arguments-full">', 1)[1].split("</details>", 1)[0]
+        assert "<summary>Show all arguments (" in full and "row-0399" in full
+        assert (await http.get(f"/api/tasks/{task.task_id}")).json()["arguments"] == (
+            task.arguments
+        )
+    await memory.close()

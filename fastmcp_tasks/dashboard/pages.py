@@ -114,7 +114,7 @@ def _filters(index: TaskIndex, query: TaskQuery) -> str:
         '<label for="search">Task id starts with</label>'
         f'<input id="search" name="q" type="search" value="{esc(query.id_prefix or "")}" '
         'autocomplete="off" spellcheck="false">'
-        '<button id="apply-filters" type="submit">Apply</button></form>'
+        '<button id="apply-filters" type="submit">Apply filters</button></form>'
     )
 
 
@@ -130,7 +130,7 @@ def _purge_form(v: View) -> str:
         '<input id="purge-age" name="older_than" value="7d" size="6" required '
         'pattern="[0-9]+(\\.[0-9]+)?[smhdwSMHDW]" aria-describedby="purge-hint">'
         '<span id="purge-hint" class="hint">ago (90s, 30m, 12h, 1d, 2w)</span>'
-        '<button id="purge-preview" type="submit">Preview</button></form></section>'
+        '<button id="purge-preview" type="submit">Preview purge</button></form></section>'
     )
 
 
@@ -247,12 +247,14 @@ def detail_page(v: View, record: TaskRecord, previous: TaskSummary | None) -> st
             ("App", esc(record.app or "-")),
         ]
     )
-    args_text = pretty_json(record.arguments) if record.arguments is not None else "-"
+    args_text = "-" if record.is_active else "- (not kept after the task ended)"
+    if record.arguments is not None:
+        args_text = pretty_json(record.arguments)
     short, cut = truncated(args_text, ARGUMENTS_SHOWN)
     arguments = f'<pre id="detail-arguments">{esc(short)}</pre>'
     full = (
-        '<details id="arguments-full"><summary>All arguments</summary>'
-        f"<pre>{esc(args_text)}</pre></details>"
+        '<details id="arguments-full"><summary>Show all arguments '
+        f"({len(args_text):,} characters)</summary><pre>{esc(args_text)}</pre></details>"
     )
     cancel = ""
     if record.is_active and not v.read_only:
@@ -300,7 +302,7 @@ def purge_preview_page(v: View, before: float, seconds: float, count: int) -> st
             '<form id="purge-confirm-form" method="post" action="purge">'
             f'{csrf_field(v.csrf)}<input type="hidden" name="before" value="{before!r}">'
             f'<button id="purge-confirm" type="submit" class="danger">Remove {esc(noun)}</button>'
-            ' <a href="tasks">Keep them</a></form>'
+            ' <a href="tasks">Keep them (no purge)</a></form>'
         )
     body = (
         "<h1>Purge finished tasks</h1>"

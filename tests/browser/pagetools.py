@@ -9,7 +9,8 @@
   and layout shifts. `window.__probe.reset()` starts a new measuring interval.
 - `overflow(page)`: how far the body is wider than the viewport (0: no horizontal scroll).
 - `unnamed_controls(page)`: links, buttons and form fields whose accessible name
-  (Chromium's, over CDP) is empty, or that `get_by_role(role, name=...)` cannot find.
+  (Chromium's, over CDP) is empty, says nothing out of context ("Preview", "Apply",
+  `VAGUE`), or that `get_by_role(role, name=...)` cannot find.
 """
 
 from __future__ import annotations
@@ -135,6 +136,8 @@ async def overflow(page: Page) -> dict[str, object]:
 
 
 CONTROLS = "a[href], button, input:not([type=hidden]), select, textarea, summary"
+#: Names that do not say what a control does, read alone (a screen reader's list of them).
+VAGUE = {"apply", "click here", "details", "go", "here", "more", "ok", "preview", "submit"}
 ROLE_BY_TAG = {"a": "link", "button": "button", "select": "combobox", "summary": "group"}
 ARIA_ROLES = {
     "button",
@@ -186,6 +189,8 @@ async def unnamed_controls(page: Page) -> list[str]:
             if not name:
                 problems.append(f"no accessible name: {html}")
                 continue
+            if name.lower() in VAGUE:
+                problems.append(f"a name that says nothing out of context, {name!r}: {html}")
             if role not in ARIA_ROLES:
                 continue  # e.g. a <summary> (Chromium: DisclosureTriangle): named is enough
             matches: list[str] = await page.get_by_role(role, name=name, exact=True).evaluate_all(  # type: ignore[arg-type]
