@@ -30,6 +30,7 @@ from fastmcp_tasks.dashboard.html import (
 )
 from fastmcp_tasks.dashboard.index import TaskIndex, TaskPage, TaskQuery, TaskSummary, before_text
 from fastmcp_tasks.dashboard.outcome import error_section, result_section
+from fastmcp_tasks.dashboard.summary import MAX_PREFIX
 from fastmcp_tasks.stores.base import TaskRecord
 from fastmcp_tasks.stores.flow import tombstone_of
 from fastmcp_tasks.stores.listing import ListableTaskStore
@@ -101,6 +102,7 @@ def _filters(index: TaskIndex, query: TaskQuery) -> str:
     tools = [("", "all tools"), *((tool, tool) for tool in index.tools())]
     if query.tool and query.tool not in index.tools():
         tools.append((query.tool, query.tool))
+    size = "" if query.limit == 50 else f'<input type="hidden" name="limit" value="{query.limit}">'
     return (
         '<form id="filters" method="get" action="tasks" class="filters">'
         '<label for="filter-status">Status</label>'
@@ -113,7 +115,8 @@ def _filters(index: TaskIndex, query: TaskQuery) -> str:
         'placeholder="client_id|sub" autocomplete="off">'
         '<label for="search">Task id starts with</label>'
         f'<input id="search" name="q" type="search" value="{esc(query.id_prefix or "")}" '
-        'autocomplete="off" spellcheck="false">'
+        f'maxlength="{MAX_PREFIX}" autocomplete="off" spellcheck="false">'
+        f"{size}"
         '<button id="apply-filters" type="submit">Apply filters</button></form>'
     )
 
@@ -154,14 +157,15 @@ def tasks_page(v: View, index: TaskIndex, query: TaskQuery, found: TaskPage) -> 
             f' <a id="next-page" href="tasks?{_qs(query.params(before=found.next_before))}">'
             "Next page</a>"
         )
-    body = (
+    body = (  # `#task-results` is what the filters replace in place (dashboard.js)
         "<h1>Tasks</h1>"
         f"{counts_box(index.counts() if index.loaded else None)}"
         f"{_filters(index, query)}"
+        f'<div id="task-results" data-query="{_qs(query.params())}">'
         f'<p class="matching"><span id="matching" data-matching="{total}" '
         f'aria-live="polite">{shown}</span> matching</p>'
         f"{table}{empty}"
-        f'<nav class="paging" aria-label="Pages">{paging}</nav>'
+        f'<nav class="paging" aria-label="Pages">{paging}</nav></div>'
         f"{_purge_form(v)}"
     )
     live = {"page": "tasks", **{k: val for k, val in query.params(before=None).items()}}

@@ -10,7 +10,8 @@
 - `overflow(page)`: how far the body is wider than the viewport (0: no horizontal scroll).
 - `unnamed_controls(page)`: links, buttons and form fields whose accessible name
   (Chromium's, over CDP) is empty, says nothing out of context ("Preview", "Apply",
-  `VAGUE`), or that `get_by_role(role, name=...)` cannot find.
+  `VAGUE`), or that `get_by_role(role, name=...)` cannot find;
+- `applied(page, fields)`: waits until the task list and its URL show these filters.
 """
 
 from __future__ import annotations
@@ -211,3 +212,20 @@ async def keyboard_reachable(page: Page, selector: str, presses: int = 60) -> bo
         if await page.evaluate("(sel) => document.activeElement?.matches(sel) ?? false", selector):
             return True
     return False
+
+
+async def applied(page: Page, fields: dict[str, str], timeout_ms: int = 5_000) -> None:
+    """Wait until the task list shows exactly the filters `fields` (name -> value): the
+    URL's query says so, and so does the list in the page (`#task-results[data-query]`,
+    the query the server rendered it for)."""
+    await page.wait_for_function(
+        """(wanted) => {
+            const sorted = (q) => [...new URLSearchParams(q).entries()].sort().join('&');
+            const results = document.getElementById('task-results');
+            const want = sorted(wanted);
+            return sorted(location.search) === want && results !== null
+                && sorted(results.dataset.query || '') === want;
+        }""",
+        arg=fields,
+        timeout=timeout_ms,
+    )

@@ -1,4 +1,4 @@
-"""Outcomes, and a task's page to its end, in a real browser.
+"""Outcomes, a task's page to its end, and the filters, in a real browser.
 
 Debian's Chromium (Playwright) against `fastmcp-tasks ui` on the store (SQLite, Redis)
 a real FastMCP server (`task_server.py`) runs its tasks on, made through an MCP client:
@@ -8,22 +8,27 @@ a real FastMCP server (`task_server.py`) runs its tasks on, made through an MCP 
   `error` lists, and counts in its tool's failure rate on the overview;
 - a task's page opened while it runs shows its arguments, counts its duration on, and
   turns to its result (or its tool error), final duration and lease when it ends,
-  without a reload.
+  without a reload;
+- the list's filters apply as they change (no Apply click), the URL following them
+  (a reload shows the same list); without the script the Apply button still works.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 
 import anyio
 import pytest
-from playwright.async_api import Page, expect
+from playwright.async_api import BrowserContext, Page, expect
 
 from tests.browser.conftest import World
-from tests.browser.pagetools import row_ids
+from tests.browser.pagetools import applied, row_ids
 from tests.browser.procs import mcp_client, reaches, start, store_tasks
 
 pytestmark = pytest.mark.anyio
+
+Opener = Callable[..., Awaitable[BrowserContext]]
 
 
 async def test_a_tool_error_shows_as_an_error_and_counts_as_a_failure(
@@ -111,3 +116,36 @@ async def test_a_task_page_follows_the_task_to_its_end(world: World, page: Page)
         await expect(page.locator("#task-detail")).to_have_attribute("data-outcome", "error")
         await expect(page.locator("#detail-transitions li").last).to_contain_text("tool error")
         assert await page.evaluate("() => window.__sameDocument === true"), "the page reloaded"
+
+
+async def test_filters_apply_as_they_change_and_the_url_follows(
+    sqlite_world: World, page: Page, open_context: Opener
+) -> None:
+    world = sqlite_world
+    stored = await store_tasks(world.store_url)
+    await page.goto(world.ui.base + "tasks")
+    await page.evaluate("() => { window.__sameDocument = true; }")
+    await page.locator("select#filter-status").select_option("failed")
+    await applied(page, {"status": "failed"})
+    failed = {i for i, t in stored.items() if t.status == "failed"}
+    assert set(await row_ids(page)) == failed and failed
+    held = world.ids["stale"]
+    await page.locator("input#search").fill(held[:8])  # applied once the typing pauses
+    await applied(page, {"status": "failed", "q": held[:8]})
+    await expect(page.locator("#no-tasks")).to_be_visible()
+    await page.locator("select#filter-status").select_option("")
+    await applied(page, {"q": held[:8]})
+    assert held in await row_ids(page)
+    assert await page.evaluate("() => window.__sameDocument === true"), "the page reloaded"
+    await page.reload()  # the URL is the list: shareable, reloadable
+    await expect(page.locator("input#search")).to_have_value(held[:8])
+    assert held in await row_ids(page)
+    assert await page.get_by_role("button", name="Preview purge", exact=True).count() == 1
+
+    plain = await (await open_context(java_script_enabled=False)).new_page()
+    await plain.goto(world.ui.base + "tasks")
+    await plain.locator("select#filter-status").select_option("failed")
+    async with plain.expect_navigation():
+        await plain.get_by_role("button", name="Apply filters").click()
+    assert "status=failed" in plain.url
+    assert set(await row_ids(plain)) == failed

@@ -3,10 +3,13 @@
 // ~250 ms per page), so each message is applied at once. Rows keep a fixed height and
 // numeric cells use tabular figures (dashboard.css): updates never shift the layout.
 // A task's page that sees its status change reads its own HTML again (the result, the
-// error, the final duration and lease: one rendering, the server's).
+// error, the final duration and lease: one rendering, the server's); the task list's
+// filters apply as they change, the list read again in place and the URL replaced.
 (function () {
   "use strict";
-  var state = { updates: 0, lastEventAt: 0, detailReads: 0 };
+  var state = {
+    updates: 0, lastEventAt: 0, detailReads: 0, filterReads: 0, filterQuery: null, source: null,
+  };
   window.__dashboard = state;
 
   var FIELDS = ["id", "tool", "status", "message", "owner", "created", "duration"];
@@ -235,12 +238,14 @@
   }
 
   function connect() {
+    if (state.source) state.source.close();
+    state.source = null;
     var url = document.body.getAttribute("data-events");
     if (!url || !window.EventSource) {
       setLive(url ? "offline" : "live");
       return;
     }
-    var source = new EventSource(url);
+    var source = state.source = new EventSource(url);
     function handler(apply) {
       return function (event) {
         var data;
@@ -259,7 +264,70 @@
     source.onerror = function () { setLive("offline"); };
   }
 
+  // --- the task list's filters: applied as they change ---------------------------------
+
+  function filterQuery(form) {
+    var query = new URLSearchParams();
+    new FormData(form).forEach(function (value, name) {
+      if (typeof value === "string" && value.trim()) query.append(name, value.trim());
+    });
+    return query.toString();
+  }
+
+  // Read the list of these filters, put its results in place of ours, follow its events
+  // and replace the URL (shareable, reloadable); the latest read wins. On a failure the
+  // form is submitted: the browser shows the list, or the error, itself.
+  function applyFilters(form) {
+    var query = filterQuery(form);
+    if (query === state.filterQuery || !document.getElementById("task-results")) return;
+    state.filterQuery = query; // the list asked for last (shown, or on its way)
+    var read = ++state.filterReads;
+    var url = new URL("tasks" + (query ? "?" + query : ""), document.baseURI).href;
+    form.setAttribute("aria-busy", "true");
+    fetch(url, { credentials: "same-origin" })
+      .then(function (response) { return response.ok ? response.text() : Promise.reject(response.status); })
+      .then(function (text) {
+        if (read !== state.filterReads) return;
+        var doc = new DOMParser().parseFromString(text, "text/html");
+        var fresh = doc.getElementById("task-results");
+        if (!fresh) throw new Error("no task list");
+        document.getElementById("task-results").replaceWith(document.adoptNode(fresh));
+        document.body.setAttribute("data-events", doc.body.getAttribute("data-events") || "");
+        window.history.replaceState(null, "", url);
+        form.removeAttribute("aria-busy");
+        connect();
+      })
+      .catch(function () {
+        if (read === state.filterReads) form.submit();
+      });
+  }
+
+  function liveFilters() {
+    var form = document.getElementById("filters");
+    if (!form || !window.fetch || !window.DOMParser) return;
+    form.classList.add("live");
+    var shown = document.getElementById("task-results");
+    state.filterQuery = shown ? shown.getAttribute("data-query") : null;
+    var timer = null;
+    var soon = function () {
+      window.clearTimeout(timer);
+      timer = window.setTimeout(function () { applyFilters(form); }, 350);
+    };
+    form.addEventListener("change", function (event) {
+      if (event.target.tagName === "SELECT") { window.clearTimeout(timer); applyFilters(form); } else soon();
+    });
+    form.addEventListener("input", function (event) {
+      if (event.target.tagName === "INPUT") soon();
+    });
+    form.addEventListener("submit", function (event) {
+      event.preventDefault();
+      window.clearTimeout(timer);
+      applyFilters(form);
+    });
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
+    liveFilters();
     connect();
     window.setInterval(tickAges, 1000);
   });
