@@ -37,14 +37,14 @@ from fastmcp_tasks.stores.operations import (
     TaskEvent,
     operable,
 )
-from fastmcp_tasks.stores.outcomes import TOOL_ERROR, outcome_of
+from fastmcp_tasks.stores.outcomes import ERROR, outcome_of
 
 #: Most tasks one selection holds (a bulk action acts on at most this many at once).
 MAX_SELECTION = 10_000
 #: Ids an audit entry lists (the count is always exact).
 AUDITED_IDS = 50
 #: Every outcome a filter takes: the statuses and `error` (a completed tool error).
-OUTCOMES: frozenset[str] = ALL_STATUSES | {TOOL_ERROR}
+OUTCOMES: frozenset[str] = ALL_STATUSES | {ERROR}
 _PAGE = 1000
 
 
@@ -74,7 +74,7 @@ class TaskFilter:
         """The statuses to ask the store for (`error` lives among `completed`)."""
         if self.outcomes is None:
             return None
-        return frozenset("completed" if o == TOOL_ERROR else o for o in self.outcomes)
+        return frozenset("completed" if o == ERROR else o for o in self.outcomes)
 
     def matches(self, record: TaskRecord) -> bool:
         if self.outcomes is not None and outcome_of(record) not in self.outcomes:

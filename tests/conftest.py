@@ -122,6 +122,7 @@ SHARING_MODULES = frozenset(
         "tests/browser/test_browser_layout.py",
         "tests/browser/test_browser_live.py",
         "tests/browser/test_browser_load.py",
+        "tests/browser/test_browser_outcomes.py",
     }
 )
 

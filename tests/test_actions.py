@@ -34,7 +34,7 @@ async def test_a_tool_error_is_its_own_outcome(store: Any) -> None:  # noqa: F81
     crashed = await _ended(store, "a", error={"code": -32603, "message": "boom"})
     got = {tid: await store.get(tid) for tid in (bad, good, crashed)}
     assert [outcome_of(r) for r in got.values() if r] == ["error", "completed", "failed"]
-    assert tool_error_text(got[bad]) == "bad input here"  # type: ignore[arg-type]
+    assert tool_error_text(got[bad]) == "bad   input\nhere"  # type: ignore[arg-type]
     assert tool_error_text(got[good]) is None
     errors = await actions.select(store, TaskFilter(outcomes=frozenset({"error"})))
     assert errors.task_ids == (bad,)

@@ -10,7 +10,12 @@ must support listing (`ListableTaskStore`); the bundled SQLite, Redis and Postgr
 stores do. A URL is only ever printed masked (`stores.urls.masked`).
 
 `ls` lists tasks newest first; `--status` takes statuses, comma separated or
-repeated, and `active` / `finished` for either group. `show` prints one task:
+repeated, and `active` / `finished` for either group. A task that ended with a tool
+error (the tool raised: `completed` on the MCP wire, with an `isError` result) is
+shown, and filtered, as its own outcome `error` (`stores.outcomes`): `--status error`
+lists them, and `--status completed` lists the clean successes only (`finished`
+includes both). The store lists statuses, so these two are told apart here, paging
+through its `completed` tasks until `--limit` is filled. `show` prints one task:
 times, message, owner, attempts (the runs of the tool body begun), where an active
 task's run stands (its `phase`), lease, input requests, error and a summary of
 the result (arguments shortened), then its history where the store keeps one
@@ -47,15 +52,24 @@ from fastmcp_tasks.cli.views import (
 )
 from fastmcp_tasks.errors import ConfigurationError, StoreError
 from fastmcp_tasks.stores import store_from_url
+from fastmcp_tasks.stores.base import TaskRecord
 from fastmcp_tasks.stores.flow import tombstone_of
-from fastmcp_tasks.stores.listing import MAX_PAGE, ListableTaskStore, check_listing
+from fastmcp_tasks.stores.listing import MAX_PAGE, ListableTaskStore, PageKey
+from fastmcp_tasks.stores.outcomes import (
+    ERROR,
+    OUTCOME_GROUPS,
+    OUTCOMES,
+    outcome_of,
+    split_needed,
+    store_statuses,
+)
 from fastmcp_tasks.stores.sqlite.schema import path_from_url
 from fastmcp_tasks.stores.urls import masked
-from fastmcp_tasks.wire.names import ACTIVE_STATUSES, TERMINAL_STATUSES
 
 COMMANDS = ("ls", "show")
 URL_ENV = "FASTMCP_TASKS_URL"
-_GROUPS = {"active": ACTIVE_STATUSES, "finished": TERMINAL_STATUSES}
+_GROUPS = OUTCOME_GROUPS
+_STYLES = {**STYLES, ERROR: "bold red"}
 _AGE = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 
 
@@ -81,14 +95,14 @@ def parse_age(text: str) -> float:
 
 
 def parse_statuses(text: str) -> frozenset[str]:
-    """`working,failed` or `active` / `finished` as statuses (an argparse `type`)."""
+    """`working,failed`, `error` or `active` / `finished` as outcomes (an argparse `type`)."""
     statuses: set[str] = set()
     for name in filter(None, (part.strip() for part in text.split(","))):
-        if name not in _GROUPS and name not in STYLES:
-            known = ", ".join([*STYLES, *_GROUPS])
+        if name not in _GROUPS and name not in OUTCOMES:
+            known = ", ".join([*STYLES, ERROR, *_GROUPS])
             raise argparse.ArgumentTypeError(f"unknown task status {name!r}: give {known}")
         statuses |= _GROUPS.get(name, {name})
-    return check_listing(frozenset(statuses), 1)
+    return frozenset(statuses)
 
 
 def add_operator_commands(commands: Any) -> None:
@@ -97,8 +111,8 @@ def add_operator_commands(commands: Any) -> None:
     url_help = f"the task store URL (default ${URL_ENV}{', now ' + masked(env) if env else ''})"
     ls = commands.add_parser("ls", help="list a task store's tasks, newest first")
     ls.add_argument("--status", type=parse_statuses, action="append", metavar="STATUS", help=(
-        "working, input_required, completed, failed, cancelled, active or finished "
-        "(comma separated or repeated)"
+        "working, input_required, completed (without a tool error), error (completed with a "
+        "tool error), failed, cancelled, active or finished (comma separated or repeated)"
     ))  # fmt: skip
     ls.add_argument("--owner", help="only tasks of this principal key (client_id|sub)")
     ls.add_argument("--limit", type=int, default=50, help="most tasks shown (default 50)")
@@ -164,10 +178,10 @@ def open_store(url: str | None) -> ListableTaskStore:
 
 
 async def _ls(store: ListableTaskStore, args: argparse.Namespace) -> int:
-    statuses = frozenset().union(*args.status) if args.status else None
+    outcomes = frozenset().union(*args.status) if args.status else None
     if not 1 <= args.limit <= MAX_PAGE:
         raise OperatorError(f"--limit must be 1..{MAX_PAGE}, got {args.limit}", 2)
-    tasks = await store.list_tasks(status=statuses, owner=args.owner, limit=args.limit)
+    tasks = await list_outcomes(store, outcomes, args.owner, args.limit)
     if args.json:
         print(json.dumps([summary_json(task) for task in tasks], indent=2))
         return 0
@@ -176,7 +190,7 @@ async def _ls(store: ListableTaskStore, args: argparse.Namespace) -> int:
     rows = [
         (
             t.task_id,
-            t.status,
+            outcome_of(t),
             t.tool,
             age(t.created_at, now),
             age(t.updated_at, now),
@@ -199,9 +213,31 @@ async def _ls(store: ListableTaskStore, args: argparse.Namespace) -> int:
 
     table = Table(*header, caption=footer, header_style="bold")
     for row in rows:
-        table.add_row(*(Text(cell, style=STYLES.get(cell, "")) for cell in row))
+        table.add_row(*(Text(cell, style=_STYLES.get(cell, "")) for cell in row))
     console.print(table)
     return 0
+
+
+async def list_outcomes(
+    store: ListableTaskStore, outcomes: frozenset[str] | None, owner: str | None, limit: int
+) -> list[TaskRecord]:
+    """The newest `limit` tasks of these outcomes (`None`: all): the store's listing of
+    their statuses, filtered by `outcome_of` when it holds outcomes not wanted (`completed`
+    without `error`, or back), paging with `before` until `limit` tasks are found."""
+    statuses = None if outcomes is None else store_statuses(outcomes)
+    if not split_needed(outcomes):
+        return await store.list_tasks(status=statuses, owner=owner, limit=limit)
+    assert outcomes is not None
+    found: list[TaskRecord] = []
+    before: PageKey | None = None
+    size = min(MAX_PAGE, max(limit, 200))
+    while len(found) < limit:
+        page = await store.list_tasks(status=statuses, owner=owner, limit=size, before=before)
+        found += [task for task in page if outcome_of(task) in outcomes]
+        if len(page) < size:
+            break
+        before = (page[-1].created_at, page[-1].task_id)
+    return found[:limit]
 
 
 async def _show(store: ListableTaskStore, task_id: str, as_json: bool, where: str) -> int:
@@ -232,7 +268,7 @@ async def _show(store: ListableTaskStore, task_id: str, as_json: bool, where: st
     table.add_column(style="bold")
     table.add_column(overflow="fold")
     for name, value in fields:
-        style = STYLES.get(value, "") if name == "Status" else ""
+        style = _STYLES.get(value, "") if name == "Status" else ""
         table.add_row(Text(name), Text(value, style=style))
     console.print(table)
     return 0

@@ -25,14 +25,14 @@ from fastmcp_tasks.cli.operator import OperatorError, parse_age
 from fastmcp_tasks.cli.views import age, short
 from fastmcp_tasks.stores.base import TaskRecord
 from fastmcp_tasks.stores.listing import ListableTaskStore
-from fastmcp_tasks.stores.outcomes import TOOL_ERROR, outcome_of
+from fastmcp_tasks.stores.outcomes import ERROR, outcome_of
 from fastmcp_tasks.wire.names import ACTIVE_STATUSES, TERMINAL_STATUSES
 
 #: Tasks the preview of a bulk action lists (it always says how many in all).
 PREVIEW = 10
 #: The outcomes `cancel` selects among (and its default), and `purge`'s.
 ACTIVE = ACTIVE_STATUSES
-FINISHED = TERMINAL_STATUSES | {TOOL_ERROR}
+FINISHED = TERMINAL_STATUSES | {ERROR}
 _GROUPS = {"active": ACTIVE, "finished": FINISHED}
 _FILTERS = ("status", "tool", "app", "owner", "id_prefix")
 
