@@ -168,7 +168,6 @@ WITH u AS (
             ELSE expires_at END,
         result_json = CASE WHEN {terminal} THEN %(result)s::text ELSE result_json END,
         error = CASE WHEN {terminal} THEN %(error)s::json ELSE error END,
-        arguments = CASE WHEN {terminal} THEN NULL ELSE arguments END,
         input_requests = CASE WHEN {terminal} OR %(status)s = 'working' THEN NULL
             ELSE input_requests END,
         answers = CASE WHEN {terminal} THEN NULL ELSE answers END,

@@ -174,7 +174,6 @@ class SQLiteTaskStore(SQLiteFlow, SQLiteListing, SQLiteLeases, SQLiteConnections
                     terminal_at=now,
                     result_json=None if kept is None else encode_result(kept),
                     error=schema.dumps(error) if status == "failed" else None,
-                    arguments=None,
                     input_requests=None,
                     answers=None,
                     context=None,
