@@ -32,6 +32,9 @@ so concurrent writers rarely touch one row. Every `prepare` also (re)creates the
 functions `caps_check` (`CAPS_FUNCTION`) and `key_free` (`KEY_FREE_FUNCTION`), which
 need no version of their own.
 Version 2: the `phase` column of `tasks` (`stores.phases`).
+Version 3: the operator records (`stores.operations`): the tables `task_events` (with
+the trigger deleting a task's events with it), `workers`, `pauses` and `audit`
+(`postgres.operations_schema`).
 Rows are mapped by `postgres.rows` (re-exported here).
 """
 
@@ -40,6 +43,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from fastmcp_tasks.errors import ConfigurationError
+from fastmcp_tasks.stores.postgres.operations_schema import V3 as OPERATIONS_V3
 from fastmcp_tasks.stores.postgres.rows import clean_text as clean_text
 from fastmcp_tasks.stores.postgres.rows import dumps as dumps
 from fastmcp_tasks.stores.postgres.rows import from_row as from_row
@@ -49,7 +53,7 @@ if TYPE_CHECKING:
     from psycopg import AsyncConnection
 
 APPLICATION_NAME = "fastmcp-tasks"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: `tasks` columns in `TaskRecord` field order (`expires_at` is kept apart, for the index).
 COLUMNS = (
@@ -169,10 +173,12 @@ INSERT INTO {{s}}.meta (key, value) VALUES ('application', '{APPLICATION_NAME}')
 #: from-version -> the statements that bring a schema to from-version + 1 (`{s}`: the
 #: schema); `prepare` runs every step from the found version up in one transaction and
 #: then records the new `schema_version`. Version 2: `phase` (`stores.phases`), NULL on
-#: older rows (an unleased task waits, a leased one counts as started).
+#: older rows (an unleased task waits, a leased one counts as started). Version 3: the
+#: operator records' tables (`postgres.operations_schema`).
 MIGRATIONS: dict[int, list[str]] = {
     0: [statement.strip() for statement in _V1.split(";\n") if statement.strip()],
     1: ["ALTER TABLE {s}.tasks ADD COLUMN phase text"],
+    2: OPERATIONS_V3,
 }
 
 #: The caps check of a capped `create` (`sql.create_capped` calls it in its `caps` CTE).
