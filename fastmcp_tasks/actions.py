@@ -15,13 +15,15 @@ store itself (no MCP server needed), so both do exactly the same thing:
 
 Each action appends one `AuditEntry` (who, what, on how many, when) when the store
 keeps operator records (`stores.operations.OperableTaskStore`); on any other store the
-cancel still works and the rest refuse with `ConfigurationError`.
+cancel still works and the rest refuse with `ConfigurationError`. `context` (optional,
+JSON values: the command line gives the user and host it ran as) is added to the entry's
+details.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,14 +37,14 @@ from fastmcp_tasks.stores.operations import (
     TaskEvent,
     operable,
 )
-from fastmcp_tasks.stores.outcomes import TOOL_ERROR, outcome_of
+from fastmcp_tasks.stores.outcomes import ERROR, outcome_of
 
 #: Most tasks one selection holds (a bulk action acts on at most this many at once).
 MAX_SELECTION = 10_000
 #: Ids an audit entry lists (the count is always exact).
 AUDITED_IDS = 50
 #: Every outcome a filter takes: the statuses and `error` (a completed tool error).
-OUTCOMES: frozenset[str] = ALL_STATUSES | {TOOL_ERROR}
+OUTCOMES: frozenset[str] = ALL_STATUSES | {ERROR}
 _PAGE = 1000
 
 
@@ -72,7 +74,7 @@ class TaskFilter:
         """The statuses to ask the store for (`error` lives among `completed`)."""
         if self.outcomes is None:
             return None
-        return frozenset("completed" if o == TOOL_ERROR else o for o in self.outcomes)
+        return frozenset("completed" if o == ERROR else o for o in self.outcomes)
 
     def matches(self, record: TaskRecord) -> bool:
         if self.outcomes is not None and outcome_of(record) not in self.outcomes:
@@ -147,13 +149,19 @@ async def select(
 
 
 async def audit(
-    store: TaskStore, actor: str, action: str, count: int, **details: Any
+    store: TaskStore,
+    actor: str,
+    action: str,
+    count: int,
+    context: Mapping[str, Any] | None = None,
+    **details: Any,
 ) -> AuditEntry | None:
-    """Append one audit entry (nothing on a store that keeps no operator records)."""
+    """Append one audit entry (nothing on a store that keeps no operator records);
+    `context` goes into its details too, under the action's own."""
     ops = operable(store)
     if ops is None:
         return None
-    entry = AuditEntry(time.time(), actor, action, count, {k: v for k, v in details.items()})
+    entry = AuditEntry(time.time(), actor, action, count, {**(context or {}), **details})
     await ops.add_audit(entry)
     return entry
 
@@ -164,6 +172,7 @@ async def cancel_tasks(
     actor: str,
     *,
     where: TaskFilter | None = None,
+    context: Mapping[str, Any] | None = None,
 ) -> CancelReport:
     """Ask for each active task among `task_ids` to be cancelled, as `actor` (audited)."""
     ops = operable(store)
@@ -190,6 +199,7 @@ async def cancel_tasks(
         actor,
         "cancel",
         requested,
+        context,
         selected=len(ids),
         finished=finished,
         missing=missing,
@@ -199,7 +209,8 @@ async def cancel_tasks(
     return CancelReport(requested, finished, missing)
 
 
-def _operable(store: TaskStore, what: str) -> OperableTaskStore:
+def require_operable(store: TaskStore, what: str) -> OperableTaskStore:
+    """`store` as an `OperableTaskStore`, or the `ConfigurationError` saying `what` needs one."""
     ops = operable(store)
     if ops is None:
         raise ConfigurationError(
@@ -210,41 +221,66 @@ def _operable(store: TaskStore, what: str) -> OperableTaskStore:
 
 
 async def purge_tasks(
-    store: TaskStore, task_ids: Sequence[str], actor: str, *, where: TaskFilter | None = None
+    store: TaskStore,
+    task_ids: Sequence[str],
+    actor: str,
+    *,
+    where: TaskFilter | None = None,
+    context: Mapping[str, Any] | None = None,
 ) -> int:
     """Delete the finished tasks among `task_ids`, as `actor` (audited); how many."""
-    ops = _operable(store, "Purging chosen tasks")
+    ops = require_operable(store, "Purging chosen tasks")
     ids = list(dict.fromkeys(task_ids))
     removed = await ops.delete_finished(ids)
     details: dict[str, Any] = {"selected": len(ids), "ids": ids[:AUDITED_IDS]}
     if where is not None:
         details["filter"] = where.to_json()
-    await audit(store, actor, "purge", removed, **details)
+    await audit(store, actor, "purge", removed, context, **details)
     return removed
 
 
-async def purge_before(store: ListableTaskStore, cutoff: float, actor: str) -> int:
+async def purge_before(
+    store: ListableTaskStore,
+    cutoff: float,
+    actor: str,
+    *,
+    context: Mapping[str, Any] | None = None,
+) -> int:
     """Delete every task that ended before `cutoff` (`purge_finished`), audited."""
     removed = await store.purge_finished(cutoff)
-    await audit(store, actor, "purge", removed, ended_before=cutoff)
+    await audit(store, actor, "purge", removed, context, ended_before=cutoff)
     return removed
 
 
-async def pause_tool(store: TaskStore, app: str, tool: str, actor: str) -> bool:
+async def pause_tool(
+    store: TaskStore,
+    app: str,
+    tool: str,
+    actor: str,
+    *,
+    context: Mapping[str, Any] | None = None,
+) -> bool:
     """Pause `tool` of `app` in every process; `False` when it already was."""
-    ops = _operable(store, "Pausing a tool")
+    ops = require_operable(store, "Pausing a tool")
     paused = await ops.pause(Pause(app, tool, time.time(), actor))
     if paused:
-        await audit(store, actor, "pause", 1, app=app, tool=tool)
+        await audit(store, actor, "pause", 1, context, app=app, tool=tool)
     return paused
 
 
-async def resume_tool(store: TaskStore, app: str, tool: str, actor: str) -> int | None:
+async def resume_tool(
+    store: TaskStore,
+    app: str,
+    tool: str,
+    actor: str,
+    *,
+    context: Mapping[str, Any] | None = None,
+) -> int | None:
     """Resume `tool` of `app`; how many held tasks were released (`None`: not paused)."""
-    ops = _operable(store, "Resuming a tool")
+    ops = require_operable(store, "Resuming a tool")
     released = await ops.resume(app, tool)
     if released is not None:
-        await audit(store, actor, "resume", 1, app=app, tool=tool, released=released)
+        await audit(store, actor, "resume", 1, context, app=app, tool=tool, released=released)
     return released
 
 
@@ -260,6 +296,7 @@ __all__ = [
     "pause_tool",
     "purge_before",
     "purge_tasks",
+    "require_operable",
     "resume_tool",
     "select",
 ]

@@ -123,6 +123,7 @@ SHARING_MODULES = frozenset(
         "tests/browser/test_browser_live.py",
         "tests/browser/test_browser_load.py",
         "tests/browser/test_browser_operations.py",
+        "tests/browser/test_browser_outcomes.py",
     }
 )
 

@@ -34,7 +34,7 @@ async def test_a_tool_error_is_its_own_outcome(store: Any) -> None:  # noqa: F81
     crashed = await _ended(store, "a", error={"code": -32603, "message": "boom"})
     got = {tid: await store.get(tid) for tid in (bad, good, crashed)}
     assert [outcome_of(r) for r in got.values() if r] == ["error", "completed", "failed"]
-    assert tool_error_text(got[bad]) == "bad input here"  # type: ignore[arg-type]
+    assert tool_error_text(got[bad]) == "bad   input\nhere"  # type: ignore[arg-type]
     assert tool_error_text(got[good]) is None
     errors = await actions.select(store, TaskFilter(outcomes=frozenset({"error"})))
     assert errors.task_ids == (bad,)
@@ -90,3 +90,13 @@ async def test_purge_pause_and_resume_are_audited(store: Any) -> None:  # noqa: 
     assert [(e.action, e.count) for e in newest] == [("resume", 1), ("pause", 1), ("purge", 1)]
     assert newest[0].details == {"app": "app", "tool": "a", "released": 0}
     assert time.time() - newest[0].at < 60
+
+
+async def test_a_context_joins_the_audit_details(store: Any) -> None:  # noqa: F811
+    task = record(tool="a")
+    await store.create(task)
+    context = {"user": "alice", "host": "box", "selected": "not this"}
+    await actions.cancel_tasks(store, [task.task_id], "cli", context=context)
+    (entry,) = await store.audit()
+    assert (entry.details["user"], entry.details["host"]) == ("alice", "box")
+    assert entry.details["selected"] == 1  # the action's own details win

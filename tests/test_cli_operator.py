@@ -25,6 +25,7 @@ import pytest
 
 from fastmcp_tasks import TaskRecord, store_from_url
 from fastmcp_tasks.stores.listing import ListableTaskStore
+from tests.servers import make_server
 from tests.test_store_contract import (
     POSTGRES_URL,
     REDIS_URL,
@@ -33,6 +34,7 @@ from tests.test_store_contract import (
     postgres_available,
     record,
 )
+from tests.wire import memory_wire
 
 SCRIPT = Path(sys.executable).with_name("fastmcp-tasks")
 DAY = 86_400.0
@@ -319,3 +321,79 @@ def test_on_a_terminal_ls_draws_a_table_and_purge_asks_first(sqlite_store: Store
     accepted = on_terminal(["purge", "--older-than", "1d", "--url", url], answer="y")
     assert "Removed 2 finished tasks" in accepted
     assert len(anyio.run(remaining, url)) == 3
+
+
+# --- tool errors: their own outcome ------------------------------------------------------
+
+CLEAN_AFTER = 250  # more than one page of the store's `completed` listing (`list_outcomes`)
+
+
+async def made_by_a_server(url: str) -> dict[str, str]:
+    """Tasks a real FastMCP server ended on the store at `url`: a `ToolError`, a masked
+    exception (both `completed` with an `isError` result on the wire) and a success; then
+    `CLEAN_AFTER` newer clean successes written through the store API."""
+    server, _ = make_server(url=url)
+    async with memory_wire(server) as wire:
+        made = {
+            "raised": (await wire.call_tool("tool_error"))["taskId"],
+            "masked": (await wire.call_tool("crash"))["taskId"],
+            "fine": (await wire.call_tool("echo", {"text": "fine"}))["taskId"],
+        }
+        for task_id in made.values():
+            assert (await wire.wait(task_id))["status"] == "completed"
+    store = store_from_url(url)
+    await store.open()
+    try:
+        now = time.time()
+        for i in range(CLEAN_AFTER):
+            task = record(retention_ms=WEEK_MS)
+            task.status = "completed"
+            task.created_at = task.updated_at = task.terminal_at = now + 1 + i / 1000
+            task.result_json = json.dumps({"content": [], "isError": False})
+            await store.create(task)
+    finally:
+        await store.close()
+    return made
+
+
+def test_ls_and_show_give_tool_errors_their_own_outcome(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'tasks.db'}"
+    made = anyio.run(made_by_a_server, url)
+
+    errors = cli("ls", "--status", "error", "--url", url)
+    assert errors.returncode == 0, errors.stderr
+    lines = errors.stdout.splitlines()
+    assert [line.split()[:2] for line in lines[1:-1]] == [
+        [made["masked"], "error"],
+        [made["raised"], "error"],
+    ]
+    assert lines[-1] == "2 tasks, newest first"
+    first = cli("ls", "--status", "error", "--limit", "1", "--url", url)
+    assert [line.split()[0] for line in first.stdout.splitlines()[1:-1]] == [made["masked"]]
+    assert first.stdout.splitlines()[-1].endswith("(the --limit; there may be more)")
+
+    clean = cli("ls", "--status", "completed", "--limit", "1000", "--url", url)
+    assert clean.returncode == 0, clean.stderr
+    shown = [line.split() for line in clean.stdout.splitlines()[1:-1]]
+    assert len(shown) == CLEAN_AFTER + 1 and {row[1] for row in shown} == {"completed"}
+    assert made["fine"] in {row[0] for row in shown}
+    assert made["raised"] not in clean.stdout and made["masked"] not in clean.stdout
+
+    finished = cli("ls", "--status", "finished", "--limit", "1000", "--json", "--url", url)
+    listed = {entry["task_id"]: entry for entry in json.loads(finished.stdout)}
+    assert len(listed) == CLEAN_AFTER + 3
+    raised = listed[made["raised"]]
+    assert (raised["status"], raised["outcome"], raised["is_error"]) == ("completed", "error", True)
+    assert raised["tool_error"] == "the job could not finish"
+    assert listed[made["fine"]]["outcome"] == "completed" and not listed[made["fine"]]["is_error"]
+    everything = cli("ls", "--url", url, "--limit", "1000")
+    assert line_of(everything.stdout, made["raised"]).split()[1] == "error"
+
+    show = cli("show", made["raised"], "--url", url)
+    assert show.returncode == 0, show.stderr
+    fields = dict(line.split(None, 1) for line in show.stdout.splitlines() if " " in line)
+    assert fields["Status"].strip() == "error"
+    assert "the job could not finish (completed on the wire)" in show.stdout
+    document = json.loads(cli("show", made["masked"], "--json", "--url", url).stdout)
+    assert document["status"] == "completed" and document["outcome"] == "error"
+    assert document["result"]["isError"] is True and document["tool_error"]

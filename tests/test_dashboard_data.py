@@ -269,7 +269,7 @@ async def test_counts_and_states(store: Any) -> None:
     assert index.get(waiting.task_id).to_json(now)["phase"] == "queued"  # type: ignore[union-attr]
     states = dict(zip(("queued", "running", "parked"), (3, 3, 1), strict=True))
     assert index.counts() == {**dict.fromkeys(TERMINAL_STATUSES, 0), **states, "completed": 1,
-                              "working": 6, "input_required": 1}  # fmt: skip
+                              "working": 6, "input_required": 1, "error": 0}  # fmt: skip
     row = index.get(parked.task_id)
     assert row is not None
     shown = row.to_json(now + 5)
@@ -319,7 +319,8 @@ def test_query_from_params() -> None:
     assert q.id_prefix == "ab" + "c" * 62 and q.limit == 50
     with pytest.raises(ValueError, match="at most 64"):
         TaskQuery.from_params({"q": "ab" + "c" * 63})  # never cut silently
-    assert TaskQuery.from_params({"status": "finished"}).status == TERMINAL_STATUSES
+    finished = TaskQuery.from_params({"status": "finished"}).status
+    assert finished == TERMINAL_STATUSES | {"error"}  # tool errors end tasks too
     assert TaskQuery.from_params({"status": "failed"}).status == frozenset({"failed"})
     assert TaskQuery.from_params({}) == TaskQuery()
     before = TaskQuery.from_params({"before": "1700000000.25:task-1:x", "limit": "200"})

@@ -220,9 +220,10 @@ async def test_a_key_reused_for_another_call_is_refused() -> None:
             assert "idempotency key already used for a different call" in refused.value.message
         RELEASE["reused"].set()
         await wire.wait(first["taskId"])
-        with pytest.raises(WireError) as ended:  # an ended task keeps its tool, not arguments
-            await send(wire, keyed("other", {"x": 1}, key))
-        assert ended.value.code == -32602
+        for params in (keyed("other", {"x": 1}, key), keyed("held", {"x": 2}, key)):
+            with pytest.raises(WireError) as ended:  # an ended task keeps tool and arguments
+                await send(wire, params)
+            assert ended.value.code == -32602
         same = await send(wire, keyed("held", {"x": 1}, key, resent=True))
         assert same["taskId"] == first["taskId"]
         assert len(extension.store) == 1

@@ -25,6 +25,7 @@ import pytest
 from fastmcp_tasks import TaskRecord, store_from_url
 from fastmcp_tasks.errors import ConfigurationError
 from fastmcp_tasks.stores.base import ActiveCaps
+from fastmcp_tasks.stores.operations import TaskEvent
 from fastmcp_tasks.stores.sqlite import SQLiteTaskStore
 from fastmcp_tasks.stores.sqlite import flow as sqlite_flow
 from fastmcp_tasks.stores.sqlite.schema import (
@@ -80,14 +81,15 @@ def layout(path: Path) -> tuple[list[tuple[Any, ...]], set[tuple[str, str, str]]
 # --- migration --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("version", [1, 2, 3, 4])
+@pytest.mark.parametrize("version", [1, 2, 3, 4, 5])
 async def test_an_older_file_migrates_in_place(tmp_path: Path, version: int) -> None:
-    assert SCHEMA_VERSION == 5 and sorted(MIGRATIONS) == [0, 1, 2, 3, 4]
+    assert SCHEMA_VERSION == 6 and sorted(MIGRATIONS) == [0, 1, 2, 3, 4, 5]
     path = tmp_path / f"v{version}.db"
     queued = record(app="billing" if version >= 3 else None)
     held = record(lease_owner="w0", lease_expires=later())
     ended = replace(record(), status="completed", terminal_at=time.time(), result_json="{}")
-    write_old_file(path, version, [queued, held, ended])
+    tasks = [queued, held, ended]
+    write_old_file(path, version, tasks)
     async with opened(path) as store:
         kept = await store.get(queued.task_id)
         assert kept is not None and kept.arguments == queued.arguments
@@ -100,7 +102,11 @@ async def test_an_older_file_migrates_in_place(tmp_path: Path, version: int) -> 
         found = await store.create(record(dedupe_key="k"), dedupe_window=60)
         assert found is not None and found.task_id == gated.task_id
         assert [r.task_id for r in await store.claim_queued("w", later(), 5)] == [gated.task_id]
+        # the operator records (version 6) work on the tasks the file already held
+        await store.add_events([(t.task_id, TaskEvent(time.time(), "created")) for t in tasks])
+        assert [e.kind for e in await store.events(held.task_id)] == ["created"]
         assert await store.purge_finished(time.time() + 1) == 1
+        assert await store.events(ended.task_id) == []
         stone = await store.tombstone(ended.task_id)
         assert stone is not None and stone.reason == "purged" and stone.owner == "alice"
     with closing(sqlite3.connect(path)) as conn:
@@ -110,7 +116,9 @@ async def test_an_older_file_migrates_in_place(tmp_path: Path, version: int) -> 
         where, params = ready_where("x", 0.0)
         ready = f"EXPLAIN QUERY PLAN SELECT * {where} ORDER BY created_at"
         plan = str(conn.execute(ready, params).fetchall())
+        history = {row[0] for row in conn.execute("SELECT task_id FROM task_events")}
     assert meta["schema_version"] == SCHEMA_VERSION and meta["task_count"] == 3
+    assert history == {queued.task_id, held.task_id}  # the purged task's went with it
     assert "tasks_ready" in plan and "TEMP B-TREE" not in plan
     async with opened(tmp_path / "new.db"):
         pass

@@ -106,7 +106,7 @@ async def test_tasks_survive_close_and_reopen(tmp_path: Path) -> None:
         again = await store.get(done.task_id)
         still = await store.get(parked.task_id)
     assert again == finished and again.result_json == finished.result_json
-    assert again.result == result and again.arguments is None
+    assert again.result == result and again.arguments == done.arguments
     assert still == before and still is not None and still.status == "input_required"
     assert still.input_requests == {"k": {"method": "elicitation/create"}}
     assert still.arguments == done.arguments and still.context == {"trace": "abc"}

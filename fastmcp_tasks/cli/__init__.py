@@ -5,7 +5,10 @@
     fastmcp-tasks get SERVER TASK_ID
     fastmcp-tasks wait SERVER TASK_ID [--timeout SECONDS]
     fastmcp-tasks cancel SERVER TASK_ID
-    fastmcp-tasks ls|show TASK_ID|purge --older-than AGE [--url STORE_URL]
+    fastmcp-tasks ls|show TASK_ID [--url STORE_URL]
+    fastmcp-tasks cancel TASK_ID... | --all-matching FILTERS [--url STORE_URL] [--dry-run] [--yes]
+    fastmcp-tasks purge --older-than AGE | FILTERS | TASK_ID... [--url STORE_URL] [--dry-run]
+    fastmcp-tasks pause|resume TOOL [--app APP] | paused | workers | audit [--url STORE_URL]
     fastmcp-tasks ui [--url STORE_URL] [--host 127.0.0.1] [--port 8765] [--token TOKEN]
                      [--read-only]
 
@@ -23,8 +26,13 @@ is a Streamable HTTP URL or a `path/to/server.py[:object]` run in memory. `call`
 follows the task live, asks in the terminal for its input, and on Ctrl-C offers to
 cancel the task or detach from it.
 
-The operator commands (`ls`, `show`, `purge`) live in `cli.operator`: they open a
-shared store by its URL to list tasks, print one, or delete old finished ones.
+The operator commands open a shared store by its URL (`--url`, default
+`FASTMCP_TASKS_URL`), no server needed: `ls` and `show` (`cli.operator`) list tasks
+and print one with its history; `cancel` and `purge` (`cli.actions`) act on tasks by id
+or by filter (a preview, then a confirmation acting on exactly the previewed tasks);
+`pause` / `resume` / `paused` (`cli.pauses`) hold a tool's new runs in every process;
+`workers` and `audit` (`cli.records`) list the processes that run tasks and the operator
+actions. `cancel` with an http(s) URL or a server file goes through the server instead.
 
 `ui` (`cli.ui`) serves the live operator dashboard (`fastmcp_tasks.dashboard`) of a
 shared store: loopback only unless a token is set (`--token` or
@@ -37,6 +45,7 @@ import argparse
 
 import anyio
 
+from fastmcp_tasks.cli.actions import ACTION_COMMANDS, add_action_commands, run_action_command
 from fastmcp_tasks.cli.client import add_client_commands, run_client_command
 from fastmcp_tasks.cli.common import load_server
 from fastmcp_tasks.cli.operator import COMMANDS as OPERATOR_COMMANDS
@@ -51,6 +60,7 @@ def main(argv: list[str] | None = None) -> None:
     commands = parser.add_subparsers(dest="command", required=True)
     add_client_commands(commands)
     add_operator_commands(commands)
+    add_action_commands(commands)
     add_ui_command(commands)
     worker = commands.add_parser("worker", help="run a server's task tools for a shared store")
     worker.add_argument("server", help="path/to/server.py[:object]")
@@ -66,6 +76,8 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(run_ui_command(args))
     elif args.command in OPERATOR_COMMANDS:
         raise SystemExit(run_operator_command(args))
+    elif args.command in ACTION_COMMANDS:
+        raise SystemExit(run_action_command(args))
     else:
         raise SystemExit(run_client_command(args))
 

@@ -329,7 +329,8 @@ class Session:
 
 
 def add_client_commands(commands: Any) -> None:
-    """Add `call`, `get`, `wait` and `cancel` to the `fastmcp-tasks` subcommands."""
+    """Add `call`, `get` and `wait` to the `fastmcp-tasks` subcommands (`cancel` is
+    `cli.actions`', which hands a cancel through a SERVER to `run_client_command`)."""
     call = commands.add_parser(
         "call",
         help="run a tool as a task: live status, prompts for input, Ctrl-C to cancel or detach",
@@ -349,7 +350,6 @@ def add_client_commands(commands: Any) -> None:
     for name, text in (
         ("get", "print a task as JSON"),
         ("wait", "follow a task and print its result (Ctrl-C stops waiting)"),
-        ("cancel", "cancel a task"),
     ):
         command = commands.add_parser(name, help=text)
         command.add_argument("server", help=SERVER_HELP)

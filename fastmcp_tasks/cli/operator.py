@@ -1,8 +1,7 @@
-"""The operator commands of `fastmcp-tasks`: look into a task store and clear it out.
+"""The operator commands of `fastmcp-tasks` that look into a task store: `ls` and `show`.
 
     fastmcp-tasks ls [--url URL] [--status STATUS ...] [--owner KEY] [--limit N] [--json]
     fastmcp-tasks show TASK_ID [--url URL] [--json]
-    fastmcp-tasks purge --older-than AGE [--url URL] [--dry-run] [--yes]
 
 They open the store itself, not a server: `--url` is a store URL (`sqlite:///...`,
 `redis://...`, `postgresql://...`), by default `FASTMCP_TASKS_URL`, the variable the
@@ -11,17 +10,22 @@ must support listing (`ListableTaskStore`); the bundled SQLite, Redis and Postgr
 stores do. A URL is only ever printed masked (`stores.urls.masked`).
 
 `ls` lists tasks newest first; `--status` takes statuses, comma separated or
-repeated, and `active` / `finished` for either group. `show` prints one task:
+repeated, and `active` / `finished` for either group. A task that ended with a tool
+error (the tool raised: `completed` on the MCP wire, with an `isError` result) is
+shown, and filtered, as its own outcome `error` (`stores.outcomes`): `--status error`
+lists them, and `--status completed` lists the clean successes only (`finished`
+includes both). The store lists statuses, so these two are told apart here, paging
+through its `completed` tasks until `--limit` is filled. `show` prints one task:
 times, message, owner, attempts (the runs of the tool body begun), where an active
 task's run stands (its `phase`), lease, input requests, error and a summary of
-the result (arguments shortened). `purge` deletes the finished tasks that ended
-more than AGE ago (`90s`, `30m`, `12h`, `1d`, `2w`), whatever their retention;
-active tasks are never purged. It asks first on a terminal, and needs `--yes`
-anywhere else.
+the result (arguments shortened), then its history where the store keeps one
+(`cli.history`). The commands that act on a store (`cancel`, `purge`, `pause`, ...)
+live in `cli.actions`, which uses `open_store` and `OperatorError` from here.
 
 On a terminal the output is `rich` tables; elsewhere plain aligned text, and
-`--json` prints JSON; `show` of a removed task says when it expired or was purged (its
-tombstone). Exit status: 0 done, 1 no such task or the store failed, 2 a usage error.
+`--json` prints JSON (`show --json` with the history and the operator outcome); `show`
+of a removed task says when it expired or was purged (its tombstone). Exit status: 0
+done, 1 no such task or the store failed, 2 a usage error.
 """
 
 from __future__ import annotations
@@ -35,30 +39,37 @@ import time
 from typing import Any
 
 import anyio
-import anyio.to_thread
 
+from fastmcp_tasks.cli.history import history_fields, history_of, show_document
 from fastmcp_tasks.cli.terminal import STYLES
 from fastmcp_tasks.cli.views import (
     _UNITS,
     age,
     describe,
-    duration,
-    record_json,
     short,
     stamp,
     summary_json,
 )
 from fastmcp_tasks.errors import ConfigurationError, StoreError
 from fastmcp_tasks.stores import store_from_url
+from fastmcp_tasks.stores.base import TaskRecord
 from fastmcp_tasks.stores.flow import tombstone_of
-from fastmcp_tasks.stores.listing import MAX_PAGE, ListableTaskStore, check_listing
+from fastmcp_tasks.stores.listing import MAX_PAGE, ListableTaskStore, PageKey
+from fastmcp_tasks.stores.outcomes import (
+    ERROR,
+    OUTCOME_GROUPS,
+    OUTCOMES,
+    outcome_of,
+    split_needed,
+    store_statuses,
+)
 from fastmcp_tasks.stores.sqlite.schema import path_from_url
 from fastmcp_tasks.stores.urls import masked
-from fastmcp_tasks.wire.names import ACTIVE_STATUSES, TERMINAL_STATUSES
 
-COMMANDS = ("ls", "show", "purge")
+COMMANDS = ("ls", "show")
 URL_ENV = "FASTMCP_TASKS_URL"
-_GROUPS = {"active": ACTIVE_STATUSES, "finished": TERMINAL_STATUSES}
+_GROUPS = OUTCOME_GROUPS
+_STYLES = {**STYLES, ERROR: "bold red"}
 _AGE = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 
 
@@ -84,39 +95,31 @@ def parse_age(text: str) -> float:
 
 
 def parse_statuses(text: str) -> frozenset[str]:
-    """`working,failed` or `active` / `finished` as statuses (an argparse `type`)."""
+    """`working,failed`, `error` or `active` / `finished` as outcomes (an argparse `type`)."""
     statuses: set[str] = set()
     for name in filter(None, (part.strip() for part in text.split(","))):
-        if name not in _GROUPS and name not in STYLES:
-            known = ", ".join([*STYLES, *_GROUPS])
+        if name not in _GROUPS and name not in OUTCOMES:
+            known = ", ".join([*STYLES, ERROR, *_GROUPS])
             raise argparse.ArgumentTypeError(f"unknown task status {name!r}: give {known}")
         statuses |= _GROUPS.get(name, {name})
-    return check_listing(frozenset(statuses), 1)
+    return frozenset(statuses)
 
 
 def add_operator_commands(commands: Any) -> None:
-    """Add `ls`, `show` and `purge` to the `fastmcp-tasks` subcommands."""
+    """Add `ls` and `show` to the `fastmcp-tasks` subcommands."""
     env = os.environ.get(URL_ENV)
     url_help = f"the task store URL (default ${URL_ENV}{', now ' + masked(env) if env else ''})"
     ls = commands.add_parser("ls", help="list a task store's tasks, newest first")
     ls.add_argument("--status", type=parse_statuses, action="append", metavar="STATUS", help=(
-        "working, input_required, completed, failed, cancelled, active or finished "
-        "(comma separated or repeated)"
+        "working, input_required, completed (without a tool error), error (completed with a "
+        "tool error), failed, cancelled, active or finished (comma separated or repeated)"
     ))  # fmt: skip
     ls.add_argument("--owner", help="only tasks of this principal key (client_id|sub)")
     ls.add_argument("--limit", type=int, default=50, help="most tasks shown (default 50)")
     show = commands.add_parser("show", help="print one task of a task store")
     show.add_argument("task_id", help="the task's id")
-    purge = commands.add_parser("purge", help="delete finished tasks that ended long ago")
-    purge.add_argument("--older-than", type=parse_age, required=True, metavar="AGE", help=(
-        "delete the finished tasks that ended more than AGE ago (90s, 30m, 12h, 1d, 2w); "
-        "active tasks are never purged"
-    ))  # fmt: skip
-    purge.add_argument("--dry-run", action="store_true", help="only count what would go")
-    purge.add_argument("--yes", action="store_true", help="do not ask for confirmation")
-    for command in (ls, show, purge):
-        command.add_argument("--url", default=env, help=url_help)
     for command in (ls, show):
+        command.add_argument("--url", default=env, help=url_help)
         command.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -144,9 +147,7 @@ async def _run(args: argparse.Namespace) -> int:
     try:
         if args.command == "ls":
             return await _ls(store, args)
-        if args.command == "show":
-            return await _show(store, args.task_id, args.json, masked(args.url))
-        return await _purge(store, args)
+        return await _show(store, args.task_id, args.json, masked(args.url))
     finally:
         await store.close()
 
@@ -177,10 +178,10 @@ def open_store(url: str | None) -> ListableTaskStore:
 
 
 async def _ls(store: ListableTaskStore, args: argparse.Namespace) -> int:
-    statuses = frozenset().union(*args.status) if args.status else None
+    outcomes = frozenset().union(*args.status) if args.status else None
     if not 1 <= args.limit <= MAX_PAGE:
         raise OperatorError(f"--limit must be 1..{MAX_PAGE}, got {args.limit}", 2)
-    tasks = await store.list_tasks(status=statuses, owner=args.owner, limit=args.limit)
+    tasks = await list_outcomes(store, outcomes, args.owner, args.limit)
     if args.json:
         print(json.dumps([summary_json(task) for task in tasks], indent=2))
         return 0
@@ -189,7 +190,7 @@ async def _ls(store: ListableTaskStore, args: argparse.Namespace) -> int:
     rows = [
         (
             t.task_id,
-            t.status,
+            outcome_of(t),
             t.tool,
             age(t.created_at, now),
             age(t.updated_at, now),
@@ -212,9 +213,31 @@ async def _ls(store: ListableTaskStore, args: argparse.Namespace) -> int:
 
     table = Table(*header, caption=footer, header_style="bold")
     for row in rows:
-        table.add_row(*(Text(cell, style=STYLES.get(cell, "")) for cell in row))
+        table.add_row(*(Text(cell, style=_STYLES.get(cell, "")) for cell in row))
     console.print(table)
     return 0
+
+
+async def list_outcomes(
+    store: ListableTaskStore, outcomes: frozenset[str] | None, owner: str | None, limit: int
+) -> list[TaskRecord]:
+    """The newest `limit` tasks of these outcomes (`None`: all): the store's listing of
+    their statuses, filtered by `outcome_of` when it holds outcomes not wanted (`completed`
+    without `error`, or back), paging with `before` until `limit` tasks are found."""
+    statuses = None if outcomes is None else store_statuses(outcomes)
+    if not split_needed(outcomes):
+        return await store.list_tasks(status=statuses, owner=owner, limit=limit)
+    assert outcomes is not None
+    found: list[TaskRecord] = []
+    before: PageKey | None = None
+    size = min(MAX_PAGE, max(limit, 200))
+    while len(found) < limit:
+        page = await store.list_tasks(status=statuses, owner=owner, limit=size, before=before)
+        found += [task for task in page if outcome_of(task) in outcomes]
+        if len(page) < size:
+            break
+        before = (page[-1].created_at, page[-1].task_id)
+    return found[:limit]
 
 
 async def _show(store: ListableTaskStore, task_id: str, as_json: bool, where: str) -> int:
@@ -227,10 +250,11 @@ async def _show(store: ListableTaskStore, task_id: str, as_json: bool, where: st
         why = "expired (its retention ran out)" if stone.reason == "expired" else "was purged"
         when = f"{stamp(stone.at)} ({age(stone.at, time.time())})"
         raise OperatorError(f"task {task_id!r} in {where} {why} at {when}")
+    events = await history_of(store, task)
     if as_json:
-        print(json.dumps(record_json(task), indent=2, ensure_ascii=False))
+        print(json.dumps(show_document(task, events), indent=2, ensure_ascii=False))
         return 0
-    fields = describe(task, time.time())
+    fields = describe(task, time.time()) + history_fields(events, task.created_at)
     console = _console()
     if console is None:
         width = max(len(name) for name, _ in fields)
@@ -244,33 +268,9 @@ async def _show(store: ListableTaskStore, task_id: str, as_json: bool, where: st
     table.add_column(style="bold")
     table.add_column(overflow="fold")
     for name, value in fields:
-        style = STYLES.get(value, "") if name == "Status" else ""
+        style = _STYLES.get(value, "") if name == "Status" else ""
         table.add_row(Text(name), Text(value, style=style))
     console.print(table)
-    return 0
-
-
-async def _purge(store: ListableTaskStore, args: argparse.Namespace) -> int:
-    now = time.time()
-    cutoff = now - args.older_than
-    when = f"that ended before {stamp(cutoff)} (more than {duration(args.older_than)} ago)"
-    count = await store.purge_finished(cutoff, dry_run=True)
-    if count == 0:
-        print(f"No finished tasks {when}.")
-        return 0
-    noun = f"{count} finished task{'s' if count != 1 else ''}"
-    if args.dry_run:
-        print(f"Would remove {noun} {when}.")
-        return 0
-    if not args.yes:
-        if not sys.stdin.isatty():
-            raise OperatorError(f"purge would remove {noun}: pass --yes to confirm", 2)
-        answer = await anyio.to_thread.run_sync(input, f"Remove {noun} {when}? [y/N] ")
-        if answer.strip().lower() not in ("y", "yes"):
-            print("Nothing removed.")
-            return 0
-    removed = await store.purge_finished(cutoff)
-    print(f"Removed {removed} finished task{'s' if removed != 1 else ''} {when}.")
     return 0
 
 

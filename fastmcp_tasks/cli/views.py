@@ -2,6 +2,10 @@
 the one-line field view of `show` (with what flow control says of the task: its gate,
 retries and when a retry is due), the JSON documents of `ls --json` / `show --json`, and
 what `call` / `wait` print of a result (`result_text`).
+
+A task that ended with a tool error (`completed` on the wire, an `isError` result:
+`stores.outcomes`) shows its outcome, `error`, as its status, with the error's text;
+the JSON documents keep the wire `status` and add `outcome`, `is_error` and `tool_error`.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastmcp_tasks.server.flow import shown_gate
 from fastmcp_tasks.stores.base import TaskRecord
+from fastmcp_tasks.stores.outcomes import outcome_of, tool_error_text
 
 if TYPE_CHECKING:
     import mcp_types
@@ -85,7 +90,10 @@ def result_summary(result: dict[str, Any]) -> str:
 
 def describe(task: TaskRecord, now: float) -> list[tuple[str, str]]:
     """The `show` view of a task: (field, text) pairs, none holding more than a line."""
-    fields = [("Task", task.task_id), ("Status", task.status), ("Tool", task.tool)]
+    fields = [("Task", task.task_id), ("Status", outcome_of(task)), ("Tool", task.tool)]
+    tool_error = tool_error_text(task)
+    if tool_error is not None:
+        fields.append(("Tool error", short(tool_error or "-") + " (completed on the wire)"))
     fields.append(("Message", task.status_message or "-"))
     fields.append(("Created", f"{stamp(task.created_at)} ({age(task.created_at, now)})"))
     fields.append(("Updated", f"{stamp(task.updated_at)} ({age(task.updated_at, now)})"))
@@ -138,7 +146,13 @@ def summary_json(task: TaskRecord) -> dict[str, Any]:
     entry = {key: getattr(task, key) for key in keys}
     entry.update(status_message=task.status_message, owner=task.owner, attempts=task.attempts)
     entry["phase"] = task.phase
+    entry.update(_outcome_json(task))
     return entry
+
+
+def _outcome_json(task: TaskRecord) -> dict[str, Any]:
+    error = tool_error_text(task)
+    return {"outcome": outcome_of(task), "is_error": error is not None, "tool_error": error}
 
 
 def record_json(task: TaskRecord) -> dict[str, Any]:
@@ -147,6 +161,7 @@ def record_json(task: TaskRecord) -> dict[str, Any]:
     document = {name: getattr(task, name) for name in names if name != "result_json"}
     document["result"] = task.result
     document["expires_at"] = task.expires_at
+    document.update(_outcome_json(task))
     return document
 
 

@@ -1,7 +1,8 @@
 """The overview page and its JSON (`/api/overview`).
 
 The overview shows the live counts, the two charts of `charts` (fixed viewBox: no
-layout shift), the per-tool table (tasks, failure rate, duration percentiles), the
+layout shift), the per-tool table (tasks, failed, tool errors, the failure rate
+counting both, duration percentiles), the
 slowest running tasks and the longest waiting `input_required` ones. The workers page
 is `worker_pages` (the registry merged with the lease holders, `registry`).
 """
@@ -49,15 +50,17 @@ def overview_page(v: View, index: TaskIndex, sampler: BacklogSampler, *, notices
     tool_rows = "".join(
         f'<tr data-tool="{esc(t.tool)}"><th scope="row">{esc(t.tool)}</th>'
         f'<td class="num">{t.count:,}</td><td class="num">{t.finished:,}</td>'
-        f'<td class="num">{t.failed:,}</td>'
-        f'<td class="num">{"-" if t.failure_rate is None else f"{t.failure_rate:.1%}"}</td>'
+        f'<td class="num" data-field="failed">{t.failed:,}</td>'
+        f'<td class="num" data-field="tool-errors">{t.tool_errors:,}</td>'
+        f'<td class="num" data-field="failure-rate">'
+        f"{'-' if t.failure_rate is None else f'{t.failure_rate:.1%}'}</td>"
         f'<td class="num">{_seconds(t.p50)}</td><td class="num">{_seconds(t.p95)}</td>'
         f'<td class="num">{_seconds(t.p99)}</td></tr>'
         for t in o.tools
     )
     if not tool_rows:
-        tool_rows = '<tr class="empty"><td colspan="8">No tasks yet.</td></tr>'
-    heads = ("tasks", "finished", "failed", "failure rate", "p50", "p95", "p99")
+        tool_rows = '<tr class="empty"><td colspan="9">No tasks yet.</td></tr>'
+    heads = ("tasks", "finished", "failed", "tool errors", "failure rate", "p50", "p95", "p99")
     tool_head = "".join(f'<th scope="col" class="num">{h}</th>' for h in heads)
     loading = "" if o.loaded else '<p class="notice">Reading the store…</p>'
     body = (

@@ -17,7 +17,7 @@ from fastmcp_tasks.dashboard.stats import Overview
 
 WIDTH, HEIGHT = 640, 220
 _LEFT, _RIGHT, _TOP, _BOTTOM = 48, 12, 28, 40
-CREATED, FINISHED = "#1d4ed8", "#15803d"
+CREATED, FINISHED, FAILED = "#1d4ed8", "#15803d", "#b91c1c"
 QUEUED, RUNNING, PARKED, ACTIVE = "#b45309", "#1d4ed8", "#7e22ce", "#4b5563"
 _AXIS, _TEXT = "#6b7280", "#1f2937"
 
@@ -101,15 +101,17 @@ def _legend(items: Sequence[tuple[str, str, bool]]) -> list[str]:
 
 
 def throughput_chart(overview: Overview, chart_id: str = "throughput") -> str:
-    """Bars of tasks created and finished per bucket over the window."""
+    """Bars of tasks created and finished per bucket over the window; the part of a
+    finished bar that failed (`failed`, or a tool error) drawn at its foot in red."""
     window, buckets = overview.window, overview.per_minute
     created = sum(b.created for b in buckets)
     finished = sum(b.finished for b in buckets)
+    failed = sum(b.failed for b in buckets)
     peak = max(buckets, key=lambda b: b.created + b.finished, default=None)
     per = bucket_name(window.bucket)
     label = (
         f"Tasks created and finished per {per} over the last {_span(window.end - window.start)}: "
-        f"{created} created, {finished} finished"
+        f"{created} created, {finished} finished ({failed} failed or ended with a tool error)"
     )
     if peak is not None and peak.created + peak.finished:
         label += (
@@ -140,7 +142,19 @@ def throughput_chart(overview: Overview, chart_id: str = "throughput") -> str:
                     f'<rect x="{x + offset:.1f}" y="{base - h:.1f}" width="{bar:.1f}" '
                     f'height="{h:.1f}" fill="{colour}"/>'
                 )
-    parts += _legend([("created", CREATED, False), ("finished", FINISHED, False)])
+        if b.failed:
+            h = plot_h * b.failed / y_max
+            parts.append(
+                f'<rect x="{x + bar:.1f}" y="{base - h:.1f}" width="{bar:.1f}" '
+                f'height="{h:.1f}" fill="{FAILED}"/>'
+            )
+    parts += _legend(
+        [
+            ("created", CREATED, False),
+            ("finished", FINISHED, False),
+            ("failed or tool error", FAILED, False),
+        ]
+    )
     parts.append("</svg>")
     return "".join(parts)
 

@@ -15,6 +15,8 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
+from fastmcp_tasks.stores.outcomes import ERROR, ERROR_LABEL
+
 #: The count boxes shown on every page, in order: what an operator asks first.
 COUNT_NAMES = (
     "queued",
@@ -23,11 +25,30 @@ COUNT_NAMES = (
     "working",
     "input_required",
     "completed",
+    ERROR,
     "failed",
     "cancelled",
 )
 STATUSES = ("working", "input_required", "completed", "failed", "cancelled")
-STATUS_FILTERS = ("", "active", "finished", *STATUSES)
+#: The status filter's choices: groups, then outcomes (`completed` without tool errors).
+STATUS_FILTERS = (
+    "",
+    "active",
+    "finished",
+    "working",
+    "input_required",
+    "completed",
+    ERROR,
+    "failed",
+    "cancelled",
+)
+#: How a status or an outcome is named where it is shown.
+LABELS = {ERROR: ERROR_LABEL}
+
+
+def label_of(name: str) -> str:
+    """A status, outcome or state as a person reads it (`tool error`, `input required`)."""
+    return LABELS.get(name, name.replace("_", " "))
 
 
 def esc(value: Any) -> str:
@@ -86,7 +107,9 @@ def time_tag(when: float | None, now: float) -> str:
 
 
 def status_badge(status: str) -> str:
-    return f'<span class="badge status-{esc(status)}">{esc(status)}</span>'
+    """A badge of a status or an outcome (`error`: a tool error, styled as a failure)."""
+    text = LABELS.get(status, status)
+    return f'<span class="badge status-{esc(status)}">{esc(text)}</span>'
 
 
 def counts_box(counts: Mapping[str, int] | None, element_id: str = "counts") -> str:
@@ -94,9 +117,8 @@ def counts_box(counts: Mapping[str, int] | None, element_id: str = "counts") -> 
     cells = []
     for name in COUNT_NAMES:
         value = "…" if counts is None else str(counts.get(name, 0))
-        label = name.replace("_", " ")
         cells.append(
-            f'<div class="count count-{name}"><span class="count-label">{label}</span>'
+            f'<div class="count count-{name}"><span class="count-label">{label_of(name)}</span>'
             f'<span class="count-value" data-count="{name}">{value}</span></div>'
         )
     return (
@@ -211,6 +233,7 @@ __all__ = [
     "counts_box",
     "csrf_field",
     "esc",
+    "label_of",
     "login_page",
     "message_page",
     "options",

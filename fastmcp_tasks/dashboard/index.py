@@ -2,7 +2,9 @@
 
 `TaskIndex` keeps one `TaskSummary` per task of a `ListableTaskStore`, in two parallel
 lists sorted by page key `(created_at, task_id)` ascending (the newest last; `bisect`
-finds a cursor), with per-status, per-tool and per-owner counters kept as summaries
+finds a cursor), with per-outcome (the status, or `error` for a tool error: a
+`completed` task counts as `error` or `completed`, never both), per-tool and per-owner
+counters kept as summaries
 come and go, and the active tasks apart (their `queued` / `running` state depends on
 the time a lease runs out, so it is counted when asked).
 
@@ -49,7 +51,8 @@ from fastmcp_tasks.dashboard.summary import (
     parse_before,
 )
 from fastmcp_tasks.stores.base import TaskRecord, get_many
-from fastmcp_tasks.stores.listing import ALL_STATUSES, MAX_PAGE, ListableTaskStore, PageKey
+from fastmcp_tasks.stores.listing import MAX_PAGE, ListableTaskStore, PageKey
+from fastmcp_tasks.stores.outcomes import OUTCOMES
 from fastmcp_tasks.wire.names import ACTIVE_STATUSES, TERMINAL_STATUSES
 
 #: Records pulled from the store for one page while the index loads (tool / prefix filters).
@@ -106,8 +109,9 @@ class TaskIndex:
         return list(self._active.values())
 
     def counts(self) -> dict[str, int]:
-        """Tasks by status (every status, 0 included) plus `queued`, `running`, `parked`."""
-        counts = {status: self._counts[status] for status in sorted(ALL_STATUSES)}
+        """Tasks by outcome (every status, `completed` without the tool errors, and `error`,
+        0 included) plus `queued`, `running`, `parked`."""
+        counts = {outcome: self._counts[outcome] for outcome in sorted(OUTCOMES)}
         now = self.clock()
         states = Counter(s.state_at(now) for s in self._active.values())
         counts.update({state: states[state] for state in _STATES})
@@ -136,9 +140,9 @@ class TaskIndex:
         return TaskPage(found, found[-1].key if more else None, self._count(query))
 
     def _count(self, query: TaskQuery) -> int:
-        if query.store_filtered and query.owner is None:
-            statuses = ALL_STATUSES if query.status is None else query.status
-            return sum(self._counts[status] for status in statuses)
+        if query.tool is None and query.id_prefix is None and query.owner is None:
+            outcomes = OUTCOMES if query.status is None else query.status
+            return sum(self._counts[outcome] for outcome in outcomes)
         cache_key = (query.status, query.tool, query.owner, query.id_prefix)
         cached = self._matching.get(cache_key)
         if cached is not None and cached[0] == self.version:
@@ -156,7 +160,7 @@ class TaskIndex:
         while len(found) < want and scanned < STORE_SCAN_LIMIT:
             size = want if query.store_filtered else min(1000, STORE_SCAN_LIMIT - scanned)
             batch = await self.store.list_tasks(
-                status=query.status, owner=query.owner, limit=size, before=before
+                status=query.store_status, owner=query.owner, limit=size, before=before
             )
             scanned += len(batch)
             found += [r for r in batch if query.store_filtered or query.matches(TaskSummary.of(r))]
@@ -314,7 +318,7 @@ class TaskIndex:
 
     def _count_in(self, s: TaskSummary) -> None:
         self._by_id[s.task_id] = s
-        self._counts[s.status] += 1
+        self._counts[s.outcome] += 1
         self._tools[s.tool] += 1
         if s.owner is not None:
             self._owners[s.owner] += 1
@@ -327,7 +331,7 @@ class TaskIndex:
         del self._by_id[s.task_id]
         self._active.pop(s.task_id, None)
         for counter, name in (
-            (self._counts, s.status),
+            (self._counts, s.outcome),
             (self._tools, s.tool),
             (self._owners, s.owner),
         ):

@@ -18,6 +18,7 @@ from fastmcp_tasks.dashboard.html import (
     counts_box,
     csrf_field,
     esc,
+    label_of,
     options,
     page,
     pretty_json,
@@ -28,12 +29,14 @@ from fastmcp_tasks.dashboard.html import (
     truncated,
 )
 from fastmcp_tasks.dashboard.index import TaskIndex, TaskPage, TaskQuery, TaskSummary, before_text
+from fastmcp_tasks.dashboard.outcome import error_section, result_section
+from fastmcp_tasks.dashboard.summary import MAX_PREFIX
 from fastmcp_tasks.stores.base import TaskRecord
 from fastmcp_tasks.stores.flow import tombstone_of
 from fastmcp_tasks.stores.listing import ListableTaskStore
+from fastmcp_tasks.stores.outcomes import tool_error_text
 
 ARGUMENTS_SHOWN = 2000  # characters of pretty arguments shown before "show all"
-STRUCTURED_SHOWN = 20_000
 FIELDS = ("id", "tool", "status", "message", "owner", "created", "duration")
 
 
@@ -55,8 +58,8 @@ class View:
 
 
 def _status_label(value: str) -> str:
-    return {"": "all statuses", "active": "active", "finished": "finished"}.get(
-        value, value.replace("_", " ")
+    return {"": "all statuses", "completed": "completed (no tool error)"}.get(
+        value, label_of(value)
     )
 
 
@@ -65,7 +68,7 @@ def task_row(s: TaskSummary, now: float) -> str:
     cells = {
         "id": f'<a href="tasks/{esc(s.task_id)}">{esc(s.task_id)}</a>',
         "tool": esc(s.tool),
-        "status": status_badge(s.status),
+        "status": status_badge(s.outcome),
         "message": esc(s.status_message or ""),
         "owner": esc(s.owner or ""),
         "created": f'<time title="{esc(stamp(s.created_at))}">{esc(stamp(s.created_at))}</time>',
@@ -77,6 +80,7 @@ def task_row(s: TaskSummary, now: float) -> str:
         + attrs(
             data_task_id=s.task_id,
             data_status=s.status,
+            data_outcome=s.outcome,
             data_state=s.state_at(now),
             data_paused="true" if s.paused else None,  # its tool is paused (ops.css)
             data_created=repr(s.created_at),  # where a live row goes (dashboard.js)
@@ -99,6 +103,7 @@ def _filters(index: TaskIndex, query: TaskQuery) -> str:
     tools = [("", "all tools"), *((tool, tool) for tool in index.tools())]
     if query.tool and query.tool not in index.tools():
         tools.append((query.tool, query.tool))
+    size = "" if query.limit == 50 else f'<input type="hidden" name="limit" value="{query.limit}">'
     return (
         '<form id="filters" method="get" action="tasks" class="filters">'
         '<label for="filter-status">Status</label>'
@@ -111,8 +116,9 @@ def _filters(index: TaskIndex, query: TaskQuery) -> str:
         'placeholder="client_id|sub" autocomplete="off">'
         '<label for="search">Task id starts with</label>'
         f'<input id="search" name="q" type="search" value="{esc(query.id_prefix or "")}" '
-        'autocomplete="off" spellcheck="false">'
-        '<button id="apply-filters" type="submit">Apply</button></form>'
+        f'maxlength="{MAX_PREFIX}" autocomplete="off" spellcheck="false">'
+        f"{size}"
+        '<button id="apply-filters" type="submit">Apply filters</button></form>'
     )
 
 
@@ -128,7 +134,7 @@ def _purge_form(v: View) -> str:
         '<input id="purge-age" name="older_than" value="7d" size="6" required '
         'pattern="[0-9]+(\\.[0-9]+)?[smhdwSMHDW]" aria-describedby="purge-hint">'
         '<span id="purge-hint" class="hint">ago (90s, 30m, 12h, 1d, 2w)</span>'
-        '<button id="purge-preview" type="submit">Preview</button></form></section>'
+        '<button id="purge-preview" type="submit">Preview purge</button></form></section>'
     )
 
 
@@ -154,14 +160,15 @@ def tasks_page(
             f' <a id="next-page" href="tasks?{_qs(query.params(before=found.next_before))}">'
             "Next page</a>"
         )
-    body = (
+    body = (  # `#task-results` is what the filters replace in place (dashboard.js)
         "<h1>Tasks</h1>"
         f"{counts_box(index.counts() if index.loaded else None)}"
         f"{_filters(index, query)}"
+        f'<div id="task-results" data-query="{_qs(query.params())}">'
         f'<p class="matching"><span id="matching" data-matching="{total}" '
         f'aria-live="polite">{shown}</span> matching</p>'
         f"{table}{empty}"
-        f'<nav class="paging" aria-label="Pages">{paging}</nav>'
+        f'<nav class="paging" aria-label="Pages">{paging}</nav></div>'
         f"{_purge_form(v)}"
         f"{bulk}"  # the bulk actions by filter (`operations.bulk_html`)
     )
@@ -178,35 +185,6 @@ def _qs(params: dict[str, str]) -> str:
 
 def _dl(items: list[tuple[str, str]]) -> str:
     return "".join(f"<dt>{esc(name)}</dt><dd>{value}</dd>" for name, value in items)
-
-
-def _result(record: TaskRecord) -> str:
-    result = record.result
-    if result is None:
-        return ""
-    content = result.get("content") or []
-    kinds: dict[str, int] = {}
-    texts: list[str] = []
-    for block in content if isinstance(content, list) else []:
-        kind = str(block.get("type", "?")) if isinstance(block, dict) else "?"
-        kinds[kind] = kinds.get(kind, 0) + 1
-        if isinstance(block, dict) and isinstance(block.get("text"), str):
-            texts.append(block["text"])
-    summary = ", ".join(f"{n} {kind}" for kind, n in kinds.items()) or "no content"
-    if result.get("isError"):
-        summary += " (isError)"
-    parts = [f'<p class="summary">{esc(summary)}</p>']
-    for text in texts[:3]:
-        cut, _ = truncated(text, 500)
-        parts.append(f'<pre class="text">{esc(cut)}</pre>')
-    structured = result.get("structuredContent")
-    if structured is not None:
-        text, _ = truncated(pretty_json(structured), STRUCTURED_SHOWN)
-        parts.append(f'<h3>Structured content</h3><pre id="detail-structured">{esc(text)}</pre>')
-    return (
-        '<section id="detail-result" aria-labelledby="result-h"><h2 id="result-h">Result</h2>'
-        f"{''.join(parts)}</section>"
-    )
 
 
 def _inputs(summary: TaskSummary, record: TaskRecord, now: float) -> str:
@@ -236,17 +214,23 @@ def detail_page(
 ) -> str:
     now = v.now
     summary = TaskSummary.of(record, previous)
+    wire = " (<code>completed</code> on the wire)" if summary.is_error else ""
     times = [
         ("Created", time_tag(record.created_at, now) + f" ({esc(stamp(record.created_at))})"),
         ("Updated", time_tag(record.updated_at, now)),
     ]
     if record.terminal_at is not None:
         times.append(("Ended", time_tag(record.terminal_at, now)))
-    times.append(("Duration", esc(span(summary.duration(now)))))
+    duration = esc(span(summary.duration(now)))
+    if record.is_active:  # counts on in the page (dashboard.js) until the task ends
+        duration = (
+            f'<span data-field="elapsed" data-since="{record.created_at!r}">{duration}</span>'
+        )
+    times.append(("Duration", f'<span id="detail-duration">{duration}</span>'))
     if record.expires_at is not None:
         times.append(("Expires", esc(stamp(record.expires_at))))
-    lease = "none (queued)" if record.is_active else "none"
-    if record.lease_owner is not None:
+    lease = "none (queued)" if record.is_active else "none (the task ended)"
+    if record.lease_owner is not None and record.is_active:  # a lease ends with its task
         expires = record.lease_expires or 0.0
         beat = now - (expires - v.lease_seconds)
         state = "expired" if expires < now else "held"
@@ -257,7 +241,7 @@ def detail_page(
     facts = _dl(
         [
             ("Tool", f"<code>{esc(record.tool)}</code>"),
-            ("Status", f'<span id="detail-status">{status_badge(record.status)}</span>'),
+            ("Status", f'<span id="detail-status">{status_badge(summary.outcome)}</span>{wire}'),
             ("Message", f'<span id="detail-message">{esc(record.status_message or "-")}</span>'),
             ("Times", f'<dl id="detail-times" class="inner">{_dl(times)}</dl>'),
             (
@@ -273,19 +257,15 @@ def detail_page(
             ("App", esc(record.app or "-")),
         ]
     )
-    args_text = pretty_json(record.arguments) if record.arguments is not None else "-"
+    args_text = "-" if record.is_active else "- (not kept after the task ended)"
+    if record.arguments is not None:
+        args_text = pretty_json(record.arguments)
     short, cut = truncated(args_text, ARGUMENTS_SHOWN)
     arguments = f'<pre id="detail-arguments">{esc(short)}</pre>'
     full = (
-        '<details id="arguments-full"><summary>All arguments</summary>'
-        f"<pre>{esc(args_text)}</pre></details>"
+        '<details id="arguments-full"><summary>Show all arguments '
+        f"({len(args_text):,} characters)</summary><pre>{esc(args_text)}</pre></details>"
     )
-    error = ""
-    if record.error is not None:
-        error = (
-            '<section aria-labelledby="error-h"><h2 id="error-h">Error</h2>'
-            f'<pre id="detail-error">{esc(pretty_json(record.error))}</pre></section>'
-        )
     cancel = ""
     if record.is_active and not v.read_only:
         note = " (already requested)" if record.cancel_requested else ""
@@ -298,11 +278,12 @@ def detail_page(
         )
     body = (
         f"<h1>Task <code>{esc(record.task_id)}</code></h1>"
-        f'<section id="task-detail"{attrs(data_task_id=record.task_id, data_status=record.status)}>'
+        f'<section id="task-detail"{attrs(data_task_id=record.task_id, data_status=record.status)}'
+        f"{attrs(data_outcome=summary.outcome)}>"
         f'<dl class="facts">{facts}</dl>{cancel}'
         f'<section aria-labelledby="args-h"><h2 id="args-h">Arguments</h2>{arguments}'
         f"{full if cut else ''}</section>"
-        f"{_inputs(summary, record, now)}{_result(record)}{error}"
+        f"{_inputs(summary, record, now)}{result_section(record)}{error_section(record)}"
         '<section aria-labelledby="transitions-h"><h2 id="transitions-h">Seen while open</h2>'
         '<ol id="detail-transitions" aria-live="polite"></ol></section>'
         f"{history}"  # the stored history (`operations.history_html`)
@@ -332,7 +313,7 @@ def purge_preview_page(v: View, before: float, seconds: float, count: int) -> st
             '<form id="purge-confirm-form" method="post" action="purge">'
             f'{csrf_field(v.csrf)}<input type="hidden" name="before" value="{before!r}">'
             f'<button id="purge-confirm" type="submit" class="danger">Remove {esc(noun)}</button>'
-            ' <a href="tasks">Keep them</a></form>'
+            ' <a href="tasks">Keep them (no purge)</a></form>'
         )
     body = (
         "<h1>Purge finished tasks</h1>"
@@ -371,7 +352,11 @@ def record_json(record: TaskRecord, now: float) -> dict[str, Any]:
     document: dict[str, Any] = {name: getattr(record, name) for name in names}
     document["result"] = record.result
     document["expires_at"] = record.expires_at
-    document["state"] = TaskSummary.of(record).state_at(now)
+    summary = TaskSummary.of(record)
+    document["state"] = summary.state_at(now)
+    document["outcome"] = summary.outcome
+    document["is_error"] = summary.is_error
+    document["tool_error"] = tool_error_text(record)  # whole, not cut
     return document
 
 

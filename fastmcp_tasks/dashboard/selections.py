@@ -24,8 +24,7 @@ from dataclasses import dataclass
 
 from fastmcp_tasks.actions import OUTCOMES, Selection, TaskFilter
 from fastmcp_tasks.dashboard.summary import MAX_PREFIX
-from fastmcp_tasks.stores.outcomes import TOOL_ERROR
-from fastmcp_tasks.wire.names import ACTIVE_STATUSES, TERMINAL_STATUSES
+from fastmcp_tasks.stores.outcomes import OUTCOME_GROUPS
 
 #: Seconds a previewed selection can be confirmed.
 TTL = 600.0
@@ -35,12 +34,8 @@ MAX_PENDING = 32
 MAX_IDS = 200_000
 #: What each bulk action may touch.
 ACTIONS: dict[str, frozenset[str]] = {
-    "cancel": frozenset(ACTIVE_STATUSES),
-    "purge": frozenset(TERMINAL_STATUSES) | {TOOL_ERROR},
-}
-_GROUPS: dict[str, frozenset[str]] = {
-    "active": frozenset(ACTIVE_STATUSES),
-    "finished": frozenset(TERMINAL_STATUSES) | {TOOL_ERROR},
+    "cancel": OUTCOME_GROUPS["active"],
+    "purge": OUTCOME_GROUPS["finished"],
 }
 
 
@@ -50,8 +45,8 @@ def filter_from_form(form: Mapping[str, str], action: str) -> TaskFilter:
     if action not in ACTIONS:
         raise ValueError(f"unknown bulk action {action[:20]!r}: cancel or purge")
     text = (form.get("status") or "").strip()
-    if text in _GROUPS:
-        outcomes = _GROUPS[text]
+    if text in OUTCOME_GROUPS:
+        outcomes = OUTCOME_GROUPS[text]
     elif text in OUTCOMES:
         outcomes = frozenset({text})
     elif text:

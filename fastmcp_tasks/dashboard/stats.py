@@ -3,13 +3,15 @@
 `overview(index, sampler, now)` summarises the retained window (the oldest retained
 task to now, at most `MAX_WINDOW`, in at most `MAX_BUCKETS` buckets of a round size):
 
-- tasks created and finished per bucket (from `created_at` / `terminal_at`);
+- tasks created and finished per bucket (from `created_at` / `terminal_at`), and how
+  many of the finished ones failed (`failed`, or a tool error: `stores.outcomes`);
 - the backlog over time, two series said apart: `reconstructed`, the active count at
   each bucket's end from the retained tasks' `created_at` / `terminal_at` (purged and
   expired tasks are missing from it, and it cannot say queued from running), and
   `live`, the queued / running / parked samples `BacklogSampler` took since the
   dashboard started;
-- per tool: tasks, finished, failed, failure rate (failed / finished), and the p50 /
+- per tool: tasks, finished, failed, tool errors (`completed` with an `isError` result),
+  failure rate ((failed + tool errors) / finished), and the p50 /
   p95 / p99 duration (`terminal_at - created_at`) of its finished tasks, interpolated
   like `statistics.quantiles(method="inclusive")`;
 - the 10 longest-running tasks (age since creation) and the 10 longest-waiting
@@ -80,12 +82,14 @@ class BacklogSampler:
 @dataclass(frozen=True, slots=True)
 class Bucket:
     """One bucket of the window: its start, tasks created and finished in it, and the
-    reconstructed active count at its end."""
+    reconstructed active count at its end; `failed`: of the finished, how many failed
+    or ended with a tool error."""
 
     start: float
     created: int
     finished: int
     active: int
+    failed: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,11 +99,12 @@ class ToolStats:
     tool: str
     count: int
     finished: int
-    failed: int
-    failure_rate: float | None  # failed / finished; None before anything finished
+    failed: int  # ended `failed`
+    failure_rate: float | None  # (failed + tool_errors) / finished; None before any finished
     p50: float | None
     p95: float | None
     p99: float | None
+    tool_errors: int = 0  # ended `completed` with an `isError` result (`stores.outcomes`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +152,12 @@ class Overview:
                 "bucket_seconds": window.bucket,
             },
             "per_bucket": [
-                {"start": iso(b.start), "created": b.created, "finished": b.finished}
+                {
+                    "start": iso(b.start),
+                    "created": b.created,
+                    "finished": b.finished,
+                    "failed": b.failed,
+                }
                 for b in self.per_minute
             ],
             "backlog": {
@@ -165,6 +175,7 @@ class Overview:
                     "count": t.count,
                     "finished": t.finished,
                     "failed": t.failed,
+                    "tool_errors": t.tool_errors,
                     "failure_rate": t.failure_rate,
                     "duration_p50": t.p50,
                     "duration_p95": t.p95,
@@ -224,14 +235,14 @@ def _full_pass(index: TaskIndex, now: float) -> _Pass:
     oldest = min((s.created_at for s in rows), default=None)
     window = window_of(oldest, now)
     size, start, n = window.bucket, window.start, round((window.end - window.start) / window.bucket)
-    created, finished = [0] * n, [0] * n
+    created, finished, failures = [0] * n, [0] * n, [0] * n
     base = 0  # active at the window's start
     durations: dict[str, list[float]] = {}
-    counts: dict[str, list[int]] = {}  # tool -> [count, finished, failed]
+    counts: dict[str, list[int]] = {}  # tool -> [count, finished, failed, tool errors]
     for s in rows:
         figures = counts.get(s.tool)
         if figures is None:
-            figures = counts[s.tool] = [0, 0, 0]
+            figures = counts[s.tool] = [0, 0, 0, 0]
             durations[s.tool] = []
         figures[0] += 1
         born, ended = s.created_at, s.terminal_at
@@ -241,18 +252,25 @@ def _full_pass(index: TaskIndex, now: float) -> _Pass:
             base += 1
         if ended is not None:
             figures[1] += 1
+            failure = s.status == "failed" or s.tool_error is not None
             if s.status == "failed":
                 figures[2] += 1
+            elif failure:
+                figures[3] += 1
             durations[s.tool].append(ended - born)
             if ended >= start:
-                finished[min(n - 1, int((ended - start) // size))] += 1
+                at = min(n - 1, int((ended - start) // size))
+                finished[at] += 1
+                failures[at] += failure
     buckets, active = [], base
     for i in range(n):
         active += created[i] - finished[i]
-        buckets.append(Bucket(start + i * size, created[i], finished[i], max(0, active)))
+        buckets.append(
+            Bucket(start + i * size, created[i], finished[i], max(0, active), failures[i])
+        )
     tools = []
     for tool in sorted(counts):
-        count, done, failed = counts[tool]
+        count, done, failed, tool_errors = counts[tool]
         ordered = sorted(durations[tool])
         tools.append(
             ToolStats(
@@ -260,10 +278,11 @@ def _full_pass(index: TaskIndex, now: float) -> _Pass:
                 count,
                 done,
                 failed,
-                failed / done if done else None,
+                (failed + tool_errors) / done if done else None,
                 percentile(ordered, 50),
                 percentile(ordered, 95),
                 percentile(ordered, 99),
+                tool_errors,
             )
         )
     return _Pass(index.version, now, window, buckets, tools)

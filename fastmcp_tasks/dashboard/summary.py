@@ -3,8 +3,14 @@
 `TaskSummary` is the slim form the index keeps of each task (no arguments, result or
 answers; status and error messages cut to `TEXT_LIMIT` characters; names interned),
 with its dashboard `state` and the JSON a row and an SSE `tasks` event carry.
-`TaskQuery` is a task list's filters (statuses, tool, owner, id prefix), cursor and
+`TaskQuery` is a task list's filters (outcomes, tool, owner, id prefix), cursor and
 size, read from and written back to URL parameters; `TaskPage` is one page of it.
+
+A task that ended with a tool error (`completed` on the wire, its stored result
+`isError: true`: `stores.outcomes`) keeps the error text in `tool_error`, read once
+when the summary is made; its `outcome` and `state` are `error`. The status filter
+takes outcomes: `completed` is the clean successes only, `error` the tool errors,
+`finished` both and `failed` and `cancelled`.
 
 When an input request was asked is not stored (`TaskRecord.input_requests` holds the
 requests only, `request_input` just sets `updated_at`), so `TaskSummary.input_since`
@@ -22,10 +28,18 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fastmcp_tasks.stores.base import TaskRecord
-from fastmcp_tasks.stores.listing import ALL_STATUSES, PageKey
+from fastmcp_tasks.stores.listing import PageKey
 from fastmcp_tasks.stores.operations import PAUSED_UNTIL
+from fastmcp_tasks.stores.outcomes import (
+    ERROR,
+    OUTCOME_GROUPS,
+    OUTCOMES,
+    split_needed,
+    store_statuses,
+    tool_error_of,
+)
 from fastmcp_tasks.stores.phases import RUNNING
-from fastmcp_tasks.wire.names import ACTIVE_STATUSES, TERMINAL_STATUSES
+from fastmcp_tasks.wire.names import ACTIVE_STATUSES
 
 #: Characters of a status or error message a summary keeps.
 TEXT_LIMIT = 500
@@ -79,6 +93,8 @@ class TaskSummary:
     input_since: tuple[float, ...] = ()
     #: Where its run stands (`TaskRecord.phase`, `stores.phases`): what `state` reads.
     phase: str | None = None
+    #: The error text of a task that ended with a tool error (`stores.outcomes`), cut.
+    tool_error: str | None = None
 
     @classmethod
     def of(cls, record: TaskRecord, previous: TaskSummary | None = None) -> TaskSummary:
@@ -115,6 +131,7 @@ class TaskSummary:
             _cut(error if isinstance(error, str) else None),
             since,
             record.phase,
+            _cut(tool_error_of(record.status, record.result_json)),
         )
 
     @property
@@ -132,8 +149,18 @@ class TaskSummary:
         return self.status in ACTIVE_STATUSES
 
     @property
+    def is_error(self) -> bool:
+        """Whether the task ended with a tool error (`completed`, an `isError` result)."""
+        return self.tool_error is not None
+
+    @property
+    def outcome(self) -> str:
+        """`error` for a tool error, else the status: what the status filter matches."""
+        return ERROR if self.tool_error is not None else self.status
+
+    @property
     def state(self) -> str:
-        """`queued` | `running` | `parked` | the terminal status, now (see `state_at`)."""
+        """`queued` | `running` | `parked` | `error` | the terminal status, now (`state_at`)."""
         return self.state_at(time.time())
 
     def state_at(self, now: float) -> str:
@@ -141,12 +168,12 @@ class TaskSummary:
         begun (`phase` `running`, or no phase: a record from before phases);
         `queued`: any other `working` task (unleased, gated, waiting for a retry or a
         slot, or its lease expired). Never read from the status message, which a tool
-        may write ("Queued: ..." included)."""
+        may write ("Queued: ..." included). `error`: `completed` with a tool error."""
         if self.status == "working":
             live = self.lease_owner is not None and (self.lease_expires or 0.0) > now
             begun = self.phase in (RUNNING, None)
             return "running" if live and begun else "queued"
-        return "parked" if self.status == "input_required" else self.status
+        return "parked" if self.status == "input_required" else self.outcome
 
     def duration(self, now: float) -> float:
         """Seconds from creation to the end (or to `now` while active)."""
@@ -154,12 +181,16 @@ class TaskSummary:
         return max(0.0, end - self.created_at)
 
     def to_json(self, now: float) -> dict[str, Any]:
-        """What a row (and an SSE `tasks` event) shows of the task at `now`."""
+        """What a row (and an SSE `tasks` event) shows of the task at `now`: `status` is
+        the wire status, `outcome` / `state` say `error` for a tool error (`is_error`),
+        and `error` is the failure's message or the tool error's text."""
         return {
             "id": self.task_id,
             "tool": self.tool,
             "status": self.status,
+            "outcome": self.outcome,
             "state": self.state_at(now),
+            "is_error": self.is_error,
             "message": self.status_message,
             "owner": self.owner,
             "app": self.app,
@@ -178,7 +209,7 @@ class TaskSummary:
             "phase": self.phase,
             "retries": self.retries,
             "cancel_requested": self.cancel_requested,
-            "error": self.error_message,
+            "error": self.error_message if self.tool_error is None else self.tool_error,
             "inputs": [
                 {"key": key, "since": since, "waited": round(now - since, 3)}
                 for key, since in zip(self.input_keys, self.input_since, strict=True)
@@ -200,7 +231,7 @@ class Gone:
 #: What the index reports as changed: a task's new summary, or that it is gone.
 Change = TaskSummary | Gone
 
-_GROUPS: dict[str, frozenset[str]] = {"active": ACTIVE_STATUSES, "finished": TERMINAL_STATUSES}
+_GROUPS = OUTCOME_GROUPS
 
 
 def _status_text(status: frozenset[str] | None) -> str:
@@ -231,7 +262,10 @@ def before_text(key: PageKey) -> str:
 
 @dataclass(frozen=True)
 class TaskQuery:
-    """A task list's filters and page: statuses, tool, owner, id prefix, cursor, size."""
+    """A task list's filters and page: outcomes, tool, owner, id prefix, cursor, size.
+
+    `status` holds outcomes (`stores.outcomes`): statuses, where `completed` is the
+    clean successes, and `error`, the tool errors."""
 
     status: frozenset[str] | None = None
     tool: str | None = None
@@ -243,7 +277,7 @@ class TaskQuery:
     def matches(self, s: TaskSummary) -> bool:
         """Whether `s` passes the filters (the cursor `before` is not a filter here)."""
         return (
-            (self.status is None or s.status in self.status)
+            (self.status is None or s.outcome in self.status)
             and (self.tool is None or s.tool == self.tool)
             and (self.owner is None or s.owner == self.owner)
             and (self.id_prefix is None or s.task_id.startswith(self.id_prefix))
@@ -251,8 +285,14 @@ class TaskQuery:
 
     @property
     def store_filtered(self) -> bool:
-        """Whether a store listing applies every filter itself (no tool / id prefix)."""
-        return self.tool is None and self.id_prefix is None
+        """Whether a store listing applies every filter itself: no tool or id prefix, and
+        no outcome the store cannot tell apart (`completed` without `error`, or back)."""
+        return self.tool is None and self.id_prefix is None and not split_needed(self.status)
+
+    @property
+    def store_status(self) -> frozenset[str] | None:
+        """The statuses to ask a store's listing for (`error` is stored `completed`)."""
+        return None if self.status is None else store_statuses(self.status)
 
     @classmethod
     def from_params(cls, params: Mapping[str, str]) -> TaskQuery:
@@ -261,10 +301,10 @@ class TaskQuery:
         status: frozenset[str] | None = None
         if text in _GROUPS:
             status = _GROUPS[text]
-        elif text in ALL_STATUSES:
+        elif text in OUTCOMES:
             status = frozenset({text})
         elif text:
-            known = ", ".join(["active", "finished", *sorted(ALL_STATUSES)])
+            known = ", ".join(["active", "finished", *sorted(OUTCOMES)])
             raise ValueError(f"unknown status {text[:40]!r}: use one of {known} (or nothing)")
         limit_text = (params.get("limit") or "").strip()
         limit = 50

@@ -23,7 +23,7 @@ send created, in every store, atomically:
   cannot dedupe: the key is checked but not used, and the server advertises
   `idempotencyKey: false`.
 - **One key, one call.** `same_call()`: a task found by the key that is another tool's, or
-  (while it still holds them) has other arguments, is -32602
+  has other arguments (finished tasks keep theirs), is -32602
   (`errors.idempotency_key_reused`) and nothing is created.
 - **A resend never runs synchronously.** `refuse_resend()`: a call marked resent that this
   server would answer without a task (forbidden tool, no opt-in, ...) is refused
@@ -110,8 +110,8 @@ def scoped_key(app: str | None, principal: str | None, key: str) -> str:
 
 
 def same_call(found: TaskRecord, name: str, arguments: dict[str, Any]) -> bool:
-    """Whether the task found by a key is this call's: the same tool and, while the
-    record still keeps them (an ended task drops them), the same arguments."""
+    """Whether the task found by a key is this call's: the same tool and the same
+    arguments (a record from a store that dropped them is judged by its tool alone)."""
     return found.tool == name and (found.arguments is None or found.arguments == arguments)
 
 

@@ -117,6 +117,9 @@ class MemoryOperations:
         rules.give_back(record)
         record.not_before = PAUSED_UNTIL
         self._flow.leased(record, owner)
+        if record.gate is not None:  # its slot is free while it waits: waiters claim now
+            freed = {"app": record.app, "gate": record.gate}
+            self._emit(TaskChange(task_id, "queued", record.status, freed))
         message = storable_text(status_message)
         if record.status_message != message:
             record.status_message = message

@@ -1,9 +1,23 @@
-"""How a task ended, as operators see it: a tool error is not a success.
+"""How a task ended, as an operator reads it: the one place the "tool error" rule lives.
 
-On the wire a tool that raised (a `CallToolResult` with `isError: true`) is
-`completed`, as the spec says. Operator views (dashboard, `fastmcp-tasks ls`) give it
-its own outcome, `error`, read from the result the engine stored (parsed JSON, never a
-message text), so a failure rate counts it and a filter finds it.
+On the MCP wire (SEP-2663) a tool that raises (a `ValueError`, a `ToolError`, an
+argument error) ends its task `completed`, with a `CallToolResult` whose `isError` is
+`true`: the caller reads the error from the result. Stored as it is, that task would
+look like a success to an operator. The operator views (the dashboard, `fastmcp-tasks
+ls` / `show`) therefore give it its own *outcome*, `error`, while the wire and the
+store keep `completed`:
+
+- `tool_error_text(record)`: for a `completed` task whose stored result (the JSON the
+  engine wrote, `TaskRecord.result_json`, parsed) has `isError: true`, the error text
+  (its first text content block, `""` when it has none); `None` for every other task.
+  Never read from the status message or any other text a tool writes;
+- `outcome_of(record)`: `error` for such a task, else its status;
+- `OUTCOMES`, `OUTCOME_GROUPS` (`active`, `finished`): what an operator filters on. In
+  these filters `completed` means the clean successes only; `error` the tool errors;
+- `store_statuses(outcomes)` and `split_needed(outcomes)`: what to ask a store's
+  `list_tasks` for (it knows statuses, not outcomes), and whether its answer must
+  still be filtered by `outcome_of` (when `completed` is wanted without `error`, or
+  the other way round).
 """
 
 from __future__ import annotations
@@ -12,50 +26,72 @@ import json
 from typing import Any
 
 from fastmcp_tasks.stores.base import TaskRecord
+from fastmcp_tasks.wire.names import ACTIVE_STATUSES, TERMINAL_STATUSES
 
-#: The operator outcome of a completed task whose result has `isError: true`.
-TOOL_ERROR = "error"
-#: Longest error text `tool_error_text` returns.
-SHOWN = 500
+#: The outcome of a `completed` task whose result is an error result (`isError: true`).
+ERROR = "error"
+#: How an operator view labels it.
+ERROR_LABEL = "tool error"
+#: Every outcome: the statuses, and `error`.
+OUTCOMES: frozenset[str] = ACTIVE_STATUSES | TERMINAL_STATUSES | {ERROR}
+#: The groups an operator filter names: `active` and `finished` (tool errors included).
+OUTCOME_GROUPS: dict[str, frozenset[str]] = {
+    "active": frozenset(ACTIVE_STATUSES),
+    "finished": frozenset(TERMINAL_STATUSES | {ERROR}),
+}
+_MARK = '"isError"'  # a result without it cannot be an error result (keys are never escaped)
 
 
-def _result(record: TaskRecord) -> dict[str, Any] | None:
-    if record.status != "completed" or record.result_json is None:
+def tool_error_of(status: str, result_json: str | None) -> str | None:
+    """`tool_error_text` of a status and a stored result text (see the module)."""
+    if status != "completed" or result_json is None or _MARK not in result_json:
         return None
     try:
-        result = json.loads(record.result_json)
+        result: Any = json.loads(result_json)
     except ValueError:
         return None
-    return result if isinstance(result, dict) else None
-
-
-def is_tool_error(record: TaskRecord) -> bool:
-    """Whether `record` completed with a result whose `isError` is `true`."""
-    if record.status != "completed" or record.result_json is None:
-        return False
-    if '"isError"' not in record.result_json:  # cheap: most results say nothing of it
-        return False
-    result = _result(record)
-    return result is not None and result.get("isError") is True
-
-
-def outcome_of(record: TaskRecord) -> str:
-    """The status an operator sees: `error` for a tool error, else the task's status."""
-    return TOOL_ERROR if is_tool_error(record) else record.status
+    if not isinstance(result, dict) or result.get("isError") is not True:
+        return None
+    content = result.get("content")
+    for block in content if isinstance(content, list) else []:
+        if isinstance(block, dict) and block.get("type") == "text":
+            text = block.get("text")
+            if isinstance(text, str):
+                return text
+    return ""
 
 
 def tool_error_text(record: TaskRecord) -> str | None:
-    """The first text of a tool error's content (cut to `SHOWN`), or `None`."""
-    if not is_tool_error(record):
-        return None
-    result = _result(record) or {}
-    content = result.get("content") or []
-    text = next(
-        (c.get("text", "") for c in content if isinstance(c, dict) and c.get("type") == "text"),
-        "",
-    )
-    text = " ".join(str(text).split()) or "The tool reported an error"
-    return text if len(text) <= SHOWN else text[: SHOWN - 1] + "…"
+    """The error text of a task that ended with a tool error, `None` for any other task:
+    its status is `completed` and its stored result has `isError: true`; the text is the
+    result's first text content (`""` without one)."""
+    return tool_error_of(record.status, record.result_json)
 
 
-__all__ = ["SHOWN", "TOOL_ERROR", "is_tool_error", "outcome_of", "tool_error_text"]
+def outcome_of(record: TaskRecord) -> str:
+    """`error` for a task that ended with a tool error, else its status."""
+    return ERROR if tool_error_text(record) is not None else record.status
+
+
+def store_statuses(outcomes: frozenset[str]) -> frozenset[str]:
+    """The statuses a store lists for these outcomes (`error` is stored `completed`)."""
+    return (outcomes - {ERROR}) | ({"completed"} if ERROR in outcomes else frozenset())
+
+
+def split_needed(outcomes: frozenset[str] | None) -> bool:
+    """Whether a store's listing of `store_statuses(outcomes)` holds tasks of outcomes not
+    wanted: `completed` wanted without `error`, or `error` without `completed`."""
+    return outcomes is not None and (("completed" in outcomes) != (ERROR in outcomes))
+
+
+__all__ = [
+    "ERROR",
+    "ERROR_LABEL",
+    "OUTCOMES",
+    "OUTCOME_GROUPS",
+    "outcome_of",
+    "split_needed",
+    "store_statuses",
+    "tool_error_of",
+    "tool_error_text",
+]

@@ -9,7 +9,9 @@
   and layout shifts. `window.__probe.reset()` starts a new measuring interval.
 - `overflow(page)`: how far the body is wider than the viewport (0: no horizontal scroll).
 - `unnamed_controls(page)`: links, buttons and form fields whose accessible name
-  (Chromium's, over CDP) is empty, or that `get_by_role(role, name=...)` cannot find.
+  (Chromium's, over CDP) is empty, says nothing out of context ("Preview", "Apply",
+  `VAGUE`), or that `get_by_role(role, name=...)` cannot find;
+- `applied(page, fields)`: waits until the task list and its URL show these filters.
 """
 
 from __future__ import annotations
@@ -135,6 +137,8 @@ async def overflow(page: Page) -> dict[str, object]:
 
 
 CONTROLS = "a[href], button, input:not([type=hidden]), select, textarea, summary"
+#: Names that do not say what a control does, read alone (a screen reader's list of them).
+VAGUE = {"apply", "click here", "details", "go", "here", "more", "ok", "preview", "submit"}
 ROLE_BY_TAG = {"a": "link", "button": "button", "select": "combobox", "summary": "group"}
 ARIA_ROLES = {
     "button",
@@ -186,6 +190,8 @@ async def unnamed_controls(page: Page) -> list[str]:
             if not name:
                 problems.append(f"no accessible name: {html}")
                 continue
+            if name.lower() in VAGUE:
+                problems.append(f"a name that says nothing out of context, {name!r}: {html}")
             if role not in ARIA_ROLES:
                 continue  # e.g. a <summary> (Chromium: DisclosureTriangle): named is enough
             matches: list[str] = await page.get_by_role(role, name=name, exact=True).evaluate_all(  # type: ignore[arg-type]
@@ -206,3 +212,20 @@ async def keyboard_reachable(page: Page, selector: str, presses: int = 60) -> bo
         if await page.evaluate("(sel) => document.activeElement?.matches(sel) ?? false", selector):
             return True
     return False
+
+
+async def applied(page: Page, fields: dict[str, str], timeout_ms: int = 5_000) -> None:
+    """Wait until the task list shows exactly the filters `fields` (name -> value): the
+    URL's query says so, and so does the list in the page (`#task-results[data-query]`,
+    the query the server rendered it for)."""
+    await page.wait_for_function(
+        """(wanted) => {
+            const sorted = (q) => [...new URLSearchParams(q).entries()].sort().join('&');
+            const results = document.getElementById('task-results');
+            const want = sorted(wanted);
+            return sorted(location.search) === want && results !== null
+                && sorted(results.dataset.query || '') === want;
+        }""",
+        arg=fields,
+        timeout=timeout_ms,
+    )

@@ -12,9 +12,11 @@ README's screenshots show):
   exists; meanwhile, whenever the text of `MARKERS/<key>.msg` changes, it sets its
   `statusMessage` to it and records, in `MARKERS/<key>.said`, the message and the time
   just before the store write (the start of the latency the test measures); a cancel
-  stops it;
+  stops it; with `fail` set it then raises a `ToolError` of that text instead;
 - `fail(reason)` [`charge_card`] raises a JSON-RPC error: the task ends `failed` with
   it as `error`;
+- `oops(reason)` raises a `ToolError`: the task ends `completed` with an `isError`
+  result (a tool error, which the dashboard shows as `error`);
 - `ask(question)` [`approve_refund`] asks the client for a string (the task waits in
   `input_required`).
 """
@@ -33,6 +35,7 @@ if __package__ in (None, ""):
 
 import anyio
 from fastmcp import Context, FastMCP
+from fastmcp.exceptions import ToolError
 from fastmcp.utilities.tasks import TaskConfig
 from mcp.shared.exceptions import MCPError
 
@@ -55,7 +58,7 @@ def build(url: str, markers: Path) -> FastMCP:
     async def quick(text: str) -> str:
         return f"done: {text}"
 
-    async def hold(key: str, progress: Progress = Progress()) -> str:
+    async def hold(key: str, fail: str = "", progress: Progress = Progress()) -> str:
         said: str | None = None
         while not (markers / f"{key}.go").exists():
             try:
@@ -68,10 +71,15 @@ def build(url: str, markers: Path) -> FastMCP:
                 said = wanted
                 _write(markers / f"{key}.said", f"{before!r}\n{wanted}")
             await anyio.sleep(0.01)  # a file signal: the test writes the files
+        if fail:
+            raise ToolError(fail)
         return f"held {key}"
 
     async def fail(reason: str) -> str:
         raise MCPError(code=-32050, message=reason)  # the task ends `failed` with it
+
+    async def oops(reason: str) -> str:
+        raise ToolError(reason)  # the task ends `completed`, its result an error result
 
     async def ask(question: str, ctx: Context) -> str:
         answer = await ctx.elicit(question, str)
@@ -82,6 +90,7 @@ def build(url: str, markers: Path) -> FastMCP:
         (("quick", "send_invoice"), quick),
         (("hold", "render_report", "export_ledger"), hold),
         (("fail", "charge_card"), fail),
+        (("oops",), oops),
         (("ask", "approve_refund"), ask),
     ]:
         for name in names:

@@ -1,12 +1,13 @@
 """The statements of `claim_queued` (`ClaimStatements`, one set per application filter).
 
-The ungated claim is one statement: the oldest claimable tasks, `FOR UPDATE SKIP
-LOCKED`, leased and their runs begun as `start_run` would (`stores.phases`: `phase`
-running, one more attempt, the waiting message cleared, unless the task waits to
-restart, whose message says which attempt it is, with a `message` change when one is
-cleared), unless some gate has a claimable task and room: then it leases nothing and
-names those gates, for the fair, serialised path (`postgres.gates`, which uses
-`rooms_of` and `candidates`). Whether a task waits is its `phase`, never its message.
+The ungated claim is one statement: the oldest claimable tasks, `FOR NO KEY UPDATE
+SKIP LOCKED` (`postgres.sql`, "Row locks"), leased and their runs begun as `start_run`
+would (`stores.phases`: `phase` running, one more attempt, the waiting message
+cleared, unless the task waits to restart, whose message says which attempt it is,
+with a `message` change when one is cleared), unless some gate has a claimable task
+and room: then it leases nothing and names those gates, for the fair, serialised path
+(`postgres.gates`, which uses `rooms_of` and `candidates`). Whether a task waits is
+its `phase`, never its message.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ class ClaimStatements:
     #: The gates among `%(gates)s` with a claimable task and a free slot, as `(gate, cap,
     #: running)` (read once their locks are held).
     rooms_of: str
-    #: The oldest claimable ungated tasks, locked (`FOR UPDATE SKIP LOCKED`).
+    #: The oldest claimable ungated tasks, locked (`FOR NO KEY UPDATE SKIP LOCKED`).
     ready_ids: str
     #: Each owner's oldest `%(per)s` claimable tasks in the gate `%(gate)s` (a loose scan
     #: of the owners waiting in it, then a range per owner).
@@ -52,7 +53,7 @@ def claim_statements(t: str, app: str, change: str, note: str) -> ClaimStatement
     FROM gates g WHERE g.gate IS NOT NULL {{only}}
 ) r WHERE cap IS NOT NULL AND cap > running"""
     ready = f"SELECT task_id{{more}} FROM {t} WHERE {READY} {app}AND {DUE} {{extra}}" + (
-        "ORDER BY created_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED"
+        "ORDER BY created_at LIMIT %(limit)s FOR NO KEY UPDATE SKIP LOCKED"
     )
     returning = ", ".join(f"{t}.{c}" for c in COLUMNS)
     # Each task's run begins with its claim (`stores.phases`): an unleased task always waits

@@ -198,11 +198,13 @@ class PostgresConnections:
             await pool.close()
 
     async def clear(self) -> None:
-        """Delete every task, change, turn and tombstone of this schema (tests)."""
+        """Delete every task, change, turn, tombstone and operator record of this schema
+        (tests)."""
         s = self.schema
         await self._exec(
             f"TRUNCATE {s}.tasks, {s}.changes, {s}.task_counts, {s}.active_counts, "
-            f"{s}.gate_turns, {s}.tombstones"
+            f"{s}.gate_turns, {s}.tombstones, {s}.task_events, {s}.workers, {s}.pauses, "
+            f"{s}.audit"
         )
 
     # --- running SQL ----------------------------------------------------------------
@@ -330,8 +332,8 @@ class PostgresConnections:
         apply: Callable[[TaskRecord], tuple[T, bool, list[Emit]]],
         missing: T,
     ) -> T:
-        """Load the live task `FOR UPDATE`, `apply` the rules to it, write it back with its
-        change rows (when `apply` says so), in one transaction; `missing` when absent.
+        """Load the live task `FOR NO KEY UPDATE`, `apply` the rules to it, write it back with
+        its change rows (when `apply` says so), in one transaction; `missing` when absent.
 
         `apply(record)` returns `(value, save, emits)`; `value` is returned.
         """

@@ -4,7 +4,7 @@ This module owns the flow-control methods outside creation and the claim
 (`postgres.store` dedupes in `create`; `postgres.gates` has the gated claim):
 
 - retry waits: `retry_later`, one transaction applying `rules.retry` to the row
-  loaded `FOR UPDATE`, with its change rows (the message or status change, then
+  loaded `FOR NO KEY UPDATE`, with its change rows (the message or status change, then
   `queued` with `{"app": ..., "not_before": ...}`);
 - tombstones: `tombstone` answers from the `tombstones` table (written by the
   statements that remove tasks, `purge_expired` and `purge_finished`, in the same

@@ -2,7 +2,7 @@
 
 This module owns the gated claim, one transaction run only when some gate has a
 claimable task and a free slot (`postgres.leases` finds out, and which gates, in its
-one-statement fast path). `FOR UPDATE SKIP LOCKED` alone cannot keep a gate's limit: two
+one-statement fast path). `SKIP LOCKED` row locks alone cannot keep a gate's limit: two
 claimers would each count the slot the other is taking. So the claim takes the
 advisory transaction lock of every gate it may take from ("gate:<gate>", in one
 order, `COLLATE "C"`, so two claimers never deadlock), then, in fresh statements
@@ -10,7 +10,7 @@ that see every lease committed before the lock was granted:
 
 - each such gate's free slots (its oldest claimable task's `gate_limit` minus its
   leased active tasks: a probe of the gate index and a range of the holders index);
-- the oldest claimable ungated tasks (`FOR UPDATE SKIP LOCKED`);
+- the oldest claimable ungated tasks (`FOR NO KEY UPDATE SKIP LOCKED`);
 - each waiting owner's oldest claimable tasks in those gates, as `Candidate`s (a
   loose scan of the owners waiting in a gate, then a short range per owner: the
   cost follows the owners waiting, not the tasks queued), and the gates' turns

@@ -6,8 +6,8 @@ two processes never both hold a task. `renew` is one UPDATE of all the owner's
 tasks given. `requeue` and `start_run` (a waiting task's run begins, `stores.phases`)
 are one statement each, with their change rows.
 
-`claim_queued` takes unleased tasks oldest first with `FOR UPDATE SKIP LOCKED`
-(two claimers never wait for, nor take, each other's rows), through the partial
+`claim_queued` takes unleased tasks oldest first with `FOR NO KEY UPDATE SKIP
+LOCKED` (two claimers never wait for, nor take, each other's rows), through the partial
 index of ungated queued tasks, skipping a retry whose `not_before` is ahead. The
 same statement tells which gates have a claimable task and a free slot (a loose
 index scan of the gated queued tasks, one probe per gate); only then does

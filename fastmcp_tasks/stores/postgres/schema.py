@@ -1,4 +1,4 @@
-"""The PostgreSQL store's schema: tables, indexes, the version marker, migrations, rows.
+"""The PostgreSQL store's schema: tables, indexes, the version marker, migrations.
 
 Every object lives in the store's own schema (`?schema=`, default `fastmcp_tasks`),
 created when absent. Its `meta` table marks it as fastmcp-tasks' (`application`) and
@@ -32,6 +32,10 @@ so concurrent writers rarely touch one row. Every `prepare` also (re)creates the
 functions `caps_check` (`CAPS_FUNCTION`) and `key_free` (`KEY_FREE_FUNCTION`), which
 need no version of their own.
 Version 2: the `phase` column of `tasks` (`stores.phases`).
+Version 3: the operator records (`stores.operations`): the tables `task_events` (with
+the trigger deleting a task's events with it), `workers`, `pauses` and `audit`
+(`postgres.operations_schema`).
+Rows are mapped by `postgres.rows` (re-exported here).
 """
 
 from __future__ import annotations
@@ -39,13 +43,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from fastmcp_tasks.errors import ConfigurationError
-from fastmcp_tasks.stores.base import TaskRecord, encode_json, storable_text
+from fastmcp_tasks.stores.postgres.operations_schema import V3 as OPERATIONS_V3
+from fastmcp_tasks.stores.postgres.rows import clean_text as clean_text
+from fastmcp_tasks.stores.postgres.rows import dumps as dumps
+from fastmcp_tasks.stores.postgres.rows import from_row as from_row
+from fastmcp_tasks.stores.postgres.rows import to_params as to_params
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
 
 APPLICATION_NAME = "fastmcp-tasks"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: `tasks` columns in `TaskRecord` field order (`expires_at` is kept apart, for the index).
 COLUMNS = (
@@ -165,10 +173,12 @@ INSERT INTO {{s}}.meta (key, value) VALUES ('application', '{APPLICATION_NAME}')
 #: from-version -> the statements that bring a schema to from-version + 1 (`{s}`: the
 #: schema); `prepare` runs every step from the found version up in one transaction and
 #: then records the new `schema_version`. Version 2: `phase` (`stores.phases`), NULL on
-#: older rows (an unleased task waits, a leased one counts as started).
+#: older rows (an unleased task waits, a leased one counts as started). Version 3: the
+#: operator records' tables (`postgres.operations_schema`).
 MIGRATIONS: dict[int, list[str]] = {
     0: [statement.strip() for statement in _V1.split(";\n") if statement.strip()],
     1: ["ALTER TABLE {s}.tasks ADD COLUMN phase text"],
+    2: OPERATIONS_V3,
 }
 
 #: The caps check of a capped `create` (`sql.create_capped` calls it in its `caps` CTE).
@@ -297,87 +307,6 @@ async def prepare(conn: AsyncConnection[Any], schema: str, where: str) -> None:
             )
         await conn.execute(CAPS_FUNCTION.format(s=schema))
         await conn.execute(KEY_FREE_FUNCTION.format(s=schema))
-
-
-def clean_text(text: str | None) -> str | None:
-    """Plain text as a `text` column takes it: valid UTF-8 (`storable_text`), no NUL."""
-    text = storable_text(text)
-    if text is not None and "\x00" in text:
-        return text.replace("\x00", "\ufffd")
-    return text
-
-
-def dumps(value: Any) -> str | None:
-    """JSON text for a `json` column (`None` stays NULL)."""
-    return None if value is None else encode_json(value)
-
-
-def to_params(record: TaskRecord) -> tuple[Any, ...]:
-    """The `INSERT` parameters of a record: `COLUMNS` then `expires_at`."""
-    r = record
-    return (
-        r.task_id,
-        r.tool,
-        r.status,
-        r.created_at,
-        r.updated_at,
-        dumps(r.arguments),
-        clean_text(r.status_message),
-        r.poll_interval_ms,
-        r.retention_ms,
-        r.terminal_at,
-        r.result_json,
-        dumps(r.error),
-        dumps(r.input_requests),
-        dumps(r.answers),
-        bool(r.cancel_requested),
-        r.owner,
-        dumps(r.context),
-        r.attempts,
-        r.lease_owner,
-        r.lease_expires,
-        r.app,
-        r.gate,
-        r.gate_limit,
-        r.not_before,
-        r.retries,
-        r.dedupe_key,
-        r.phase,
-        r.expires_at,
-    )
-
-
-def from_row(row: tuple[Any, ...] | Any) -> TaskRecord:
-    """The record a row of `SELECT_COLUMNS` holds (json columns arrive decoded)."""
-    return TaskRecord(
-        task_id=row[0],
-        tool=row[1],
-        status=row[2],
-        created_at=row[3],
-        updated_at=row[4],
-        arguments=row[5],
-        status_message=row[6],
-        poll_interval_ms=row[7],
-        retention_ms=row[8],
-        terminal_at=row[9],
-        result_json=row[10],
-        error=row[11],
-        input_requests=row[12],
-        answers=row[13],
-        cancel_requested=bool(row[14]),
-        owner=row[15],
-        context=row[16],
-        attempts=row[17],
-        lease_owner=row[18],
-        lease_expires=row[19],
-        app=row[20],
-        gate=row[21],
-        gate_limit=row[22],
-        not_before=row[23],
-        retries=row[24],
-        dedupe_key=row[25],
-        phase=row[26],
-    )
 
 
 __all__ = [

@@ -4,11 +4,13 @@ Each hot path is ONE statement (autocommit, prepared): `get`, `create` (the inse
 its `queued` change row and `pg_notify`, and the retained-task count in one CTE), a
 status transition (the compare-and-set UPDATE, its change rows and the notify), a
 message change, a run's start (`start_run`), a cancel request, `claim`, `requeue`,
-`renew` and the ungated `claim_queued` (`postgres.claims`: `FOR UPDATE SKIP LOCKED`,
-which also tells whether a gate has room, so the gated path, `postgres.gates`, runs
-only then). The rest load a row
-`FOR UPDATE` in a transaction, apply `stores.rules` and write it back with
-`SAVE_EMIT` (the row, the change rows and the notify in one statement).
+`renew` and the ungated `claim_queued` (`postgres.claims`: `FOR NO KEY UPDATE SKIP
+LOCKED`, which also tells whether a gate has room, so the gated path, `postgres.gates`,
+runs only then). The rest load a row `FOR NO KEY UPDATE` in a transaction, apply
+`stores.rules` and write it back with `SAVE_EMIT` (the row, the change rows and the
+notify in one statement). Row locks: no statement changes a task's key, so none
+takes `FOR UPDATE` (a DELETE's), which would conflict with the `FOR KEY SHARE` of an
+append to the task's history (`postgres.operations_sql`).
 
 A change statement notifies the store's channel (`channel`) once, with the highest
 `seq` it wrote, followed by ` quiet` when none of its rows is of a `WAKING_KINDS` kind;
@@ -80,6 +82,8 @@ class Statements:
         notify = f"pg_notify('{self.channel}', max(seq)::text || {quiet})"
         note = f"note AS (SELECT {notify} FROM ch HAVING count(*) > 0)"
         change = f"INSERT INTO {s}.changes (task_id, kind, status, details, created_at)"
+        #: For the statements of other modules: the change-row INSERT and the notify CTE.
+        self.change, self.note = change, note
         values = ", ".join(f"%({c})s::{_TYPES.get(c, 'text')}" for c in COLUMNS)
         count = (
             f"INSERT INTO {s}.task_counts (shard, n) SELECT pg_backend_pid() %% {COUNT_SHARDS}, "
@@ -100,7 +104,7 @@ class Statements:
         self.get_many = (
             f"SELECT {SELECT_COLUMNS} FROM {t} WHERE task_id = ANY(%(ids)s::text[]) AND {LIVE}"
         )
-        self.load = f"{self.get} FOR UPDATE"
+        self.load = f"{self.get} FOR NO KEY UPDATE"
         self.lock = "SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 0))"
 
         insert = f"""
@@ -168,7 +172,6 @@ WITH u AS (
             ELSE expires_at END,
         result_json = CASE WHEN {terminal} THEN %(result)s::text ELSE result_json END,
         error = CASE WHEN {terminal} THEN %(error)s::json ELSE error END,
-        arguments = CASE WHEN {terminal} THEN NULL ELSE arguments END,
         input_requests = CASE WHEN {terminal} OR %(status)s = 'working' THEN NULL
             ELSE input_requests END,
         answers = CASE WHEN {terminal} THEN NULL ELSE answers END,
@@ -261,7 +264,8 @@ SELECT {SELECT_COLUMNS}, (SELECT count(*) FROM note) FROM u"""
 WITH old AS (
     SELECT task_id, phase IS DISTINCT FROM 'running' AS begins,
         status_message IS DISTINCT FROM %(message)s::text AS changed
-    FROM {t} WHERE task_id = %(id)s AND {ACTIVE} AND lease_owner = %(owner)s FOR UPDATE
+    FROM {t} WHERE task_id = %(id)s AND {ACTIVE} AND lease_owner = %(owner)s
+    FOR NO KEY UPDATE
 ),
 u AS (
     UPDATE {t} SET phase = 'running', attempts = {t}.attempts + 1,
@@ -324,8 +328,8 @@ stones AS (
 SELECT count(*) FROM gone"""
         ended = "terminal_at < %(before)s AND status IN ('completed', 'failed', 'cancelled')"
         self.count_finished = f"SELECT count(*) FROM {t} WHERE {ended}"
-        self.purge_finished = f"""
-WITH gone AS (DELETE FROM {t} WHERE {ended} RETURNING task_id, owner),
+        removal = f"""
+WITH gone AS (DELETE FROM {t} WHERE {{where}} RETURNING task_id, owner),
 cnt AS ({count.format(n="-count(*)", src="gone")}),
 stones AS (
     INSERT INTO {s}.tombstones (key, owner, at, reason)
@@ -334,6 +338,10 @@ stones AS (
         reason = excluded.reason
 )
 SELECT count(*) FROM gone"""
+        self.purge_finished = removal.format(where=ended)
+        #: `purge_finished` of the live terminal tasks among `%(ids)s` (`delete_finished`).
+        chosen = f"task_id = ANY(%(ids)s::text[]) AND {LIVE} AND {ended[ended.index('status') :]}"
+        self.delete_finished = removal.format(where=chosen)
         self.tombstone = f"""
 SELECT owner, expires_at, 'expired', true FROM {t} WHERE task_id = %(id)s
 UNION ALL

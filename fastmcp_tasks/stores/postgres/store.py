@@ -6,12 +6,14 @@ This module owns `PostgresTaskStore`: creation (with its caps, dedupe and
 options and errors are `postgres.connections`, the tables `postgres.schema`, the
 statements `postgres.sql`, the change feed `postgres.feed`; leases and the queue
 `postgres.leases` (gated claims `postgres.gates`), flow control `postgres.flow`,
-listing `postgres.listing`.
+listing `postgres.listing`, the operator records (histories, workers, pauses, audit)
+`postgres.operations`. A finished task keeps its arguments; its input state and
+context are dropped.
 
 Atomicity. Every change is one transaction with compare-and-set semantics: the
 hot ones are one statement (an UPDATE whose WHERE is the compare, with its change
 rows and `pg_notify` in the same CTE: `postgres.sql`), the others load the row
-`FOR UPDATE`, apply `stores.rules` and write it back. A terminal task is never
+`FOR NO KEY UPDATE`, apply `stores.rules` and write it back. A terminal task is never
 changed: every UPDATE requires an active status, re-checked by PostgreSQL on the
 newest row version when a concurrent transaction changed it first.
 
@@ -75,13 +77,14 @@ from fastmcp_tasks.stores.postgres.connections import DEFAULT_MAX_TASKS, Emit
 from fastmcp_tasks.stores.postgres.flow import MAX_TOMBSTONES, PostgresFlow
 from fastmcp_tasks.stores.postgres.leases import PostgresLeases
 from fastmcp_tasks.stores.postgres.listing import PostgresListing
+from fastmcp_tasks.stores.postgres.operations import PostgresOperations
 from fastmcp_tasks.stores.postgres.schema import COLUMNS, clean_text, dumps, from_row, to_params
 from fastmcp_tasks.wire.names import ACTIVE_STATUSES, TERMINAL_STATUSES, TaskStatus
 
 _WIDTH = len(COLUMNS)
 
 
-class PostgresTaskStore(PostgresFlow, PostgresListing, PostgresLeases):
+class PostgresTaskStore(PostgresOperations, PostgresFlow, PostgresListing, PostgresLeases):
     """A `TaskStore` in a PostgreSQL schema, shared by every process using it.
 
     Args:

@@ -2,8 +2,9 @@
 
 `store` owns `RedisTaskStore`; `keys` the key layout, `scripts` the Lua
 scripts (`flow_scripts` those that queue, lease, end and remove tasks, with the
-helpers of `flow_lua`), `feed` the change stream, `leases`, `listing` and `flow`
-(creation, retry waits, tombstones) those parts of the store API. Imported lazily
+helpers of `flow_lua`, `operations_lua` those of the operator records), `feed` the
+change stream, `leases`, `listing`, `flow` (creation, retry waits, tombstones) and
+`operations` (histories, workers, pauses, audit) those parts of the store API. Imported lazily
 by `fastmcp_tasks.stores` for `redis://` URLs.
 Absolute imports only: `import redis` in these modules is redis-py, never this
 package.

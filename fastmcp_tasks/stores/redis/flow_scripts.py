@@ -8,7 +8,8 @@ the same atomic step, so a gate's running set is exactly its leased active tasks
 `CREATE` (a leased gated task), `CLAIM`, `CLAIM_QUEUED` add to it; `REQUEUE`,
 `RETRY_LATER` and `TRANSITION` to a terminal state take out of it. Tasks that end
 with a retention leave their tombstone here, pre-dated to their expiry (Redis evicts
-the hash itself with its TTL); `PURGE_FINISHED` writes a `purged` one.
+the hash itself with its TTL, and the task's history `{P}:events:<id>` with it);
+`PURGE_FINISHED` writes a `purged` one. Every deletion of a hash deletes its history.
 
 Calling conventions are those of `redis.scripts`: per-task scripts take the keys
 `[task hash, active, queued, terminal, changes]` and start ARGV with
@@ -51,11 +52,10 @@ if dedupe ~= '' then
   match = match and (life or tonumber(v[4] or '0') >= tonumber(now) - tonumber(ARGV[16]))
   if match then return {held, redis.call('HGETALL', found)} end
 end
--- index entries of an evicted hash with this id are stale: drop them first
-redis.call('ZREM', KEYS[2], id)
-redis.call('ZREM', KEYS[3], id)
-redis.call('ZREM', KEYS[4], id)
+-- index entries and the history of an evicted hash with this id are stale: drop them first
+for i = 2, 4 do redis.call('ZREM', KEYS[i], id) end
 if KEYS[6] ~= KEYS[3] then redis.call('ZREM', KEYS[6], id) end
+redis.call('DEL', history_key(id))
 local owned_key = ARGV[13]
 if ARGV[6] == 'active' then
   local total = tonumber(ARGV[11])
@@ -116,9 +116,9 @@ return 'ok'
 #: ARGV[4..]: target status, allowed current statuses (space separated), message mode
 #: ('keep'|'set'|'clear'), message, terminal '1'|'0', has result, result JSON,
 #: has error, error JSON, owner active-set key base, tombstone hash ('' none),
-#: tombstone ms. An ended task leaves every queue and its gate's running set; with a
-#: retention its dedupe key expires with it and its tombstone is written, dated to
-#: its expiry.
+#: tombstone ms. An ended task keeps its arguments, drops input state and context, and
+#: leaves every queue and its gate's running set; with a retention its dedupe key and
+#: history expire with it and its tombstone is written, dated to its expiry.
 TRANSITION = """
 local key, id, now = KEYS[1], ARGV[1], ARGV[2]
 local current = redis.call('HGET', key, 'status')
@@ -134,7 +134,7 @@ set_message(key, ARGV[6], ARGV[7])
 if ARGV[8] == '1' then
   local drop = fields_with(key, 'r:')
   for _, f in ipairs(fields_with(key, 'a:')) do drop[#drop + 1] = f end
-  for _, f in ipairs({'arguments', 'context', 'result_json', 'error'}) do drop[#drop + 1] = f end
+  for _, f in ipairs({'context', 'result_json', 'error'}) do drop[#drop + 1] = f end
   redis.call('HDEL', key, unpack(drop))
   redis.call('HSET', key, 'terminal_at', now)
   if ARGV[9] == '1' then redis.call('HSET', key, 'result_json', ARGV[10]) end
@@ -164,7 +164,7 @@ if ARGV[8] == '1' then
     emit(KEYS[5], ARGV[3], id, 'queued', target, cjson.encode(freed))
   end
   local snapshot = redis.call('HGETALL', key)
-  if retention then redis.call('PEXPIRE', key, retention) end
+  if retention then expire_task(key, id, retention) end
   return snapshot
 end
 if target == 'working' then
@@ -353,9 +353,9 @@ return purge(KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3]))
 
 #: KEYS: [terminal]; ARGV: task key base, before, dry run '1'|'0', now, tombstone ms
 #: ('' none), then task id / tombstone hash pairs. Deletes (or counts) the finished
-#: tasks among the ids that ended before `before`, with their index entries and dedupe
-#: keys, each leaving a `purged` tombstone; drops the entries of hashes already
-#: evicted. Returns how many it deleted (or would delete).
+#: tasks among the ids that ended before `before`, with their index entries, dedupe
+#: keys and histories, each leaving a `purged` tombstone; drops the entries of hashes
+#: already evicted. Returns how many it deleted (or would delete).
 PURGE_FINISHED = """
 local base, before, dry = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
 local removed = 0
@@ -369,7 +369,7 @@ for i = 6, #ARGV, 2 do
     if not dry then
       local dedupe = own_dedupe(key, id)
       if dedupe then redis.call('DEL', dedupe) end
-      redis.call('DEL', key)
+      redis.call('DEL', key, history_key(id))
       redis.call('ZREM', KEYS[1], id)
       if ARGV[5] ~= '' then bury(ARGV[i + 1], v[3], ARGV[4], 'purged', ARGV[5]) end
     end

@@ -57,6 +57,20 @@ helpers in `redis.flow_lua` build these names in Lua) adds:
   `{P}:gate-ready:<L>` sorted set of the lane's gates with a free slot by their next
   task's creation time, `{P}:gate-ready` set of lanes with a ready gate. Redis drops
   an emptied set; `{P}:gate:<g>` is deleted when nothing waits in or holds the gate.
+
+Operator records (`stores.operations`; kept by `redis.operations` with the scripts of
+`redis.operations_lua`) add:
+
+- `{P}:events:<id>`      list: a task's history, oldest first, one `TaskEvent` JSON
+  text per entry (at most `MAX_EVENTS`). It gets its task's TTL (the script that ends
+  the task, and every append to an ended one) and is deleted wherever the task hash
+  is: purges, `delete_finished`, the expiry sweeps, and a `create` of a reused id.
+- `{P}:pauses`           hash: app and tool joined by a tab (app `""` for none) ->
+  `Pause` JSON. A task held for a pause waits in `{P}:delayed` with the score
+  `PAUSED_UNTIL`, which `claim_queued` never reaches; `resume` takes it out.
+- `{P}:workers`          hash: worker id -> `WorkerInfo` JSON of its last heartbeat;
+  `{P}:workers-seen` sorted set of the same ids by `last_seen`, to forget old ones.
+- `{P}:audit`            list: `AuditEntry` JSON texts, newest first, `MAX_AUDIT` kept.
 """
 
 from __future__ import annotations
@@ -166,6 +180,30 @@ class RedisKeys:
     def tomb(self, hashed: str) -> str:
         """Hash: the tombstone kept under `stores.flow.tombstone_key(task_id)`."""
         return f"{self.base}tomb:{hashed}"
+
+    def events(self, task_id: str) -> str:
+        """List: the history of one task."""
+        return f"{self.base}events:{task_id}"
+
+    @property
+    def pauses(self) -> str:
+        """Hash: `<app>\\t<tool>` -> the `Pause` JSON of each paused tool."""
+        return f"{self.base}pauses"
+
+    @property
+    def workers(self) -> str:
+        """Hash: worker id -> the `WorkerInfo` JSON of its last heartbeat."""
+        return f"{self.base}workers"
+
+    @property
+    def workers_seen(self) -> str:
+        """Sorted set: worker ids by when they were last seen."""
+        return f"{self.base}workers-seen"
+
+    @property
+    def audit(self) -> str:
+        """List: the audit log's JSON entries, newest first."""
+        return f"{self.base}audit"
 
     @property
     def pattern(self) -> str:

@@ -9,7 +9,8 @@ step, so the feed never disagrees with the data.
 This module owns `PRELUDE` (the helpers every script shares), `SCRIPTS` (every
 script of the store) and the scripts that change a task without queueing, leasing,
 ending or removing it (messages, a run's start, input, cancel requests, lease renewals). Those that
-do keep flow control too and are `redis.flow_scripts`.
+do keep flow control too and are `redis.flow_scripts`; those of the operator records
+(histories, pauses, workers) are `redis.operations_lua`.
 
 Calling conventions. Per-task scripts take the keys
 `[task hash, active, queued, terminal, changes]` (`create` also the queued set of
@@ -30,6 +31,7 @@ round numbers to 14 digits). Only feed details with answered keys come from cjso
 from __future__ import annotations
 
 from fastmcp_tasks.stores.redis.flow_scripts import FLOW_SCRIPTS
+from fastmcp_tasks.stores.redis.operations_lua import OPERATION_SCRIPTS
 
 PRELUDE = """
 local function is_active(s) return s == 'working' or s == 'input_required' end
@@ -199,7 +201,7 @@ return 0
 """
 
 #: Script name -> Lua source (with the shared helpers), every script of the store
-#: (`redis.flow_scripts` too), registered once per store.
+#: (`redis.flow_scripts` and `redis.operations_lua` too), registered once per store.
 SCRIPTS: dict[str, str] = {
     **{
         name: PRELUDE + body
@@ -215,6 +217,7 @@ SCRIPTS: dict[str, str] = {
         }.items()
     },
     **{name: PRELUDE + body for name, body in FLOW_SCRIPTS.items()},
+    **{name: PRELUDE + body for name, body in OPERATION_SCRIPTS.items()},
 }
 
 __all__ = ["PRELUDE", "SCRIPTS"]

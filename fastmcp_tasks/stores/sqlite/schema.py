@@ -14,8 +14,11 @@ Versions: 1 the tables; 2 the listing, purging and per-principal indexes; 3 the
 `gate`, `gate_limit`, `not_before`, `retries` and `dedupe_key` columns, the
 `gate_turns` and `tombstones` tables, and the indexes `claim_queued`, dedupe and
 tombstone pruning range over (the queued index becomes the *ungated* queued index);
-5 the `phase` column (`stores.phases`). Rows are mapped by `sqlite.rows`; the
-statements a transaction runs on these tables are `sqlite.tx.Tx` and `sqlite.flow`.
+5 the `phase` column (`stores.phases`); 6 the operator records (`stores.operations`):
+the `task_events`, `workers`, `pauses` and `audit` tables, and the trigger that deletes
+a task's events with the task. Rows are mapped by `sqlite.rows`; the statements a
+transaction runs on these tables are `sqlite.tx.Tx`, `sqlite.flow` and
+`sqlite.operations`.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from fastmcp_tasks.stores.urls import refuse_unknown
 #: `PRAGMA application_id` of a task store file: "FMTT" in ASCII.
 APPLICATION_ID = 0x464D5454
 APPLICATION_NAME = "fastmcp-tasks"
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 _HEADER_MAGIC = b"SQLite format 3\x00"
 
@@ -212,6 +215,51 @@ def _v4_to_v5(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE tasks ADD COLUMN phase TEXT")
 
 
+_V6 = """
+CREATE TABLE task_events (
+    task_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    at REAL NOT NULL,
+    kind TEXT NOT NULL,
+    details TEXT NOT NULL,
+    PRIMARY KEY (task_id, seq)
+) WITHOUT ROWID;
+CREATE TRIGGER tasks_forget_events AFTER DELETE ON tasks
+BEGIN DELETE FROM task_events WHERE task_id = OLD.task_id; END;
+CREATE TABLE workers (
+    worker_id TEXT PRIMARY KEY,
+    last_seen REAL NOT NULL,
+    info TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE pauses (
+    app TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    since REAL NOT NULL,
+    paused_by TEXT NOT NULL,
+    PRIMARY KEY (app, tool)
+) WITHOUT ROWID;
+CREATE TABLE audit (
+    seq INTEGER PRIMARY KEY,
+    at REAL NOT NULL,
+    actor TEXT NOT NULL,
+    action TEXT NOT NULL,
+    count INTEGER NOT NULL,
+    details TEXT NOT NULL
+)
+"""
+
+
+def _v5_to_v6(conn: sqlite3.Connection) -> None:
+    """The operator records (`stores.operations`, `sqlite.operations`): each task's history
+    (`task_events`, keyed by task then its place in the history, 0 up, so a history is one
+    range; deleted with its task by the `tasks_forget_events` trigger, whatever deletes
+    it), the workers' heartbeats (`info`: `WorkerInfo` as JSON), the pauses (`app` ""
+    for tasks without one) and the audit log (`seq` its order). Nothing is added to
+    `tasks`: a task without events costs no more than before."""
+    for statement in _V6.split(";\n"):
+        conn.execute(statement)
+
+
 #: from-version -> the step that brings a file to from-version + 1.
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     0: _v0_to_v1,
@@ -219,6 +267,7 @@ MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     2: _v2_to_v3,
     3: _v3_to_v4,
     4: _v4_to_v5,
+    5: _v5_to_v6,
 }
 
 

@@ -40,8 +40,10 @@ Idle cost. With nothing to do a process costs the file one feed poll a second
 per subscription and one index probe per `claim_queued`; it takes the write lock
 only to write. `stats` counts what the store does (`StoreStats`).
 
-Leases (`sqlite.leases`), listing (`sqlite.listing`) and flow control
-(`sqlite.flow`, `sqlite.gates`: gates, retry waits, dedupe, tombstones) are mixed in.
+Leases (`sqlite.leases`), listing (`sqlite.listing`), flow control
+(`sqlite.flow`, `sqlite.gates`: gates, retry waits, dedupe, tombstones) and the
+operator records (`sqlite.operations`: histories, workers, pauses, audit) are mixed in.
+A finished task keeps its arguments; its input state and context are dropped.
 """
 
 from __future__ import annotations
@@ -66,12 +68,13 @@ from fastmcp_tasks.stores.sqlite.connections import DEFAULT_MAX_TASKS, SQLiteCon
 from fastmcp_tasks.stores.sqlite.flow import SQLiteFlow
 from fastmcp_tasks.stores.sqlite.leases import SQLiteLeases
 from fastmcp_tasks.stores.sqlite.listing import SQLiteListing
+from fastmcp_tasks.stores.sqlite.operations import SQLiteOperations
 from fastmcp_tasks.stores.sqlite.schema import path_from_url
 from fastmcp_tasks.stores.sqlite.tx import Tx
 from fastmcp_tasks.wire.names import ACTIVE_STATUSES, TERMINAL_STATUSES, TaskStatus
 
 
-class SQLiteTaskStore(SQLiteFlow, SQLiteListing, SQLiteLeases, SQLiteConnections):
+class SQLiteTaskStore(SQLiteOperations, SQLiteFlow, SQLiteListing, SQLiteLeases, SQLiteConnections):
     """A `TaskStore` in a SQLite file, shareable by processes on one host.
 
     Args:
@@ -174,7 +177,6 @@ class SQLiteTaskStore(SQLiteFlow, SQLiteListing, SQLiteLeases, SQLiteConnections
                     terminal_at=now,
                     result_json=None if kept is None else encode_result(kept),
                     error=schema.dumps(error) if status == "failed" else None,
-                    arguments=None,
                     input_requests=None,
                     answers=None,
                     context=None,

@@ -1,0 +1,118 @@
+"""A task's history as `fastmcp-tasks show` prints it, and the `show --json` document.
+
+On a store that keeps operator records (`stores.operations.OperableTaskStore`) `show`
+lists the task's events under its fields, oldest first, one a line: the local time
+(with the date when it changes), the kind, and what it says in words ("cancel_requested
+by an operator (cli)"). `show --json` is the task record as before plus `outcome`
+(`error` for a tool error, else the status: `stores.outcomes`) and `history`, its
+events as the store keeps them (`null` on a store that keeps none).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from fastmcp_tasks.cli.views import record_json, short, stamp
+from fastmcp_tasks.stores.base import TaskRecord, TaskStore
+from fastmcp_tasks.stores.operations import TaskEvent, operable
+from fastmcp_tasks.stores.outcomes import outcome_of
+
+#: Longest text one event is shown as.
+SHOWN = 200
+
+
+async def history_of(store: TaskStore, task: TaskRecord) -> list[TaskEvent] | None:
+    """The task's events, oldest first; `None` when the store keeps no histories."""
+    ops = operable(store)
+    return None if ops is None else await ops.events(task.task_id)
+
+
+def show_document(task: TaskRecord, events: list[TaskEvent] | None) -> dict[str, Any]:
+    """`show --json`: the record's fields, its operator `outcome`, its `history`."""
+    document = record_json(task)
+    document["outcome"] = outcome_of(task)
+    document["history"] = None if events is None else [event.to_json() for event in events]
+    return document
+
+
+def history_fields(events: list[TaskEvent] | None, since: float) -> list[tuple[str, str]]:
+    """`show`'s `History` rows: one per event ("" names the rows after the first);
+    none on a store that keeps no histories. `since`: the day shown without a date."""
+    if events is None:
+        return []
+    if not events:
+        return [("History", "- (no events recorded)")]
+    rows: list[tuple[str, str]] = []
+    day = _day(since)
+    for event in events:
+        when = datetime.fromtimestamp(event.at).astimezone()
+        clock = when.strftime("%H:%M:%S.") + f"{when.microsecond // 1000:03d}"
+        if _day(event.at) != day:
+            day = _day(event.at)
+            clock = f"{day} {clock}"
+        text = f"{clock}  {event.kind:<16}  {describe_event(event)}".rstrip()
+        rows.append(("" if rows else "History", text))
+    return rows
+
+
+def _day(at: float) -> str:
+    return stamp(at).partition(" ")[0]
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def describe_event(event: TaskEvent) -> str:
+    """What an event says, in words; details the words do not cover as `key=value`."""
+    details = dict(event.details)
+    words: list[str] = []
+
+    def take(key: str, template: str = "{}") -> None:
+        value = details.pop(key, None)
+        if value not in (None, "", False):
+            words.append(template.format(_text(value)))
+
+    kind = event.kind
+    if kind == "created":
+        take("by", "by {}")
+        take("queued", "queued for a worker")
+        take("app", "app {}")
+        take("owner", "owner {}")
+        words[:] = [", ".join(words)] if words else []
+    elif kind in ("taken", "requeued"):
+        take("worker", "by {}")
+        take("reason", "({})")
+    elif kind == "started":
+        take("attempt", "attempt {}")
+        take("worker", "on {}")
+    elif kind in ("input_requested", "input_answered"):
+        keys = details.pop("keys", None)
+        if isinstance(keys, list):
+            words.append("keys " + ", ".join(map(str, keys)))
+    elif kind == "retry_scheduled":
+        take("attempt", "attempt {}")
+        if isinstance(at := details.pop("at", None), int | float):
+            words.append(f"due {stamp(at)}")
+        take("reason", "({})")
+    elif kind == "recovered":
+        take("worker", "by {}")
+        take("from", "from {}")
+    elif kind == "paused":
+        take("worker", "held by {}: its tool is paused")
+    elif kind == "cancel_requested":
+        who = f" ({_text(details.pop('who'))})" if details.get("who") else ""
+        by = details.pop("by", None)
+        if by is not None or who:
+            words.append(("by an operator" if by == "operator" else f"by the {_text(by)}") + who)
+    elif kind == "finished":
+        take("outcome")
+    if kind in ("message", "finished"):
+        take("message", '"{}"')
+    words += [f"{key}={_text(value)}" for key, value in details.items()]
+    return short(" ".join(words), SHOWN)
+
+
+__all__ = ["SHOWN", "describe_event", "history_fields", "history_of", "show_document"]
