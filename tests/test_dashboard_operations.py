@@ -318,8 +318,14 @@ async def test_pause_and_resume_round_trip_audited_with_the_token_label() -> Non
             ("alice", "resume"),
             ("alice", "pause"),
         ]
-        assert entries[0]["details"] == {"app": "shop", "tool": "build", "released": 0}
+        assert entries[0]["details"] == {
+            "via": "dashboard",
+            "app": "shop",
+            "tool": "build",
+            "released": 0,
+        }
         audit = (await http.get("/audit")).text
+        assert "via dashboard" in audit
         rows = re.findall(r'<tr data-action="([a-z]+)" data-actor="([a-z]+)">', audit)
         assert rows == [("resume", "alice"), ("pause", "alice")]
         assert "tool build of app shop" in audit

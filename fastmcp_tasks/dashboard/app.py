@@ -241,7 +241,8 @@ def build_app(
     async def cancel(request: Request) -> Response:
         await post_form(request)
         task_id = request.path_params["task_id"]
-        report = await actions.cancel_tasks(store, [task_id], operations.actor(request))
+        who = operations.actor(request)
+        report = await actions.cancel_tasks(store, [task_id], who, context=operations.VIA)
         if report.missing:
             raise Refusal(404, await pages.missing_text(store, task_id))
         # nobody runs it to hear the request: it ends now (what tasks/cancel does); a
@@ -266,7 +267,8 @@ def build_app(
             before = parse_cutoff(form.get("before", ""))
         except ValueError as exc:
             raise Refusal(400, str(exc)) from None
-        removed = await actions.purge_before(store, before, operations.actor(request))
+        who = operations.actor(request)
+        removed = await actions.purge_before(store, before, who, context=operations.VIA)
         dash.hub.publish(await dash.index.reload())  # the open lists hear what is gone
         return HTMLResponse(pages.purge_result_page(view(request), before, removed))
 

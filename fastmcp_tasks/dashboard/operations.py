@@ -50,6 +50,9 @@ Handler = Callable[[Request], Awaitable[Response]]
 MAX_NAME = 200
 #: Most audit entries one request reads.
 MAX_AUDIT_PAGE = 1000
+#: What every audit entry of the dashboard's actions adds to its details (the CLI adds
+#: its user and host): the actor alone is a label, which could also be a CLI's.
+VIA = {"via": "dashboard"}
 
 
 @dataclass(frozen=True)
@@ -194,14 +197,14 @@ def operation_routes(kit: Kit) -> list[Route]:
         form = await kit.post_form(request)
         needs_records("Pausing a tool")
         app, tool = names(form)
-        await actions.pause_tool(kit.store, app, tool, actor(request))
+        await actions.pause_tool(kit.store, app, tool, actor(request), context=VIA)
         return RedirectResponse(f"{request.scope.get('root_path', '')}/queues", 303)
 
     async def resume(request: Request) -> Response:
         form = await kit.post_form(request)
         needs_records("Resuming a tool")
         app, tool = names(form)
-        await actions.resume_tool(kit.store, app, tool, actor(request))
+        await actions.resume_tool(kit.store, app, tool, actor(request), context=VIA)
         return RedirectResponse(f"{request.scope.get('root_path', '')}/queues", 303)
 
     async def audit(request: Request) -> Response:
@@ -263,13 +266,17 @@ def operation_routes(kit: Kit) -> list[Route]:
         ids = list(pending.selection.task_ids)
         v = kit.view(request)
         if pending.action == "cancel":
-            report = await actions.cancel_tasks(kit.store, ids, who, where=pending.where)
+            report = await actions.cancel_tasks(
+                kit.store, ids, who, where=pending.where, context=VIA
+            )
             ended = await end_unclaimed(kit.store, ids)
             kit.hub.publish(await kit.index.refresh(ids))
             page = ops_pages.bulk_result_page(v, "cancel", len(ids), report, pending.back, ended)
         else:
             try:
-                removed = await actions.purge_tasks(kit.store, ids, who, where=pending.where)
+                removed = await actions.purge_tasks(
+                    kit.store, ids, who, where=pending.where, context=VIA
+                )
             except ConfigurationError as exc:
                 raise Refusal(400, str(exc)) from None
             kit.hub.publish(await kit.index.reload())  # the open lists hear what is gone
@@ -293,6 +300,7 @@ def operation_routes(kit: Kit) -> list[Route]:
 
 
 __all__ = [
+    "VIA",
     "Kit",
     "actor",
     "bulk_html",

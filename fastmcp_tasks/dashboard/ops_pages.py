@@ -205,7 +205,7 @@ def bulk_result_page(
 def audit_details(entry: AuditEntry) -> str:
     """An audit entry's details in words (ids cut to `AUDIT_IDS_SHOWN`)."""
     d: dict[str, Any] = entry.details
-    parts: list[str] = []
+    parts: list[str] = [f"{name} {d[name]}" for name in ("via", "user", "host") if d.get(name)]
     if d.get("app") is not None or d.get("tool") is not None:
         parts.append(f"tool {d.get('tool')} of app {d.get('app') or '-'}")
     where = d.get("filter")
