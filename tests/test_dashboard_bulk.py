@@ -1,6 +1,7 @@
 """Bulk actions by filter and who may act: previews, confirmations, labelled tokens, roles.
 
-Through httpx's ASGI transport to dashboards on a `MemoryTaskStore`: a preview counts
+Through httpx's ASGI transport to dashboards on a `MemoryTaskStore` (and a SQLite
+file for the bulk actions: `ops_store`): a preview counts
 the tasks the list's filters match and keeps their ids under a token; the
 confirmation acts on exactly those (a matching task created after the preview is not
 touched), once; the audit log names the label of the token that acted. Read-only
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import re
 import time
+from typing import Any
 
 import pytest
 
@@ -22,6 +24,7 @@ from fastmcp_tasks.dashboard.selections import Selections, filter_from_form
 from fastmcp_tasks.dashboard.tokens import parse_token_lines
 from fastmcp_tasks.testing import make_record
 from tests.test_dashboard_http import client_of, csrf_of
+from tests.test_dashboard_operations import ops_store  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.anyio
 TOKENS = {"alice": "alice-secret", "bob": "bob-secret", "viewer": "viewer-secret"}
@@ -53,8 +56,8 @@ def count_of(page: str) -> int:
 # --- bulk cancel and purge ------------------------------------------------------------------
 
 
-async def test_bulk_cancel_acts_on_exactly_the_previewed_set() -> None:
-    store = await memory()
+async def test_bulk_cancel_acts_on_exactly_the_previewed_set(ops_store: Any) -> None:  # noqa: F811
+    store = ops_store
     build = [make_record(tool="build") for _ in range(3)]
     other = make_record(tool="other")
     done = make_record(tool="build")
@@ -115,8 +118,10 @@ async def test_bulk_cancel_acts_on_exactly_the_previewed_set() -> None:
         assert count_of(nothing.text) == 0 and 'id="bulk-confirm-form"' not in nothing.text
 
 
-async def test_bulk_purge_removes_the_previewed_finished_tasks_only() -> None:
-    store = await memory()
+async def test_bulk_purge_removes_the_previewed_finished_tasks_only(
+    ops_store: Any,  # noqa: F811
+) -> None:
+    store = ops_store
     finished = [make_record(tool="build") for _ in range(3)]
     active = make_record(tool="build")
     keep = make_record(tool="other")

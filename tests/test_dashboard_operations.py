@@ -1,24 +1,26 @@
 """The dashboard's operator views through the wire: history, workers, warnings, pauses, audit.
 
-Requests go through httpx's ASGI transport to a dashboard on a `MemoryTaskStore` (the
-store that keeps operator records today; `stores.operations`); the records are
-written through the store's own API, as the engine and the actions do. A store
-without the records (`Plain`) shows that it has none. Waits poll the dashboard with a
-deadline (`until`): the index follows the store a fraction of a second later.
+Requests go through httpx's ASGI transport to a dashboard on a `MemoryTaskStore` and
+on a SQLite file (the `ops_store` fixture: both keep operator records,
+`stores.operations`); the records are written through the store's own API, as the
+engine and the actions do. A store without the records (`Plain`) shows that it has
+none. Waits poll the dashboard with a deadline (`until`): the index follows the store
+a fraction of a second later.
 """
 
 from __future__ import annotations
 
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx
 import pytest
 
-from fastmcp_tasks import MemoryTaskStore
+from fastmcp_tasks import MemoryTaskStore, store_from_url
 from fastmcp_tasks.dashboard import app as dashboard_app
 from fastmcp_tasks.dashboard.history import describe
 from fastmcp_tasks.stores.operations import PAUSED_UNTIL, Pause, TaskEvent, WorkerInfo, operable
@@ -40,6 +42,20 @@ async def memory() -> MemoryTaskStore:
     store = MemoryTaskStore()
     await store.open()
     return store
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def ops_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
+    """An opened store that keeps operator records: memory, or a SQLite file."""
+    if request.param == "memory":
+        store: Any = MemoryTaskStore()
+    else:
+        store = store_from_url(f"sqlite:///{tmp_path / 'ops.db'}")
+    await store.open()
+    try:
+        yield store
+    finally:
+        await store.close()
 
 
 async def until(check: Callable[[], Awaitable[Any]], seconds: float = 10.0) -> Any:
@@ -74,8 +90,8 @@ def worker(worker_id: str, app: str | None, tools: tuple[str, ...], **fields: An
 # --- history -----------------------------------------------------------------------------------
 
 
-async def test_the_detail_page_shows_the_stored_history_and_its_json() -> None:
-    store = await memory()
+async def test_the_detail_page_shows_the_stored_history_and_its_json(ops_store: Any) -> None:
+    store = ops_store
     task = make_record(tool="build", app="shop")
     await store.create(task)
     now = time.time()
@@ -153,8 +169,8 @@ def test_cancel_words_name_the_client_or_the_operator() -> None:
 # --- workers -----------------------------------------------------------------------------------
 
 
-async def test_workers_come_from_the_registry_and_the_leases() -> None:
-    store = await memory()
+async def test_workers_come_from_the_registry_and_the_leases(ops_store: Any) -> None:
+    store = ops_store
     now = time.time()
     await store.beat(worker("idle:1:a", "shop", ("build",)))
     await store.beat(worker("busy:2:b", "shop", ("build", "ship"), running=1))
@@ -205,8 +221,8 @@ async def alerts(http: httpx.AsyncClient) -> list[dict[str, Any]]:
     return (await http.get("/api/queues")).json()["warnings"]  # type: ignore[no-any-return]
 
 
-async def test_a_warning_when_queued_tasks_have_no_live_worker() -> None:
-    store = await memory()
+async def test_a_warning_when_queued_tasks_have_no_live_worker(ops_store: Any) -> None:
+    store = ops_store
     for _ in range(3):
         await store.create(make_record(tool="build", app="shop"))
     async with client_of(dashboard_app(store)) as http:
@@ -241,8 +257,8 @@ async def test_a_warning_when_queued_tasks_have_no_live_worker() -> None:
         assert 'id="queue-alerts"' not in (await http.get("/")).text
 
 
-async def test_held_tasks_are_paused_not_unserved_and_marked_in_the_list() -> None:
-    store = await memory()
+async def test_held_tasks_are_paused_not_unserved_and_marked_in_the_list(ops_store: Any) -> None:
+    store = ops_store
     task = make_record(tool="build", app="shop")
     await store.create(task)
     waiting = make_record(tool="build", app="shop")
@@ -279,8 +295,8 @@ async def test_held_tasks_are_paused_not_unserved_and_marked_in_the_list() -> No
 # --- pause and resume, the audit log -----------------------------------------------------------
 
 
-async def test_pause_and_resume_round_trip_audited_with_the_token_label() -> None:
-    store = await memory()
+async def test_pause_and_resume_round_trip_audited_with_the_token_label(ops_store: Any) -> None:
+    store = ops_store
     task = make_record(tool="build", app="shop")
     await store.create(task)
     await store.beat(worker("w:1:a", "shop", ("build", "ship")))
@@ -344,8 +360,8 @@ async def test_pause_and_resume_round_trip_audited_with_the_token_label() -> Non
         assert refused.status_code == 400 and "operator records" in refused.text
 
 
-async def test_the_single_cancel_and_the_purge_by_age_are_audited() -> None:
-    store = await memory()
+async def test_the_single_cancel_and_the_purge_by_age_are_audited(ops_store: Any) -> None:
+    store = ops_store
     task = make_record(tool="build")
     await store.create(task)
     old = make_record(tool="build", retention_ms=7 * 86_400_000)

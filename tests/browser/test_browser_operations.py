@@ -2,10 +2,10 @@
 
 One test, on three stores:
 
-- `memory`: the dashboard served in this process (uvicorn) on a `MemoryTaskStore`,
-  the store that keeps operator records today; tasks and a worker's heartbeats are
-  written through the store's API (no engine runs them: a cancelled task nobody runs
-  ends at once);
+- `memory`: the dashboard served in this process (uvicorn) on a `MemoryTaskStore`;
+  tasks and a worker's heartbeats are written through the store's API (no engine
+  runs them: a cancelled task nobody runs ends at once, and the workers page must
+  show a worker that starts beating, then mark it gone, without a reload);
 - `sqlite`, `redis`: the real `task_server.py` and `fastmcp-tasks ui --token-file` of
   the worlds in `conftest`; tasks are started through an MCP client and the workers
   page must list the server's own process from the registry. That last step needs
