@@ -8,7 +8,9 @@ store itself (no MCP server needed), so both do exactly the same thing:
   list of ids, not on whatever the filter matches by then.
 - `cancel_tasks` asks the process running each active task to stop (as `tasks/cancel`
   does) after writing a `cancel_requested` event naming the operator to its history,
-  so the task ends "Cancelled by an operator (...)" and its history says who.
+  so the task ends "Cancelled by an operator (...)" and its history says who. A task no
+  run would hear it (waiting in the store, or parked for input) ends at once, as
+  `tasks/cancel` ends it.
 - `purge_tasks` deletes the finished tasks among the ids (active ones are never purged).
 - `pause_tool` / `resume_tool`: every process of the application stops starting runs of
   the tool / starts them again (`stores.operations`).
@@ -22,12 +24,13 @@ details.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fastmcp_tasks.errors import ConfigurationError
+from fastmcp_tasks.errors import ConfigurationError, InvalidTransition
 from fastmcp_tasks.stores.base import TaskRecord, TaskStore
 from fastmcp_tasks.stores.listing import ALL_STATUSES, ListableTaskStore, PageKey, page_key
 from fastmcp_tasks.stores.operations import (
@@ -120,11 +123,23 @@ class Selection:
 
 @dataclass(frozen=True, slots=True)
 class CancelReport:
-    """What a cancel of many did: asked, already finished, no longer there."""
+    """What a cancel of many did: asked, already finished, no longer there; `ended`: of
+    the asked, how many ended at once (nobody ran them: waiting in the store, or parked
+    for input)."""
 
     requested: int
     finished: int
     missing: int
+    ended: int = 0
+
+
+def cancelled_by(who: str) -> str:
+    """The status message of a task an operator cancelled."""
+    return f"Cancelled by an operator ({who})"
+
+
+#: A task parked for input: its run only waits for answers, so it ends at once.
+_PARKED = frozenset({"input_required"})
 
 
 async def select(
@@ -176,7 +191,7 @@ async def cancel_tasks(
 ) -> CancelReport:
     """Ask for each active task among `task_ids` to be cancelled, as `actor` (audited)."""
     ops = operable(store)
-    requested = finished = missing = 0
+    requested = finished = missing = ended = 0
     ids = list(dict.fromkeys(task_ids))
     for task_id in ids:
         record = await store.get(task_id)
@@ -192,8 +207,9 @@ async def cancel_tasks(
         after = await store.request_cancel(task_id)
         if after is None:
             missing += 1
-        else:
-            requested += 1
+            continue
+        requested += 1
+        ended += await _end_if_idle(store, after, actor)
     await audit(
         store,
         actor,
@@ -203,10 +219,31 @@ async def cancel_tasks(
         selected=len(ids),
         finished=finished,
         missing=missing,
+        ended=ended,
         ids=ids[:AUDITED_IDS],
         **({} if where is None else {"filter": where.to_json()}),
     )
-    return CancelReport(requested, finished, missing)
+    return CancelReport(requested, finished, missing, ended)
+
+
+async def _end_if_idle(store: TaskStore, record: TaskRecord, who: str) -> int:
+    """End now a task no run would hear the request of, as `tasks/cancel` does: one
+    waiting in the store (unleased) or parked for input; 1 when it ended here (a
+    process that ended it meanwhile wins)."""
+    if not record.is_active:
+        return 0
+    if record.lease_owner is None:
+        expect = None
+    elif record.status == "input_required":
+        expect = _PARKED
+    else:
+        return 0
+    with contextlib.suppress(InvalidTransition):
+        done = await store.transition(
+            record.task_id, "cancelled", expect=expect, status_message=cancelled_by(who)
+        )
+        return int(done is not None)
+    return 0
 
 
 def require_operable(store: TaskStore, what: str) -> OperableTaskStore:
@@ -293,6 +330,7 @@ __all__ = [
     "TaskFilter",
     "audit",
     "cancel_tasks",
+    "cancelled_by",
     "pause_tool",
     "purge_before",
     "purge_tasks",

@@ -418,12 +418,14 @@ async def test_without_operator_records_cancel_show_and_purge_by_age_work(
     active = await made(store)
     done = await made(store, result={"content": []})
     assert await run(store, "cancel", active) == 0
-    assert (await got(store, active)).cancel_requested
+    ended = await got(store, active)  # nobody ran it: it ends at once, as tasks/cancel does
+    assert ended.cancel_requested and ended.status == "cancelled"
+    assert ended.status_message == "Cancelled by an operator (cli)"
     capsys.readouterr()
     assert await _show(store, active, True, "plain://") == 0
     assert json.loads(capsys.readouterr().out)["history"] is None
     assert await run(store, "purge", "--older-than", "0s", "--yes") == 0
-    assert capsys.readouterr().out.startswith("Removed 1 finished task that ended before ")
+    assert capsys.readouterr().out.startswith("Removed 2 finished tasks that ended before ")
     assert await store.get(done) is None
 
 

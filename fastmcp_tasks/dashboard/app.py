@@ -245,9 +245,6 @@ def build_app(
         report = await actions.cancel_tasks(store, [task_id], who, context=operations.VIA)
         if report.missing:
             raise Refusal(404, await pages.missing_text(store, task_id))
-        # nobody runs it to hear the request: it ends now (what tasks/cancel does); a
-        # worker that ended it meanwhile wins, and the page shows the task as it now is
-        await operations.end_unclaimed(store, [task_id])
         dash.hub.publish(await dash.index.refresh([task_id]))  # to every open page
         return RedirectResponse(f"{root(request)}/tasks/{quote(task_id, safe='')}", 303)
 

@@ -15,13 +15,12 @@ guard as every POST (`Kit.post_form`: CSRF, same origin, not read-only).
 What needs the store's operator records (`stores.operations`: history, registry,
 pauses, audit, purging a chosen set) says so plainly on a store without them; a
 bulk cancel works on every store. The app (`dashboard.app`) also calls
-`history_html`, `overview_alerts`, `bulk_html` and `end_unclaimed` for the pages and
+`history_html`, `overview_alerts` and `bulk_html` for the pages and
 the single cancel it serves itself.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
@@ -39,9 +38,8 @@ from fastmcp_tasks.dashboard.queues import Board, board
 from fastmcp_tasks.dashboard.registry import worker_views
 from fastmcp_tasks.dashboard.security import Refusal, request_identity
 from fastmcp_tasks.dashboard.selections import Selections, filter_from_form
-from fastmcp_tasks.errors import ConfigurationError, InvalidTransition
-from fastmcp_tasks.server.engine.leases import CANCELLED_BEFORE_START
-from fastmcp_tasks.stores.base import TaskRecord, TaskStore, get_many
+from fastmcp_tasks.errors import ConfigurationError
+from fastmcp_tasks.stores.base import TaskRecord, get_many
 from fastmcp_tasks.stores.listing import ListableTaskStore
 from fastmcp_tasks.stores.operations import OperableTaskStore, operable
 
@@ -77,20 +75,6 @@ class Kit:
 def actor(request: Request) -> str:
     """Who acts: the label of the request's token (`dashboard` without tokens)."""
     return request_identity(request.scope).label
-
-
-async def end_unclaimed(store: TaskStore, task_ids: Iterable[str]) -> int:
-    """End at once the tasks asked to cancel that nobody runs (what `tasks/cancel` does:
-    no process would hear the request); how many ended."""
-    ended = 0
-    for record in (await get_many(store, list(task_ids))).values():
-        if record.is_active and record.lease_owner is None and record.cancel_requested:
-            with contextlib.suppress(InvalidTransition):  # a worker ended it meanwhile
-                await store.transition(
-                    record.task_id, "cancelled", status_message=CANCELLED_BEFORE_START
-                )
-                ended += 1
-    return ended
 
 
 async def history_html(kit: Kit, record: TaskRecord, now: float) -> str:
@@ -269,9 +253,10 @@ def operation_routes(kit: Kit) -> list[Route]:
             report = await actions.cancel_tasks(
                 kit.store, ids, who, where=pending.where, context=VIA
             )
-            ended = await end_unclaimed(kit.store, ids)
             kit.hub.publish(await kit.index.refresh(ids))
-            page = ops_pages.bulk_result_page(v, "cancel", len(ids), report, pending.back, ended)
+            page = ops_pages.bulk_result_page(
+                v, "cancel", len(ids), report, pending.back, report.ended
+            )
         else:
             try:
                 removed = await actions.purge_tasks(
@@ -304,7 +289,6 @@ __all__ = [
     "Kit",
     "actor",
     "bulk_html",
-    "end_unclaimed",
     "history_html",
     "operation_routes",
     "overview_alerts",
