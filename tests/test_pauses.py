@@ -148,6 +148,7 @@ class CountingStore(MemoryTaskStore):
 
     async def paused(self) -> list[Pause]:
         self.reads += 1
+        await anyio.sleep(0.02)  # a read takes a while: others ask meanwhile
         return await super().paused()
 
 
@@ -155,6 +156,15 @@ async def test_the_pauses_are_read_at_most_every_refresh() -> None:
     store = CountingStore()
     await store.pause(Pause("shop", "build", time.time(), "ops"))
     pauses = Pauses(store, "shop", HistoryWriter(store), refresh_seconds=0.2)
+    answers: list[bool] = []
+
+    async def ask() -> None:
+        answers.append(await pauses.is_paused("build"))
+
+    async with anyio.create_task_group() as group:  # a burst of claims: one read, waited for
+        for _ in range(5):
+            group.start_soon(ask)
+    assert answers == [True] * 5
     assert all([await pauses.is_paused("build") for _ in range(50)])
     assert not await pauses.is_paused("lint")
     assert store.reads == 1

@@ -4,8 +4,10 @@ An operator pauses a tool of an application in the store (`stores.operations`:
 `pause`, `resume`, `paused`); every process sharing the store honours it. `Pauses`
 keeps this process's copy of the store's pauses, read again at most every
 `REFRESH_SECONDS` when asked (`is_paused`), never on a timer, so an idle process
-costs the store nothing. A read that fails or takes longer than `READ_SECONDS`
-keeps the copy it had.
+costs the store nothing. Callers that ask while a read is under way wait for it (a
+burst of claims right after a pause must not start on the copy from before it). A
+read that fails keeps the copy it had, for `REFRESH_SECONDS`; the store's own bound
+(`store_timeout`) limits how long a read may take.
 
 Where it is asked:
 
@@ -43,8 +45,6 @@ logger = logging.getLogger("fastmcp_tasks.runner")
 
 #: Seconds a copy of the store's pauses is used before it is read again.
 REFRESH_SECONDS = 1.0
-#: Longest wait for that read; past it the old copy is used.
-READ_SECONDS = 1.0
 
 
 def paused_message(tool: str) -> str:
@@ -69,6 +69,7 @@ class Pauses:
         self.refresh_seconds = refresh_seconds
         self._tools: frozenset[str] = frozenset()  # this application's paused tools
         self._read_at = -float("inf")  # time.monotonic() of the last read begun
+        self._reading: anyio.Event | None = None  # set when the read under way ends
 
     @property
     def tools(self) -> frozenset[str]:
@@ -83,19 +84,25 @@ class Pauses:
         return tool in self._tools
 
     async def refresh(self) -> None:
-        """Read the store's pauses again if the copy is older than `refresh_seconds`."""
+        """Read the store's pauses again if the copy is older than `refresh_seconds`; a
+        read under way is waited for."""
         store = self.store
+        if self._reading is not None:
+            await self._reading.wait()
+            return
         now = time.monotonic()
         if store is None or now - self._read_at < self.refresh_seconds:
             return
-        self._read_at = now  # one read at a time: callers meanwhile use the copy
-        with anyio.move_on_after(READ_SECONDS):
-            try:
-                pauses = await store.paused()
-            except StoreError as exc:
-                logger.debug("Reading the paused tools failed (%s); using the last copy", exc)
-                return
+        self._read_at = now
+        self._reading = done = anyio.Event()
+        try:
+            pauses = await store.paused()
             self._tools = frozenset(p.tool for p in pauses if p.app == self.key)
+        except StoreError as exc:
+            logger.debug("Reading the paused tools failed (%s); using the last copy", exc)
+        finally:
+            self._reading = None
+            done.set()
 
     async def hold(self, task_id: str, tool: str, owner: str) -> bool:
         """Hand a task of a paused tool, leased to `owner`, back to wait for `resume`;
@@ -117,4 +124,4 @@ class Pauses:
         return await self.hold(task_id, tool, owner)
 
 
-__all__ = ["READ_SECONDS", "REFRESH_SECONDS", "Pauses", "paused_message"]
+__all__ = ["REFRESH_SECONDS", "Pauses", "paused_message"]
