@@ -306,3 +306,23 @@ async def test_a_store_without_operator_records_runs_tasks_as_before() -> None:
         assert (await wire.wait(task_id))["status"] == "completed"
         loops = extension.health().loops
     assert "history" not in loops and "workers" not in loops
+
+
+def test_a_server_runs_again_in_another_event_loop() -> None:
+    store = MemoryTaskStore()
+    mcp = FastMCP("twice")
+    mcp.add_extension(TasksExtension(store=store))
+
+    @mcp.tool(task=True)
+    async def quick() -> str:
+        return "done"
+
+    async def serve() -> list[str]:
+        with anyio.fail_after(10):
+            async with memory_wire(mcp) as wire:
+                task_id = (await wire.call_tool("quick"))["taskId"]
+                await wire.wait(task_id)
+                return kinds(await history(store, task_id))
+
+    for _ in range(2):  # the writer's wake-up is not left bound to the first loop
+        assert anyio.run(serve) == ["created", "started", "finished"]

@@ -212,6 +212,10 @@ class HistoryWriter:
 
     # --- writing (the supervised loop) -------------------------------------------------
 
+    def starting(self) -> None:
+        """The loop starts (a server may run again, in another event loop): a fresh wake-up."""
+        self._wake = anyio.Event()
+
     async def wait(self) -> None:
         """Until the next write is due: `flush_seconds`, or a full batch waiting."""
         with anyio.move_on_after(self.flush_seconds):

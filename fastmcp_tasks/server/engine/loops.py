@@ -87,6 +87,7 @@ async def start_loops(runner: TaskRunner, group: TaskGroup) -> None:
     group.start_soon(periodic, "heartbeat", leases.renew_held, health, leases.heartbeat_wait)
     if runner.history.enabled:
         history = runner.history
+        history.starting()
         group.start_soon(periodic, "history", history.flush, health, history.wait)
     if runner.store.durable:
         group.start_soon(periodic, "recovery", leases.scan, health, leases.scan_wait)
