@@ -326,3 +326,29 @@ def test_a_server_runs_again_in_another_event_loop() -> None:
 
     for _ in range(2):  # the writer's wake-up is not left bound to the first loop
         assert anyio.run(serve) == ["created", "started", "finished"]
+
+
+async def test_with_the_history_off_none_is_written_and_operators_are_still_named() -> None:
+    store = MemoryTaskStore()
+    mcp = FastMCP("quiet")
+    extension = TasksExtension(store=store, history=False)
+    mcp.add_extension(extension)
+    began = anyio.Event()
+
+    @mcp.tool(task=True)
+    async def wait() -> str:
+        began.set()
+        await anyio.sleep_forever()
+        return "never"
+
+    assert not extension.history.enabled
+    async with memory_wire(mcp) as wire:
+        task_id = (await wire.call_tool("wait"))["taskId"]
+        await began.wait()
+        asked = TaskEvent(time.time(), "cancel_requested", {"by": "operator", "who": "nightly"})
+        await store.add_events([(task_id, asked)])
+        await store.request_cancel(task_id)
+        done = await wire.wait(task_id)
+        assert "history" not in extension.health().loops
+    assert done["statusMessage"] == "Cancelled by an operator (nightly)"
+    assert await store.events(task_id) == [asked]  # the operator's own, nothing of the engine's

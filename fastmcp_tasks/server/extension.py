@@ -135,6 +135,8 @@ class TasksExtension(ServerExtension):
         worker_interval: how often a process that runs tasks tells the store it is
             alive (`stores.operations.WorkerInfo`, on a store that keeps workers); it
             counts as gone after three missed beats (at least 15 s).
+        history: write each task's history (`engine.history`) on a store that keeps
+            operator records; `False` writes none (workers and pauses still work).
     """
 
     identifier = TASKS_EXTENSION_ID
@@ -158,6 +160,7 @@ class TasksExtension(ServerExtension):
         legacy_tasks: bool = True,
         tombstone_retention: Duration | None = timedelta(hours=24),
         worker_interval: Duration = timedelta(seconds=DEFAULT_INTERVAL),
+        history: bool = True,
     ) -> None:
         if store is not None and url is not None:
             raise ConfigurationError("pass either url= or store=, not both")
@@ -190,6 +193,7 @@ class TasksExtension(ServerExtension):
             "legacy_tasks": legacy_tasks,
             "tombstone_retention": tombstone_retention,
             "worker_interval": worker_interval,
+            "history": history,
         }
         self.limits = limits or Limits()
         self._caps = self.limits.active_caps
@@ -221,7 +225,7 @@ class TasksExtension(ServerExtension):
         self.sweep_interval = sweep_interval.total_seconds()
         self.worker_interval = worker_interval.total_seconds()
         #: this process's task events (`engine.history`), noted by handlers and engine
-        self.history = HistoryWriter(self._store)
+        self.history = HistoryWriter(self._store, enabled=history)
         self.runner: TaskRunner | None = None
         self._admission = Admission(
             self._store, self.retention_ms, self.lease_seconds, self._caps, input_timeout

@@ -21,7 +21,8 @@ back and the loop backs off like every other loop; any other error (a bug: an ev
 the store cannot encode) drops that batch, counted, and the loop goes on.
 
 A store without the capability (`stores.operations.operable` is `None`, a third-party
-store) gets no writer work at all: `note` returns at once.
+store), or a writer built with `enabled=False` (`TasksExtension(history=False)`), does
+no work at all: `note` returns at once.
 
 Every event is written by the engine here, from what the engine decided or was told
 by the store; no text a tool or a client controls is read back from it to decide
@@ -116,10 +117,11 @@ class HistoryWriter:
         self,
         store: TaskStore,
         *,
+        enabled: bool = True,
         flush_seconds: float = FLUSH_SECONDS,
         max_buffered: int = MAX_BUFFERED,
     ) -> None:
-        self.store = operations_of(store)
+        self.store = operations_of(store) if enabled else None
         self.flush_seconds = flush_seconds
         self.max_buffered = max_buffered
         self.dropped = 0  # events given up since the start

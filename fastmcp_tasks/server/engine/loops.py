@@ -30,6 +30,7 @@ from fastmcp_tasks.server.engine.supervision import keep_running, periodic, retr
 from fastmcp_tasks.server.engine.watcher import ChangeWatcher
 from fastmcp_tasks.server.health import HealthMonitor
 from fastmcp_tasks.stores.base import TaskStore
+from fastmcp_tasks.stores.operations import OperableTaskStore
 
 logger = logging.getLogger("fastmcp_tasks.runner")
 
@@ -44,6 +45,7 @@ class TaskRunner(Protocol):
     watcher: ChangeWatcher
     history: HistoryWriter
     pauses: Pauses
+    operations: OperableTaskStore | None
     heartbeat: WorkerHeartbeat | None
     staffing: StaffingCheck | None
     owner: str
@@ -61,7 +63,7 @@ def operator_parts(
 ) -> tuple[WorkerHeartbeat | None, StaffingCheck | None]:
     """The worker heartbeat (a process that runs tasks) and the staffing check (one that
     runs nothing), on a store that keeps workers; `None` where they do not apply."""
-    operations = runner.history.store
+    operations = runner.operations
     if operations is None:
         return None, None
     if runner.concurrency:

@@ -26,7 +26,7 @@ import anyio
 from fastmcp_tasks.errors import StoreError, interrupted, result_too_large
 from fastmcp_tasks.server import observability
 from fastmcp_tasks.server.engine.call import Outcome
-from fastmcp_tasks.server.engine.history import HistoryWriter, cut, ending
+from fastmcp_tasks.server.engine.history import HistoryWriter, cut, ending, operations_of
 from fastmcp_tasks.server.engine.jobs import Job
 from fastmcp_tasks.server.engine.supervision import GaveUp, retry_store
 from fastmcp_tasks.server.limits import Limits
@@ -59,6 +59,7 @@ class OutcomeRecorder:
         self._abandon = abandon
         self._handed_back = handed_back
         self.history = history if history is not None else HistoryWriter(store)
+        self.operations = operations_of(store)  # histories are read even when not written
 
     async def finish(
         self, job: Job, outcome: Outcome | None, failure: dict[str, Any] | None
@@ -89,7 +90,7 @@ class OutcomeRecorder:
 
     async def cancelled_message(self, task_id: str) -> str:
         """Who asked for the cancel, from the task's history (module doc)."""
-        operations = self.history.store
+        operations = self.operations
         if operations is None:
             return CANCELLED_MESSAGE
         try:

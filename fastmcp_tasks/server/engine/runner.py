@@ -47,7 +47,7 @@ from fastmcp_tasks.server.engine.call import Outcome, run_job
 from fastmcp_tasks.server.engine.context import RunningTask, _current_task
 from fastmcp_tasks.server.engine.fairqueue import FairQueue
 from fastmcp_tasks.server.engine.heartbeat import DEFAULT_INTERVAL
-from fastmcp_tasks.server.engine.history import HistoryWriter
+from fastmcp_tasks.server.engine.history import HistoryWriter, operations_of
 from fastmcp_tasks.server.engine.inputs import InputBroker
 from fastmcp_tasks.server.engine.jobs import Job
 from fastmcp_tasks.server.engine.leases import CANCELLED_BEFORE_START, LeaseKeeper, new_owner
@@ -106,7 +106,8 @@ class TaskRunner:
         self.opened = opened
         #: this process's task events, written in batches (`history`; shared with handlers)
         self.history = history if history is not None else HistoryWriter(store)
-        self.pauses = Pauses(self.history.store, app, self.history)
+        self.operations = operations_of(store)  # workers and pauses (`stores.operations`)
+        self.pauses = Pauses(self.operations, app, self.history)
         self.inputs = InputBroker(store, self.history)
         self.owner = new_owner()
         self.leases = LeaseKeeper(self, owner=self.owner, lease_seconds=lease_seconds)
