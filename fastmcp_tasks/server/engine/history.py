@@ -62,6 +62,9 @@ SHOWN_TEXT = 200
 #: How long shutdown waits for the store to take what is left.
 CLOSE_SECONDS = 2.0
 
+#: An event as noted: task id, when, kind, details.
+Noted = tuple[str, float, str, dict[str, Any]]
+
 
 def operations_of(store: TaskStore) -> OperableTaskStore | None:
     """`store` when it keeps operator records (`stores.operations`), else `None`.
@@ -125,7 +128,9 @@ class HistoryWriter:
         self.flush_seconds = flush_seconds
         self.max_buffered = max_buffered
         self.dropped = 0  # events given up since the start
-        self._buffer: deque[tuple[str, TaskEvent]] = deque()
+        #: (task id, at, kind, details): the `TaskEvent`s are built when written, off the
+        #: paths that note them
+        self._buffer: deque[Noted] = deque()
         self._wake = anyio.Event()
         self._dropping = False  # an outage is dropping events (logged once)
         #: task id -> (when, text) of its last recorded message
@@ -153,7 +158,7 @@ class HistoryWriter:
             self._release(task_id)  # its pending message happened first
         if kind == "finished":
             self._messages.pop(task_id, None)
-        self._append(task_id, TaskEvent(time.time(), kind, details))
+        self._append((task_id, time.time(), kind, details))
 
     def message(self, task_id: str, text: str | None) -> None:
         """A status message the task's tool set (coalesced, see the module doc)."""
@@ -179,7 +184,7 @@ class HistoryWriter:
         messages.move_to_end(task_id)
         if len(messages) > TRACKED_TASKS:
             messages.popitem(last=False)
-        self._append(task_id, TaskEvent(at, "message", {"message": cut(text)}))
+        self._append((task_id, at, "message", {"message": cut(text)}))
 
     def _release(self, task_id: str) -> None:
         held = self._held.pop(task_id, None)
@@ -193,12 +198,12 @@ class HistoryWriter:
             if last is None or now - last[0] >= MESSAGE_SECONDS:
                 self._release(task_id)
 
-    def _append(self, task_id: str, event: TaskEvent) -> None:
+    def _append(self, noted: Noted) -> None:
         buffer = self._buffer
         if len(buffer) >= self.max_buffered:
             buffer.popleft()
             self._dropped(1)
-        buffer.append((task_id, event))
+        buffer.append(noted)
         if len(buffer) >= BATCH:
             self._wake.set()
 
@@ -239,7 +244,7 @@ class HistoryWriter:
         while buffer:
             batch = [buffer.popleft() for _ in range(min(BATCH, len(buffer)))]
             try:
-                await store.add_events(batch)
+                await store.add_events([(t, TaskEvent(at, kind, d)) for t, at, kind, d in batch])
             except StoreError:
                 self._put_back(batch)
                 raise
@@ -250,7 +255,7 @@ class HistoryWriter:
             self._dropping = False
             logger.warning("Task history: the store takes events again (%d dropped)", self.dropped)
 
-    def _put_back(self, batch: list[tuple[str, TaskEvent]]) -> None:
+    def _put_back(self, batch: list[Noted]) -> None:
         buffer = self._buffer
         buffer.extendleft(reversed(batch))
         over = len(buffer) - self.max_buffered
