@@ -19,7 +19,6 @@ from fastmcp import Client, FastMCP
 
 import fastmcp_tasks
 from fastmcp_tasks import TasksExtension
-from fastmcp_tasks.errors import ConfigurationError
 from fastmcp_tasks.server.engine.leases import HOST
 from fastmcp_tasks.stores.operations import Pause, WorkerInfo
 from tests.operable import SharedMemoryStore, eventually
@@ -101,11 +100,6 @@ async def test_a_front_end_is_not_a_worker() -> None:
         await anyio.sleep(0.3)  # three intervals: it would have beaten by now
         assert await store.workers() == []
         assert "workers" not in front.health().loops
-
-
-def test_the_interval_must_be_positive() -> None:
-    with pytest.raises(ConfigurationError, match="worker_interval"):
-        TasksExtension(worker_interval=0)
 
 
 async def test_tasks_no_live_worker_can_run_are_reported(caplog: Any) -> None:
