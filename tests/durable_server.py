@@ -32,11 +32,19 @@ from fastmcp_tasks import TasksExtension, related_tasks
 FAST = TaskConfig(poll_interval=timedelta(milliseconds=50))
 
 
-def build(db: str, markers: Path, concurrency: int = 100, lease: float = 2.0) -> FastMCP:
-    """`db` is a SQLite file path, or a full store URL (`redis://...`)."""
+def build(
+    db: str, markers: Path, concurrency: int = 100, lease: float = 2.0, beat: float = 5.0
+) -> FastMCP:
+    """`db` is a SQLite file path, or a full store URL (`redis://...`); `beat`: seconds
+    between a worker's heartbeats."""
     url = db if "://" in db else f"sqlite:///{db}"
     mcp = FastMCP("durable")
-    extension = TasksExtension(url=url, lease=timedelta(seconds=lease), concurrency=concurrency)
+    extension = TasksExtension(
+        url=url,
+        lease=timedelta(seconds=lease),
+        concurrency=concurrency,
+        worker_interval=timedelta(seconds=beat),
+    )
     mcp.add_extension(extension)
 
     async def hold(key: str) -> None:
@@ -98,6 +106,7 @@ if "DURABLE_DB" in os.environ:
         Path(os.environ["DURABLE_MARKERS"]),
         int(os.environ.get("DURABLE_CONCURRENCY", "100")),
         float(os.environ.get("DURABLE_LEASE", "2")),
+        float(os.environ.get("DURABLE_BEAT", "5")),
     )
 
 

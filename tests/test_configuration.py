@@ -67,6 +67,11 @@ DURATIONS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any], bool]] = 
         lambda e: e._config["tombstone_retention"],
         False,
     ),
+    "worker_interval": (
+        lambda v: TasksExtension(worker_interval=v),
+        lambda e: timedelta(seconds=e.worker_interval),
+        True,
+    ),
     "task_options(dedupe=)": (lambda v: _options(dedupe=v), lambda o: o.dedupe, True),
     "task_options(input_timeout=)": (
         lambda v: _options(input_timeout=v),

@@ -236,6 +236,7 @@ LOGGER_NAMES = {
     "fastmcp_tasks.execution",
     "fastmcp_tasks.dashboard",
     "fastmcp_tasks.health",
+    "fastmcp_tasks.history",
     "fastmcp_tasks.legacy",
     "fastmcp_tasks.listen",
     "fastmcp_tasks.ownership",

@@ -15,6 +15,13 @@ A gated task's `Job` is handed over before `create` (this process may claim the 
 the moment it exists); every way the call ends without a new task (a refusal, a
 dedupe or idempotency hit, a store failure, any other exception) forgets it again.
 Its store calls share one `store_timeout` (`stored`).
+
+A task of a tool an operator paused (`engine.pauses`, this process's copy of the
+store's pauses) is created unleased, showing the paused message, whatever this
+process's concurrency: no attempt is counted, and whichever process claims it holds it
+until `resume`. A new task's history begins with a `created` event (`engine.history`):
+the creating process (`by`), the application, the owning principal, whether it waits in
+the store (`queued`), its gate, and whether it was created paused.
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ from fastmcp_tasks.server.engine.caller import Caller
 from fastmcp_tasks.server.engine.durable import DurableContext
 from fastmcp_tasks.server.engine.jobs import CreatingRunner, Job
 from fastmcp_tasks.server.engine.leases import QUEUED_MESSAGE
+from fastmcp_tasks.server.engine.pauses import paused_message
 from fastmcp_tasks.server.engine.streams import ResultStreams
 from fastmcp_tasks.server.flow import Gate, dedupe_key, gate_for
 from fastmcp_tasks.server.idempotency import same_call, scoped_key
@@ -90,16 +98,22 @@ def new_record(
     gate: Gate | None = None,
     dedupe: str | None = None,
     related: tuple[str, ...] = (),
+    paused: bool = False,
 ) -> tuple[TaskRecord, frozenset[str]]:
-    """The record of a new task, and the input kinds its request declared."""
+    """The record of a new task, and the input kinds its request declared (`paused`: its
+    tool is paused, so it waits unleased for whichever process holds it)."""
     now = time.time()
     input_kinds = declared_input_kinds(context)
     responses = context.input_responses
     state = context.request_state
     durable = DurableContext(input_kinds, responses or None, state, version, related)
-    # a front end's task waits for a worker, a gated one for a free slot: both unleased
-    leased = bool(runner.concurrency) and gate is None
-    message = gate.message if gate is not None else QUEUED_MESSAGE if queued else None
+    # a front end's task waits for a worker, a gated one for a free slot, a paused tool's
+    # for its resume: all unleased
+    leased = bool(runner.concurrency) and gate is None and not paused
+    if paused:
+        message: str | None = paused_message(name)
+    else:
+        message = gate.message if gate is not None else QUEUED_MESSAGE if queued else None
     now_running = leased and not queued  # its run begins at once, here (`stores.phases`)
     record = TaskRecord(
         task_id=new_task_id(),
@@ -196,7 +210,8 @@ async def create_task(
     deadline = request_deadline(store)  # every store call of this request: one store_timeout
     with deadline_at(deadline):
         related = await related_of_call(store, context)  # before the record: kept in it
-    queued = gate is None and runner.saturated()
+        paused = await runner.pauses.is_paused(name)  # a copy, read at most every second
+    queued = gate is None and not paused and runner.saturated()
     record, input_kinds = new_record(
         tool,
         name,
@@ -210,6 +225,7 @@ async def create_task(
         gate=gate,
         dedupe=key,
         related=related,
+        paused=paused,
     )
     job = Job(
         record.task_id,
@@ -241,12 +257,28 @@ async def create_task(
         return found
     observability.created.add(1, {"tool": record.tool})
     observability.transition(record.task_id, record.tool, "working", 1)
+    note_created(runner, record, paused)
     if waits_in_store:  # whichever process has a slot of the gate runs it
         runner.accept(job)
     elif runner.concurrency:
         job.replying = True  # the reply goes out first (`jobs.REPLY_TURNS`)
         runner.submit(job)
     return record
+
+
+def note_created(runner: CreatingRunner, record: TaskRecord, paused: bool) -> None:
+    """The first event of the task's history (module doc)."""
+    details: dict[str, Any] = {
+        "by": runner.owner,
+        "app": record.app,
+        "owner": record.owner,
+        "queued": record.lease_owner is None,
+    }
+    if record.gate is not None:
+        details["gate"] = record.gate
+    if paused:
+        details["paused"] = True
+    runner.history.note(record.task_id, "created", **details)
 
 
 async def stored(

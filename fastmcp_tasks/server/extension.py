@@ -47,6 +47,8 @@ from fastmcp_tasks.server import observability
 from fastmcp_tasks.server.creation import TASK_ID_BYTES, Admission, create_task, new_task_id
 from fastmcp_tasks.server.durations import Duration, duration, optional_duration
 from fastmcp_tasks.server.engine.call import leaf_of, resolve_tool
+from fastmcp_tasks.server.engine.heartbeat import DEFAULT_INTERVAL
+from fastmcp_tasks.server.engine.history import HistoryWriter
 from fastmcp_tasks.server.engine.runner import TaskRunner
 from fastmcp_tasks.server.handlers import TaskMethods
 from fastmcp_tasks.server.health import EngineHealth, HealthMonitor
@@ -130,6 +132,11 @@ class TasksExtension(ServerExtension):
         tombstone_retention: how long a store built from `url` remembers a removed
             task, so its owner hears "expired" rather than "not found"; `None`
             remembers none.
+        worker_interval: how often a process that runs tasks tells the store it is
+            alive (`stores.operations.WorkerInfo`, on a store that keeps workers); it
+            counts as gone after three missed beats (at least 15 s).
+        history: write each task's history (`engine.history`) on a store that keeps
+            operator records; `False` writes none (workers and pauses still work).
     """
 
     identifier = TASKS_EXTENSION_ID
@@ -152,6 +159,8 @@ class TasksExtension(ServerExtension):
         app: str | None = None,
         legacy_tasks: bool = True,
         tombstone_retention: Duration | None = timedelta(hours=24),
+        worker_interval: Duration = timedelta(seconds=DEFAULT_INTERVAL),
+        history: bool = True,
     ) -> None:
         if store is not None and url is not None:
             raise ConfigurationError("pass either url= or store=, not both")
@@ -164,6 +173,7 @@ class TasksExtension(ServerExtension):
         shutdown_grace = optional_duration("shutdown_grace", shutdown_grace)
         store_timeout = optional_duration("store_timeout", store_timeout, positive=True)
         tombstone_retention = optional_duration("tombstone_retention", tombstone_retention)
+        worker_interval = duration("worker_interval", worker_interval, positive=True)
         if startup not in STARTUP_MODES:
             raise ConfigurationError(f"startup must be one of {STARTUP_MODES}, got {startup!r}")
         self._config: dict[str, Any] = {
@@ -182,6 +192,8 @@ class TasksExtension(ServerExtension):
             "app": app,
             "legacy_tasks": legacy_tasks,
             "tombstone_retention": tombstone_retention,
+            "worker_interval": worker_interval,
+            "history": history,
         }
         self.limits = limits or Limits()
         self._caps = self.limits.active_caps
@@ -211,12 +223,15 @@ class TasksExtension(ServerExtension):
         self.concurrency = concurrency
         self.retention_ms = None if retention is None else int(retention.total_seconds() * 1000)
         self.sweep_interval = sweep_interval.total_seconds()
+        self.worker_interval = worker_interval.total_seconds()
+        #: this process's task events (`engine.history`), noted by handlers and engine
+        self.history = HistoryWriter(self._store, enabled=history)
         self.runner: TaskRunner | None = None
         self._admission = Admission(
             self._store, self.retention_ms, self.lease_seconds, self._caps, input_timeout
         )
-        self.legacy = LegacyTasks(self._store) if legacy_tasks else None
-        self._methods = TaskMethods(self._store, self.limits, self.legacy)
+        self.legacy = LegacyTasks(self._store, self.history) if legacy_tasks else None
+        self._methods = TaskMethods(self._store, self.limits, self.legacy, self.history)
         self.listen = ListenService(self._store)
 
     def clone(self) -> TasksExtension:
@@ -260,6 +275,8 @@ class TasksExtension(ServerExtension):
                 app=self.app if self.app is not None else self.server.name,
                 opened=opened,
                 input_timeout=self.input_timeout,
+                history=self.history,
+                worker_interval=self.worker_interval,
             )
             monitor.running = True
             guard = SigtermGuard(lambda: self.runner, self.shutdown_grace if opened else 0.0)

@@ -19,6 +19,10 @@ from the store's tombstone on the miss path only). However many store calls one
 of these requests makes, it answers within one `store_timeout`
 (`monitored_store.request_deadline`). Handlers never talk to the
 runner: a cancel is a store write that the runner hears about.
+
+What they change is noted in the task's history (`engine.history`): the keys answered
+(`input_answered`), a client's cancel request (`cancel_requested`, `by: "client"`) and
+the ending it makes at once (`finished`).
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from fastmcp_tasks.errors import (
     task_not_found,
     too_large,
 )
+from fastmcp_tasks.server.engine.history import HistoryWriter, ending
 from fastmcp_tasks.server.engine.inputs import answer_problem
 from fastmcp_tasks.server.engine.leases import CANCELLED_BEFORE_START
 from fastmcp_tasks.server.engine.outcomes import CANCELLED_MESSAGE
@@ -117,11 +122,16 @@ class TaskMethods:
     """The task methods bound to one store (and the 2025-11-25 ones, with `legacy`)."""
 
     def __init__(
-        self, store: TaskStore, limits: Limits | None = None, legacy: LegacyTasks | None = None
+        self,
+        store: TaskStore,
+        limits: Limits | None = None,
+        legacy: LegacyTasks | None = None,
+        history: HistoryWriter | None = None,
     ) -> None:
         self.store = store
         self.limits = limits or Limits()
         self.legacy = legacy
+        self.history = history if history is not None else HistoryWriter(store)
         fraction = self.limits.min_poll_fraction
         self.pacer = None if fraction is None else PollPacer(fraction, self.limits.poll_burst)
 
@@ -179,8 +189,13 @@ class TaskMethods:
                 raise invalid_answer(key, problem)
         # only answers to outstanding keys reach the store (the rest are acked, C35)
         answers = {k: v for k, v in params.input_responses.items() if k in outstanding}
-        if answers and await self.store.answer_input(params.task_id, answers) is None:
+        if not answers:
+            return dict(ACK)
+        accepted = await self.store.answer_input(params.task_id, answers)
+        if accepted is None:
             raise await missing(self.store, params.task_id)
+        if accepted:
+            self.history.note(params.task_id, "input_answered", keys=sorted(accepted))
         return dict(ACK)
 
     async def cancel(
@@ -200,17 +215,24 @@ class TaskMethods:
         """
         check_request(ctx, params.task_id, METHOD_CANCEL)
         await self._visible(params.task_id)
-        record = await self.store.request_cancel(params.task_id)
+        task_id = params.task_id
+        record = await self.store.request_cancel(task_id)
         if record is None:
-            raise await missing(self.store, params.task_id)
+            raise await missing(self.store, task_id)
+        if record.is_active:
+            self.history.note(task_id, "cancel_requested", by="client")
         if record.is_active and record.lease_owner is None:
-            await self.store.transition(
-                params.task_id, "cancelled", status_message=CANCELLED_BEFORE_START
-            )
+            message: str | None = CANCELLED_BEFORE_START
+            ended = await self.store.transition(task_id, "cancelled", status_message=message)
         elif record.status == "input_required":
-            await self.store.transition(
-                params.task_id, "cancelled", expect=PARKED, status_message=CANCELLED_MESSAGE
+            message = CANCELLED_MESSAGE
+            ended = await self.store.transition(
+                task_id, "cancelled", expect=PARKED, status_message=message
             )
+        else:
+            message = ended = None
+        if ended is not None:
+            self.history.note(task_id, "finished", **ending("cancelled", message=message))
         return dict(ACK)
 
     async def _visible(self, task_id: str) -> TaskRecord:

@@ -18,6 +18,9 @@ supervised loop reports, and turns it into what operators need:
 - metrics `fastmcp_tasks.store.errors` (counter, attribute `operation`) and
   `fastmcp_tasks.engine.degraded` (up-down counter: 1 while the store is
   unreachable, 0 otherwise);
+- one WARNING when tasks of the application wait and no live worker can run their
+  tool (`no_workers`, from the check in `engine.staffing`), and one when workers are
+  back; `EngineHealth.no_worker` says which tools and how many tasks meanwhile;
 - `snapshot()`: an `EngineHealth` for `TasksExtension.health()`.
 
 The store is named by its description (`stores.urls.describe`: its masked URL and
@@ -65,6 +68,8 @@ class EngineHealth:
         loops: each background loop of the engine and whether it is running.
         pending_outcomes: finished tasks whose outcome waits for the store to be written.
         store_errors: store calls that failed since the server started.
+        no_worker: tasks of this application that wait while no live worker can run
+            their tool, by tool (checked on a `concurrency=0` front end; empty: none).
     """
 
     status: HealthStatus
@@ -74,6 +79,7 @@ class EngineHealth:
     loops: dict[str, bool] = field(default_factory=dict)
     pending_outcomes: int = 0
     store_errors: int = 0
+    no_worker: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -95,6 +101,7 @@ class HealthMonitor:
         self._recovered_at = -QUIET_AFTER
         self._loops: dict[str, bool] = {}
         self._failing_loops: set[str] = set()
+        self.no_worker: dict[str, int] = {}
 
     # --- the store ----------------------------------------------------------------
 
@@ -169,6 +176,31 @@ class HealthMonitor:
             self._failing_loops.discard(name)
             logger.warning("engine loop %r works again", name)
 
+    # --- workers -------------------------------------------------------------------
+
+    def no_workers(self, app: str | None, waiting: dict[str, int]) -> None:
+        """What the last check found: tasks waiting, by tool, that no live worker can run."""
+        new = sorted(set(waiting) - set(self.no_worker))
+        if new:  # an episode begins, or another tool joins it: once each
+            count = sum(waiting[tool] for tool in new)
+            logger.warning(
+                "%d task%s of app %r (%s %s) wait and no live worker can run them; start "
+                "`fastmcp-tasks worker` for this server, or check that its workers reach the "
+                "task store",
+                count,
+                "" if count == 1 else "s",
+                app,
+                "tool" if len(new) == 1 else "tools",
+                ", ".join(repr(tool) for tool in new),
+            )
+        elif self.no_worker and not waiting:
+            logger.warning(
+                "Tasks of app %r no longer wait without a live worker (%s)",
+                app,
+                ", ".join(repr(tool) for tool in sorted(self.no_worker)),
+            )
+        self.no_worker = dict(waiting)
+
     # --- the report ---------------------------------------------------------------
 
     def snapshot(self, pending_outcomes: int = 0) -> EngineHealth:
@@ -188,4 +220,5 @@ class HealthMonitor:
             loops=dict(self._loops),
             pending_outcomes=pending_outcomes,
             store_errors=self.errors,
+            no_worker=dict(self.no_worker),
         )

@@ -22,7 +22,8 @@ the V1 surface; a 2026-07-28 request never does (`tasks/result` and
 
 The raw outcome is stored once and projected per era by `wire.legacy`. Unknown
 ids and other principals' tasks get the same -32602 as on the 2026 side, and an
-expired or purged task tells its owner so (`ownership.missing`), as there.
+expired or purged task tells its owner so (`ownership.missing`), as there. A cancel
+and an answer are noted in the task's history as the 2026 handlers note them.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from mcp_types import INVALID_PARAMS, METHOD_NOT_FOUND, RequestParams
 from pydantic import Field
 
 from fastmcp_tasks.errors import task_not_found
+from fastmcp_tasks.server.engine.history import HistoryWriter
 from fastmcp_tasks.server.engine.inputs import answer_problem
 from fastmcp_tasks.server.engine.streams import ResultStreams
 from fastmcp_tasks.server.ownership import current_principal, may_access, missing
@@ -105,8 +107,9 @@ def _page_key(cursor: str) -> PageKey:
 class LegacyTasks:
     """The V1 task methods over one store."""
 
-    def __init__(self, store: TaskStore) -> None:
+    def __init__(self, store: TaskStore, history: HistoryWriter | None = None) -> None:
         self.store = store
+        self.history = history if history is not None else HistoryWriter(store)
         #: without authentication, `tasks/list` shows the tasks a session created here
         #: (session id -> task ids, the most recent `SESSIONS_KEPT` sessions)
         self._created: OrderedDict[str, list[str]] = OrderedDict()
@@ -170,7 +173,10 @@ class LegacyTasks:
                 message=f"Task {params.task_id} is already {record.status}: it cannot be cancelled",
             )
         await self.store.request_cancel(params.task_id)  # the runner stops the tool
+        self.history.note(params.task_id, "cancel_requested", by="client")
         cancelled = await self.store.transition(params.task_id, "cancelled", status_message=None)
+        if cancelled is not None:
+            self.history.note(params.task_id, "finished", outcome="cancelled")
         if cancelled is None:  # it ended in between
             record = await self._visible(params.task_id)
             raise MCPError(
@@ -240,7 +246,8 @@ class LegacyTasks:
                     continue
                 answer = {"action": "cancel"}
             if answer is not None and answer_problem(request, answer) is None:
-                await self.store.answer_input(record.task_id, {key: answer})
+                if await self.store.answer_input(record.task_id, {key: answer}):
+                    self.history.note(record.task_id, "input_answered", keys=[key])
 
     def forget(self, task_id: str) -> None:
         """The task ended: drop what was kept for its input and its pushes."""

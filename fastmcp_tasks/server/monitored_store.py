@@ -64,6 +64,13 @@ BOUNDED = frozenset(
         "requeue",
         "claim_queued",
         "retry_later",
+        # the operator records (`stores.operations`): each one round trip
+        "add_events",
+        "events",
+        "beat",
+        "workers",
+        "paused",
+        "hold_paused",
     }
 )
 

@@ -49,6 +49,7 @@ from fastmcp_tasks import _compat
 from fastmcp_tasks.errors import StoreError
 from fastmcp_tasks.server import observability
 from fastmcp_tasks.server.engine.caller import Caller
+from fastmcp_tasks.server.engine.history import HistoryWriter
 from fastmcp_tasks.server.engine.inputs import InputBroker, elicitation_request, new_key
 from fastmcp_tasks.stores.base import TaskStore
 
@@ -87,6 +88,8 @@ class RunningTask:
     caller: Caller | None = None
     #: the related task ids its call named, checked at creation (`server.related`)
     related: tuple[str, ...] = ()
+    #: where its status messages are noted (coalesced: `history`)
+    history: HistoryWriter | None = None
 
     async def status(self, message: str | None) -> None:
         """Set the task's `statusMessage`; best effort: a store failure never fails the tool.
@@ -105,6 +108,8 @@ class RunningTask:
             )
             return
         self.message = message
+        if self.history is not None:
+            self.history.message(self.task_id, message)
 
     async def report(
         self, progress: float, total: float | None, message: str | None, shown: str | None = None

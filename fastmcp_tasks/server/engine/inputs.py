@@ -43,6 +43,7 @@ import mcp_types
 from pydantic import ValidationError
 
 from fastmcp_tasks.errors import StoreError
+from fastmcp_tasks.server.engine.history import HistoryWriter
 from fastmcp_tasks.server.engine.supervision import retry_store
 from fastmcp_tasks.stores.base import TaskStore
 
@@ -187,8 +188,9 @@ class _Waiter:
 class InputBroker:
     """Parks running tasks on input requests and wakes them when answers arrive."""
 
-    def __init__(self, store: TaskStore) -> None:
+    def __init__(self, store: TaskStore, history: HistoryWriter | None = None) -> None:
         self.store = store
+        self.history = history if history is not None else HistoryWriter(store)
         self._waiters: dict[str, dict[str, _Waiter]] = {}
 
     async def ask(
@@ -215,6 +217,7 @@ class InputBroker:
             )
             if parked is None:
                 raise LookupError(f"task {task_id} is not active")
+            self.history.note(task_id, "input_requested", keys=sorted(requests))
             with anyio.move_on_after(math.inf if wait_seconds is None else wait_seconds):
                 for waiter in waiters.values():
                     await waiter.event.wait()

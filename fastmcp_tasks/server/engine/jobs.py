@@ -18,7 +18,9 @@ from fastmcp.tools.base import Tool
 
 from fastmcp_tasks.server.engine.caller import Caller
 from fastmcp_tasks.server.engine.durable import DurableContext
+from fastmcp_tasks.server.engine.history import HistoryWriter
 from fastmcp_tasks.server.engine.inputs import InputBroker
+from fastmcp_tasks.server.engine.pauses import Pauses
 from fastmcp_tasks.server.health import HealthMonitor
 from fastmcp_tasks.stores.base import TaskRecord, TaskStore
 
@@ -73,6 +75,10 @@ class Job:
     related: tuple[str, ...] = ()
     #: created by a request of this process whose reply is on its way (`REPLY_TURNS`)
     replying: bool = False
+    #: leased from the store (queued, gated, retried, recovered), not created here
+    from_store: bool = False
+    #: handed back because its tool is paused (`pauses`): it did not run here
+    held: bool = False
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
 
     @classmethod
@@ -106,7 +112,13 @@ class Job:
             owner=record.owner,
             retries=record.retries,
             related=context.related,
+            from_store=True,
         )
+
+    @property
+    def waited(self) -> bool:
+        """Whether its run has not begun yet here: a paused tool holds it (`pauses`)."""
+        return self.queued or self.from_store
 
 
 class WatchedRunner(Protocol):
@@ -133,6 +145,8 @@ class CreatingRunner(Protocol):
     owner: str
     app: str | None
     unconfirmed: set[str]
+    history: HistoryWriter
+    pauses: Pauses
 
     @property
     def started(self) -> bool: ...

@@ -45,7 +45,9 @@ import anyio
 from fastmcp_tasks.errors import StoreError, interrupted
 from fastmcp_tasks.server.engine.call import leaf_of, resolve_tool
 from fastmcp_tasks.server.engine.durable import DurableContext
+from fastmcp_tasks.server.engine.history import ending
 from fastmcp_tasks.server.engine.jobs import Job
+from fastmcp_tasks.server.engine.pauses import Pauses
 from fastmcp_tasks.server.engine.supervision import GaveUp, retry_store
 from fastmcp_tasks.server.flow import QUEUED_PREFIX
 from fastmcp_tasks.server.observability import shown_id
@@ -154,7 +156,8 @@ class LeaseKeeper:
         """Graceful shutdown: queued tasks go back to the queue for any worker; runs that
         were interrupted have their lease expire now, for the recovery rule."""
         for task_id in queued - interrupted:
-            await self.store.requeue(task_id, self.owner)
+            if await self.store.requeue(task_id, self.owner) is not None:
+                self.runner.history.note(task_id, "requeued", worker=self.owner, reason="shutdown")
         if interrupted:
             await self.store.renew(self.owner, frozenset(interrupted), time.time())
 
@@ -172,21 +175,40 @@ class LeaseKeeper:
     async def begin(self, job: Job, stop: anyio.Event) -> bool:
         """Record that the run of a waiting task begins (`stores.phases.start_run`) before
         its tool body does; False when it must not run (gone, ended, leased elsewhere, or
-        the store stayed down until `stop`). A job whose run began already: True."""
-        if not job.queued:
-            return True
+        the store stayed down until `stop`, its tool is paused: `job.held`). A job whose
+        run began already: True."""
+        if job.waited and await self._held(job, stop):
+            return False
+        if job.queued:
 
-        async def write() -> TaskRecord | None:
-            return await start_run(self.store, job.task_id, self.owner, job.message)
+            async def write() -> TaskRecord | None:
+                return await start_run(self.store, job.task_id, self.owner, job.message)
+
+            try:
+                record = await retry_store(write, stop=stop)
+            except GaveUp:
+                return False
+            if record is None:
+                return False
+            job.attempt = max(1, record.attempts)
+        self.runner.history.note(job.task_id, "started", worker=self.owner, attempt=job.attempt)
+        return True
+
+    async def _held(self, job: Job, stop: anyio.Event) -> bool:
+        """Whether `job`'s tool is paused and the task was handed back (`pauses`); this
+        process keeps the job, should it claim the task again after `resume`."""
+        pauses: Pauses = self.runner.pauses
+
+        async def hold() -> bool:
+            return await pauses.holds(job.task_id, job.name, self.owner)
 
         try:
-            record = await retry_store(write, stop=stop)
+            job.held = await retry_store(hold, stop=stop)
         except GaveUp:
             return False
-        if record is None:
-            return False
-        job.attempt = max(1, record.attempts)
-        return True
+        if job.held:
+            self.runner.accept(job, wake=False)
+        return job.held
 
     async def take_queued(self) -> None:
         """Lease tasks of this application nobody runs yet (a front end's, or requeued)."""
@@ -212,18 +234,16 @@ class LeaseKeeper:
                 return
 
     async def _start(self, record: TaskRecord) -> None:
+        history = self.runner.history
+        history.note(record.task_id, "taken", worker=self.owner)
         if record.cancel_requested:  # cancelled while it waited in the store
             self.runner.forget(record.task_id)
-            await self.store.transition(
-                record.task_id, "cancelled", status_message=CANCELLED_BEFORE_START
-            )
+            await self.end(record.task_id, "cancelled", status_message=CANCELLED_BEFORE_START)
             return
         tool = await self.find_tool(record)
         if tool is None:
             error = interrupted(f"tool {record.tool!r} does not exist on this worker")
-            await self.store.transition(
-                record.task_id, "failed", error=error, status_message=error["message"]
-            )
+            await self.end(record.task_id, "failed", error=error, status_message=error["message"])
             return
         begun = has_begun(record)  # PostgreSQL's claim begins the run; else its start does
         options = options_of(await leaf_of(tool))  # a mounted tool's options live on the child's
@@ -271,24 +291,24 @@ class LeaseKeeper:
         )
         if claimed is None:
             return False  # another process took it first
-        if record.task_id in self.runner.unconfirmed:
-            self.runner.unconfirmed.discard(record.task_id)
-            await self.store.transition(
-                record.task_id, "failed", error=UNCONFIRMED, status_message=UNCONFIRMED["message"]
-            )
+        task_id, history = record.task_id, self.runner.history
+        history.note(task_id, "recovered", worker=self.owner, **{"from": record.lease_owner})
+        if task_id in self.runner.unconfirmed:
+            self.runner.unconfirmed.discard(task_id)
+            message = UNCONFIRMED["message"]
+            await self.end(task_id, "failed", error=UNCONFIRMED, status_message=message)
             return True
         if record.lease_owner == self.owner or not has_begun(claimed):
             # never started: leased here by a claim whose reply was lost, or by a process
             # that died (or lost a claim's reply) before its run began, which the record's
             # phase says: nothing was interrupted, so it goes back to the queue
-            await self.store.requeue(record.task_id, self.owner)
+            if await self.store.requeue(task_id, self.owner) is not None:
+                history.note(task_id, "requeued", worker=self.owner, reason="never started")
             return True
         tool = await self.find_tool(record)
         if tool is None or not is_idempotent(tool):
             error = lost_error(record.tool, tool is not None)
-            await self.store.transition(
-                record.task_id, "failed", error=error, status_message=error["message"]
-            )
+            await self.end(task_id, "failed", error=error, status_message=error["message"])
             logger.warning(
                 "Task %s (%s) was interrupted: failed", shown_id(record.task_id), record.tool
             )
@@ -298,6 +318,16 @@ class LeaseKeeper:
             await self.store.transition(record.task_id, "working", status_message=message)
         else:
             await self.store.set_status_message(record.task_id, message)
-        await self.store.requeue(record.task_id, self.owner)  # any worker may take it
-        logger.warning("Task %s (%s) restarted: %s", shown_id(record.task_id), record.tool, message)
+        if await self.store.requeue(task_id, self.owner) is not None:  # any worker may take it
+            history.note(task_id, "requeued", worker=self.owner, reason="interrupted")
+        logger.warning("Task %s (%s) restarted: %s", shown_id(task_id), record.tool, message)
         return True
+
+    async def end(self, task_id: str, status: Any, **fields: Any) -> None:
+        """An ending decided here (not a run's outcome): the transition and its event."""
+        if await self.store.transition(task_id, status, **fields) is not None:
+            self.runner.history.note(
+                task_id,
+                "finished",
+                **ending(status, error=fields.get("error"), message=fields.get("status_message")),
+            )

@@ -7,6 +7,12 @@ blip never throws a finished result away; when shutdown gives up waiting
 (`abandon` is set) the task is left to lease recovery, exactly as a crash would
 leave it. Any other exception while writing (a bug, e.g. a result that cannot be
 encoded) fails that task with a clear error instead.
+
+Each outcome written is noted in the task's history (`history`, a `finished` event).
+A run stopped by a cancel request says who asked: "Cancelled at the client's request",
+or "Cancelled by an operator (<who>)" when the latest `cancel_requested` event of the
+task's history, which only operator commands and the engine write (never a client's
+text), says `by: "operator"`.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import anyio
 from fastmcp_tasks.errors import StoreError, interrupted, result_too_large
 from fastmcp_tasks.server import observability
 from fastmcp_tasks.server.engine.call import Outcome
+from fastmcp_tasks.server.engine.history import HistoryWriter, cut, ending, operations_of
 from fastmcp_tasks.server.engine.jobs import Job
 from fastmcp_tasks.server.engine.supervision import GaveUp, retry_store
 from fastmcp_tasks.server.limits import Limits
@@ -31,16 +38,28 @@ logger = logging.getLogger("fastmcp_tasks.runner")
 CANCELLED_MESSAGE = "Cancelled at the client's request"
 
 
+def operator_cancelled(who: Any) -> str:
+    """The status message of a task an operator cancelled (`who`: their label)."""
+    return f"Cancelled by an operator ({cut(who) if who else 'unnamed'})"
+
+
 class OutcomeRecorder:
     """Writes the outcomes of one runner's jobs."""
 
     def __init__(
-        self, store: TaskStore, limits: Limits, abandon: anyio.Event, handed_back: set[str]
+        self,
+        store: TaskStore,
+        limits: Limits,
+        abandon: anyio.Event,
+        handed_back: set[str],
+        history: HistoryWriter | None = None,
     ) -> None:
         self.store = store
         self.limits = limits
         self._abandon = abandon
         self._handed_back = handed_back
+        self.history = history if history is not None else HistoryWriter(store)
+        self.operations = operations_of(store)  # histories are read even when not written
 
     async def finish(
         self, job: Job, outcome: Outcome | None, failure: dict[str, Any] | None
@@ -49,7 +68,8 @@ class OutcomeRecorder:
         store, task_id = self.store, job.task_id
         if outcome is None and failure is None:
             if job.cancel_requested:
-                return await self.record(job, "cancelled", status_message=CANCELLED_MESSAGE)
+                message = await self.cancelled_message(task_id)
+                return await self.record(job, "cancelled", status_message=message)
             if store.durable:  # another process, or the next start, recovers it
                 self._handed_back.add(task_id)
                 return "handed back"
@@ -67,6 +87,22 @@ class OutcomeRecorder:
             error = result_too_large(over[1], over[0])
             return await self.record(job, "failed", error=error, status_message=error["message"])
         return await self.record(job, "completed", result=outcome.result)
+
+    async def cancelled_message(self, task_id: str) -> str:
+        """Who asked for the cancel, from the task's history (module doc)."""
+        operations = self.operations
+        if operations is None:
+            return CANCELLED_MESSAGE
+        try:
+            events = await operations.events(task_id)
+        except StoreError:
+            return CANCELLED_MESSAGE  # the store is failing: the outcome matters more
+        for event in reversed(events):
+            if event.kind == "cancel_requested":
+                if event.details.get("by") == "operator":
+                    return operator_cancelled(event.details.get("who"))
+                break
+        return CANCELLED_MESSAGE
 
     async def record(self, job: Job, status: Any, **fields: Any) -> str:
         """Write an outcome; a store outage is waited out (the outcome is kept meanwhile)."""
@@ -86,11 +122,9 @@ class OutcomeRecorder:
                 )
                 error = interrupted(f"its outcome could not be recorded ({type(exc).__name__})")
                 status = "failed"
+                fields = {"error": error, "status_message": error["message"]}
                 applied = await retry_store(
-                    functools.partial(
-                        write, "failed", {"error": error, "status_message": error["message"]}
-                    ),
-                    stop=self._abandon,
+                    functools.partial(write, "failed", fields), stop=self._abandon
                 )
         except GaveUp:
             logger.warning(
@@ -108,4 +142,7 @@ class OutcomeRecorder:
                 return "unknown"
             return current.status if current is not None else "gone"
         observability.transition(task_id, job.name, status, job.attempt)
+        result, failure = fields.get("result"), fields.get("error")
+        details = ending(status, result, failure, fields.get("status_message"))
+        self.history.note(task_id, "finished", **details)
         return str(status)

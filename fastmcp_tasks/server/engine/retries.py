@@ -11,7 +11,9 @@ application claims it when due runs the next attempt. This process keeps what th
 creating request had (`Caller`) for that attempt, in case it is the one to claim it.
 
 The error text shown is the one the outcome would report (so a server that masks
-error details shows the masked text). The final outcome is the last attempt's.
+error details shows the masked text). The final outcome is the last attempt's. The
+task's history gets a `retry_scheduled` event: the attempt that runs next, when it is
+due and that error text.
 """
 
 from __future__ import annotations
@@ -82,7 +84,8 @@ class RetryPlanner:
             return False
         number = job.retries + 1
         due = time.time() + retry.delay(number)
-        message = retry_message(number + 1, retry.attempts, reason_of(outcome))
+        reason = reason_of(outcome)
+        message = retry_message(number + 1, retry.attempts, reason)
         runner = self.runner
 
         async def hand_back() -> Any:
@@ -97,6 +100,8 @@ class RetryPlanner:
         if back is None:  # cancelled meanwhile, or the lease is gone: record this attempt
             runner.forget(job.task_id)
             return False
+        history = runner.history  # `attempt`: the one that runs when due
+        history.note(job.task_id, "retry_scheduled", attempt=number + 1, at=due, reason=reason)
         logger.info(
             "Task %s (%s) attempt %d failed; retrying in %.1fs",
             shown_id(job.task_id),

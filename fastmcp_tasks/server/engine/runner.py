@@ -20,7 +20,10 @@ other loops. An outcome whose write fails with `StoreError` stays in memory
 stops first, the task is left to lease recovery exactly as a crash would leave
 it. Any other exception while recording (a bug) fails that task with a clear
 error. The change-feed watcher (`watcher.ChangeWatcher`) resubscribes after a
-broken feed and reconciles what the gap may have hidden.
+broken feed and reconciles what the gap may have hidden. Which loops a process runs
+is `loops`; on a store that keeps operator records the runner also notes its tasks'
+history (`history`), beats as a worker (`heartbeat`) or, running nothing, checks that
+its waiting tasks have one (`staffing`), and holds a paused tool's tasks (`pauses`).
 """
 
 from __future__ import annotations
@@ -43,12 +46,21 @@ from fastmcp_tasks.server.engine.accepted import AcceptedCalls
 from fastmcp_tasks.server.engine.call import Outcome, run_job
 from fastmcp_tasks.server.engine.context import RunningTask, _current_task
 from fastmcp_tasks.server.engine.fairqueue import FairQueue
+from fastmcp_tasks.server.engine.heartbeat import DEFAULT_INTERVAL
+from fastmcp_tasks.server.engine.history import HistoryWriter, operations_of
 from fastmcp_tasks.server.engine.inputs import InputBroker
 from fastmcp_tasks.server.engine.jobs import Job
 from fastmcp_tasks.server.engine.leases import CANCELLED_BEFORE_START, LeaseKeeper, new_owner
+from fastmcp_tasks.server.engine.loops import (
+    after_stop,
+    open_then_start,
+    operator_parts,
+    start_loops,
+)
 from fastmcp_tasks.server.engine.outcomes import OutcomeRecorder
+from fastmcp_tasks.server.engine.pauses import Pauses
 from fastmcp_tasks.server.engine.retries import RetryPlanner
-from fastmcp_tasks.server.engine.supervision import keep_running, periodic, retry_store
+from fastmcp_tasks.server.engine.supervision import keep_running
 from fastmcp_tasks.server.engine.watcher import ChangeWatcher
 from fastmcp_tasks.server.health import HealthMonitor
 from fastmcp_tasks.server.limits import Limits
@@ -76,6 +88,8 @@ class TaskRunner:
         queue_poll: float = 5.0,
         opened: bool = True,
         input_timeout: Any = None,
+        history: HistoryWriter | None = None,
+        worker_interval: float = DEFAULT_INTERVAL,
     ) -> None:
         if concurrency < 0:
             raise ConfigurationError(f"concurrency must not be negative, got {concurrency}")
@@ -90,13 +104,19 @@ class TaskRunner:
         self.queue_poll = queue_poll
         self.input_timeout = input_timeout  # the extension's default, for resumed tasks
         self.opened = opened
-        self.inputs = InputBroker(store)
+        #: this process's task events, written in batches (`history`; shared with handlers)
+        self.history = history if history is not None else HistoryWriter(store)
+        self.operations = operations_of(store)  # workers and pauses (`stores.operations`)
+        self.pauses = Pauses(self.operations, app, self.history)
+        self.inputs = InputBroker(store, self.history)
         self.owner = new_owner()
         self.leases = LeaseKeeper(self, owner=self.owner, lease_seconds=lease_seconds)
         self.watcher = ChangeWatcher(self)
         self._abandon = anyio.Event()  # set when shutdown stops waiting for the store
         self._handed_back: set[str] = set()
-        self.outcomes = OutcomeRecorder(store, self.limits, self._abandon, self._handed_back)
+        self.outcomes = OutcomeRecorder(
+            store, self.limits, self._abandon, self._handed_back, self.history
+        )
         self.retries = RetryPlanner(self, store, self._abandon)
         #: jobs this process accepted whose tasks wait in the store (a gate, a retry's
         #: backoff): when this process claims one, it runs with the caller it came with
@@ -116,6 +136,7 @@ class TaskRunner:
         self._queue = FairQueue()
         self._group: TaskGroup | None = None
         self._stopping = False
+        self.heartbeat, self.staffing = operator_parts(self, worker_interval)
 
     @property
     def started(self) -> bool:
@@ -125,6 +146,11 @@ class TaskRunner:
         """Run `function(*args)` in the engine's task group (it ends with the engine)."""
         if self._group is not None:
             self._group.start_soon(function, *args, name=name)
+
+    @property
+    def running_now(self) -> int:
+        """How many tool bodies run in this process now."""
+        return self._running
 
     def saturated(self) -> bool:
         """True when a job submitted now would have to wait for a slot."""
@@ -210,12 +236,12 @@ class TaskRunner:
                     self._group = group
                     group.start_soon(keep_running, "dispatch", self._dispatch, self.health)
                     if self.opened:
-                        await self._start_loops(group)
+                        await start_loops(self, group)
                     else:
                         group.start_soon(
                             keep_running,
                             "open",
-                            functools.partial(self._open_then_start, group),
+                            functools.partial(open_then_start, self, group),
                             self.health,
                         )
                     ready.set_result(None)
@@ -241,37 +267,12 @@ class TaskRunner:
             await task
             with anyio.CancelScope(shield=True):
                 await self.hand_back_queued()
+                await after_stop(self)  # the worker's goodbye, the history's last write
 
     async def hand_back_queued(self) -> None:
         """Shutdown on a durable store: queued tasks back to the queue (`leases`)."""
         if self.store.durable and self.opened:
             await self.leases.hand_back_at_shutdown(set(self._jobs), self._handed_back)
-
-    async def _open_then_start(self, group: TaskGroup) -> None:
-        """Degraded start: open the store with backoff, then start the loops."""
-
-        async def open_store() -> None:
-            await self.store.open()
-
-        logger.warning("Task store unreachable at startup; retrying until it answers")
-        await retry_store(open_store, cap=10.0)
-        self.opened = True
-        self.health.opened = True
-        self.health.store_ok()
-        logger.warning("Task store opened; the task engine is running")
-        await self._start_loops(group)
-
-    async def _start_loops(self, group: TaskGroup) -> None:
-        health, leases = self.health, self.leases
-        group.start_soon(periodic, "sweeper", self._sweep_once, health, self._sweep_wait)
-        group.start_soon(periodic, "heartbeat", leases.renew_held, health, leases.heartbeat_wait)
-        if self.store.durable:
-            group.start_soon(periodic, "recovery", leases.scan, health, leases.scan_wait)
-        if self.concurrency:  # a front end runs no job: no cancel, answer or queue to hear
-            group.start_soon(keep_running, "feed", self.watcher.follow, health)
-            group.start_soon(periodic, "queue", leases.take_queued, health, self.watcher.queue_wait)
-            with anyio.move_on_after(5):  # a cancel right after creation is heard at once
-                await self.watcher.subscribed.wait()
 
     # --- dispatch ------------------------------------------------------------------
 
@@ -321,6 +322,7 @@ class TaskRunner:
             input_kinds=job.input_kinds,
             caller=job.caller,
             related=job.related,
+            history=self.history,
         )
         outcome: Outcome | None = None
         failure: dict[str, Any] | None = None
@@ -352,7 +354,9 @@ class TaskRunner:
                 self._jobs.pop(job.task_id, None)
                 with anyio.CancelScope(shield=True):
                     try:
-                        if not begun and failure is None and not job.cancel_requested:
+                        if job.held:
+                            status = "paused"  # back in the store until `resume`
+                        elif not begun and failure is None and not job.cancel_requested:
                             self._handed_back.add(job.task_id)  # its lease ends at shutdown
                             status = "not started"  # still waiting in the store (`leases`)
                         elif await self.retries.try_later(job, outcome):
@@ -387,13 +391,3 @@ class TaskRunner:
             await self.outcomes.record(job, "cancelled", status_message=CANCELLED_BEFORE_START)
         finally:
             self._pending.pop(task_id, None)
-
-    # --- retention -----------------------------------------------------------------
-
-    async def _sweep_once(self) -> None:
-        removed = await self.store.purge_expired(time.time())
-        if removed:
-            logger.debug("Purged %d expired tasks", removed)
-
-    async def _sweep_wait(self) -> None:
-        await anyio.sleep(self.sweep_interval)
