@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastmcp_tasks.errors import ConfigurationError, InvalidTransition
+from fastmcp_tasks.server.engine.outcomes import operator_cancelled
 from fastmcp_tasks.stores.base import TaskRecord, TaskStore
 from fastmcp_tasks.stores.listing import ALL_STATUSES, ListableTaskStore, PageKey, page_key
 from fastmcp_tasks.stores.operations import (
@@ -134,8 +135,8 @@ class CancelReport:
 
 
 def cancelled_by(who: str) -> str:
-    """The status message of a task an operator cancelled."""
-    return f"Cancelled by an operator ({who})"
+    """The status message of a task an operator cancelled: the engine's own words."""
+    return operator_cancelled(who)
 
 
 #: A task parked for input: its run only waits for answers, so it ends at once.
