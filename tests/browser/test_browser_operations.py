@@ -8,9 +8,7 @@ One test, on three stores:
   show a worker that starts beating, then mark it gone, without a reload);
 - `sqlite`, `redis`: the real `task_server.py` and `fastmcp-tasks ui --token-file` of
   the worlds in `conftest`; tasks are started through an MCP client and the workers
-  page must list the server's own process from the registry. That last step needs
-  the engine's heartbeats (`store.beat`), built on a parallel branch: until the
-  server's code calls `beat`, it is an expected failure, said so (`ENGINE_BEATS`).
+  page must list the server's own process from the registry (its heartbeats).
 
 Logged in as `alice` (a labelled token), the test previews "Cancel matching…" on the
 list filtered to one tool, starts one more task of it, confirms, and checks that
@@ -35,7 +33,6 @@ import pytest
 from playwright.async_api import Page, expect
 
 from fastmcp_tasks import MemoryTaskStore, actions, store_from_url
-from fastmcp_tasks import server as server_package
 from fastmcp_tasks.dashboard import app as dashboard_app
 from fastmcp_tasks.stores.listing import ListableTaskStore
 from fastmcp_tasks.stores.operations import WorkerInfo, operable
@@ -50,11 +47,6 @@ TOOL = "export_ledger"  # a `hold` of task_server.py no seeded task uses
 APP = "dashboard-demo"  # task_server.py's server name: its tasks' application
 SECRET = "alice-secret-" + uuid.uuid4().hex[:8]
 SEEN_WITHIN = 10.0  # seconds: a new or gone worker shows without a reload
-#: Whether the server's engine registers its process (calls `store.beat`): read from
-#: its source, so a server that has the code and fails to beat fails this test.
-ENGINE_BEATS = any(
-    ".beat(" in path.read_text() for path in (Path(server_package.__file__).parent).rglob("*.py")
-)
 
 
 @pytest.fixture(params=["memory", "sqlite", "redis"])
@@ -121,11 +113,6 @@ async def world_target(world: World, tmp: Path) -> AsyncIterator[Target]:
             return str((await start(client, TOOL, key=key)).task_id)
 
         async def show_worker(page: Page) -> None:
-            if not ENGINE_BEATS:
-                pytest.xfail(
-                    "the engine registers no worker yet (its heartbeats, store.beat, are "
-                    "built on a parallel branch): the workers page cannot list the server"
-                )
             pid = str(world.server.process.pid)
             row = page.locator('#worker-table tr[data-registered="true"]').filter(
                 has=page.locator(f'td[data-field="pid"]:text-is("{pid}")')
