@@ -32,14 +32,15 @@ import tempfile
 import time
 import tracemalloc
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from fastmcp import FastMCP
 
-from bench.calls import create_task, get_task, pct, sync_call
+from bench.calls import create_task, get_task, pct, rotated, sync_call
 from bench.transports import memory_transport
 from fastmcp_tasks import TasksExtension
 from fastmcp_tasks.stores import store_from_url
@@ -194,33 +195,46 @@ def bench_server(url: str, history: bool) -> FastMCP:
 
 
 async def latency(url_on: str, url_off: str, rounds: int) -> dict[str, float]:
-    """p50s (microseconds) of sync / create / get with the history on and off, interleaved."""
+    """p50s (microseconds) of sync / create / get with the history on and off.
+
+    Samples are interleaved, the order of the kinds rotates every round (`rotated`), and
+    the two servers are built in one order for half the rounds and in the other for the
+    rest: an earlier-built server is measurably slower on this harness whatever its
+    options, which a fixed order would charge to one side.
+    """
     plain = FastMCP("bench-history-sync")
 
     @plain.tool
     async def noop() -> str:
         return "ok"
 
-    samples: dict[str, list[int]] = {k: [] for k in ("sync", "create_on", "create_off")}
-    samples.update({"get_on": [], "get_off": []})
-    async with (
-        memory_transport(plain) as sync_conn,
-        memory_transport(bench_server(url_on, True)) as on,
-        memory_transport(bench_server(url_off, False)) as off,
-    ):
-        task_on, task_off = await create_task(on.send), await create_task(off.send)
-        for i in range(rounds + 50):
-            for kind, call in (
-                ("sync", lambda: sync_call(sync_conn.send)),
-                ("create_on", lambda: create_task(on.send)),
-                ("create_off", lambda: create_task(off.send)),
-                ("get_on", lambda: get_task(on.send, task_on)),
-                ("get_off", lambda: get_task(off.send, task_off)),
+    samples: dict[str, list[int]] = {
+        k: [] for k in ("sync", "create_on", "create_off", "get_on", "get_off")
+    }
+    async with memory_transport(plain) as sync_conn:
+        for first_on in (True, False):
+            order = [(url_on, True), (url_off, False)]
+            if not first_on:
+                order.reverse()
+            async with (
+                memory_transport(bench_server(*order[0])) as one,
+                memory_transport(bench_server(*order[1])) as two,
             ):
-                start = time.perf_counter_ns()
-                await call()
-                if i >= 50:
-                    samples[kind].append(time.perf_counter_ns() - start)
+                on, off = (one, two) if first_on else (two, one)
+                task_on, task_off = await create_task(on.send), await create_task(off.send)
+                kinds: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
+                    ("sync", partial(sync_call, sync_conn.send)),
+                    ("create_on", partial(create_task, on.send)),
+                    ("create_off", partial(create_task, off.send)),
+                    ("get_on", partial(get_task, on.send, task_on)),
+                    ("get_off", partial(get_task, off.send, task_off)),
+                ]
+                for i in range(rounds // 2 + 50):
+                    for kind, call in rotated(kinds, i):
+                        start = time.perf_counter_ns()
+                        await call()
+                        if i >= 50:
+                            samples[kind].append(time.perf_counter_ns() - start)
     return {kind: pct(values, 50) for kind, values in samples.items()}
 
 
