@@ -90,7 +90,7 @@ def build(url: str, markers: Path) -> FastMCP:
         (("quick", "send_invoice"), quick),
         (("hold", "render_report", "export_ledger"), hold),
         (("fail", "charge_card"), fail),
-        (("oops",), oops),
+        (("oops", "import_rows"), oops),
         (("ask", "approve_refund"), ask),
     ]:
         for name in names:

@@ -5,8 +5,9 @@
 - every visible link, button and form field has an accessible name (Chromium's
   accessibility tree, over CDP) that `get_by_role(role, name=...)` finds it by, and
   the task filters and the cancel button are reachable with Tab;
-- the screenshots: overview, tasks, the detail of a task waiting for input, workers
-  at 1280 px, and the tasks page at 390 px. They are always taken (into the test's
+- the screenshots: overview, tasks, the detail of a task waiting for input (with its
+  history), workers, queues (a paused tool) and the audit log at 1280 px, and the
+  tasks page at 390 px. They are always taken (into the test's
   temporary directory, checked as PNGs there); with `DASHBOARD_SCREENSHOTS=DIR`
   (`DASHBOARD_SCREENSHOTS=docs/screenshots` for the README) they are copied to DIR,
   so a CI run never touches the working tree.
@@ -22,6 +23,8 @@ import anyio
 import pytest
 from playwright.async_api import BrowserContext, expect
 
+from fastmcp_tasks import actions
+from fastmcp_tasks.stores import store_from_url
 from tests.browser.conftest import World, running_world
 from tests.browser.pagetools import keyboard_reachable, overflow, unnamed_controls
 from tests.browser.procs import mcp_client, reaches, start
@@ -118,10 +121,21 @@ async def showcase(browser: object, tmp_path: Path) -> AsyncIterator[tuple[World
                 with anyio.fail_after(10):
                     while not (world.markers / f"{key}.said").exists():  # noqa: ASYNC110 - a file
                         await anyio.sleep(0.02)
+            bad_rows = await start(client, "import_rows", reason="row 17: 'amount' is not a number")
+            await reaches(bad_rows, "completed")  # a tool error: `error` to an operator
+            stale = await start(client, "render_report", key=f"stale-{uuid.uuid4().hex[:6]}")
             asking = await start(
                 client, "approve_refund", question="Approve the refund of order #4411?"
             )
             await reaches(asking, "input_required")
+            store = store_from_url(url)
+            await store.open()
+            try:  # what the operators did, for the audit page and the queues page
+                await actions.cancel_tasks(store, [str(stale.task_id)], "alice")
+                await reaches(stale, "cancelled")
+                await actions.pause_tool(store, "dashboard-demo", "export_ledger", "bob")
+            finally:
+                await store.close()
             yield world, str(asking.task_id)
 
 
@@ -144,6 +158,8 @@ async def test_screenshots(
         "tasks": ("tasks", "#task-rows tr"),
         "task-detail": (f"tasks/{asking}", "#detail-inputs li[data-input-key]"),
         "workers": ("workers", "#worker-table"),
+        "queues": ("queues", "main table"),
+        "audit": ("audit", "main table"),
     }
     for name, (path, ready) in wanted.items():
         await laptop.goto(base + path)
