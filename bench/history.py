@@ -13,8 +13,9 @@ Two parts, on every store that answers (Redis at `--redis-url`, PostgreSQL at
   (`pg_total_relation_size`), Redis `MEMORY USAGE` of the history keys, the memory
   store's allocations (tracemalloc). The task record alone is measured the same way.
 - **Latency.** A server per store with the history on and one with it off
-  (`TasksExtension(history=...)`), the same no-op tool, samples interleaved with a plain
-  synchronous `tools/call` in memory: task-creating `tools/call` p50 and `tasks/get` p50,
+  (`TasksExtension(history=...)`), the same no-op tool, samples interleaved in a random
+  order with a plain synchronous `tools/call` in memory (each created task is let finish,
+  untimed, before the next sample): task-creating `tools/call` p50 and `tasks/get` p50,
   each as a ratio to the sync call of the same run.
 
 Prints a table; writes bench/results/history.json.
@@ -27,20 +28,20 @@ import asyncio
 import gc
 import json
 import os
+import random
 import sqlite3
 import tempfile
 import time
 import tracemalloc
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 from fastmcp import FastMCP
 
-from bench.calls import create_task, get_task, pct, rotated, sync_call
+from bench.calls import create_task, get_task, pct, sync_call
 from bench.transports import memory_transport
 from fastmcp_tasks import TasksExtension
 from fastmcp_tasks.stores import store_from_url
@@ -194,13 +195,19 @@ def bench_server(url: str, history: bool) -> FastMCP:
     return mcp
 
 
+async def _settle(send: Any, task_id: str) -> None:
+    while (await get_task(send, task_id))["status"] not in ("completed", "failed"):  # noqa: ASYNC110 - polled, as a client does
+        await asyncio.sleep(0)
+
+
 async def latency(url_on: str, url_off: str, rounds: int) -> dict[str, float]:
     """p50s (microseconds) of sync / create / get with the history on and off.
 
-    Samples are interleaved, the order of the kinds rotates every round (`rotated`), and
-    the two servers are built in one order for half the rounds and in the other for the
-    rest: an earlier-built server is measurably slower on this harness whatever its
-    options, which a fixed order would charge to one side.
+    Samples are interleaved in a fresh random order every round, each created task is let
+    finish before the next sample (untimed), and the two servers are built in one order
+    for half the rounds and in the other for the rest: an earlier-built server is
+    measurably slower on this harness whatever its options, and a fixed order would
+    charge one kind for the work the previous kind left running.
     """
     plain = FastMCP("bench-history-sync")
 
@@ -208,6 +215,7 @@ async def latency(url_on: str, url_off: str, rounds: int) -> dict[str, float]:
     async def noop() -> str:
         return "ok"
 
+    shuffle = random.Random(2663).shuffle
     samples: dict[str, list[int]] = {
         k: [] for k in ("sync", "create_on", "create_off", "get_on", "get_off")
     }
@@ -222,19 +230,23 @@ async def latency(url_on: str, url_off: str, rounds: int) -> dict[str, float]:
             ):
                 on, off = (one, two) if first_on else (two, one)
                 task_on, task_off = await create_task(on.send), await create_task(off.send)
-                kinds: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
-                    ("sync", partial(sync_call, sync_conn.send)),
-                    ("create_on", partial(create_task, on.send)),
-                    ("create_off", partial(create_task, off.send)),
-                    ("get_on", partial(get_task, on.send, task_on)),
-                    ("get_off", partial(get_task, off.send, task_off)),
+                kinds: list[tuple[str, Any, tuple[Any, ...]]] = [
+                    ("sync", sync_call, (sync_conn.send,)),
+                    ("create_on", create_task, (on.send,)),
+                    ("create_off", create_task, (off.send,)),
+                    ("get_on", get_task, (on.send, task_on)),
+                    ("get_off", get_task, (off.send, task_off)),
                 ]
                 for i in range(rounds // 2 + 50):
-                    for kind, call in rotated(kinds, i):
+                    shuffle(kinds)
+                    for kind, call, args in kinds:
                         start = time.perf_counter_ns()
-                        await call()
+                        answer = await call(*args)
+                        took = time.perf_counter_ns() - start
                         if i >= 50:
-                            samples[kind].append(time.perf_counter_ns() - start)
+                            samples[kind].append(took)
+                        if kind.startswith("create"):
+                            await _settle(args[0], answer)
     return {kind: pct(values, 50) for kind, values in samples.items()}
 
 
