@@ -21,6 +21,7 @@ import redis.asyncio as aioredis
 
 from fastmcp_tasks.stores.operations import (
     PAUSED_UNTIL,
+    RESUMED_MESSAGE,
     AuditEntry,
     Pause,
     TaskEvent,
@@ -209,7 +210,7 @@ async def test_a_held_gated_task_frees_its_slot_and_returns_to_its_gate(
     assert await store.claim_queued("w3", later, 5) == []  # back in its gate, which is full
     await store.transition(second.task_id, "completed", result={"content": []})
     (last,) = await store.claim_queued("w3", later, 5)
-    assert last.task_id == first.task_id and last.status_message == "Paused by an operator"
+    assert last.task_id == first.task_id and last.status_message == RESUMED_MESSAGE
 
 
 async def test_pause_fields_keep_apps_and_tools_apart(store: RedisTaskStore) -> None:

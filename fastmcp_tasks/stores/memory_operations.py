@@ -19,6 +19,7 @@ from fastmcp_tasks.stores.operations import (
     FORGET_AFTER,
     MAX_AUDIT,
     PAUSED_UNTIL,
+    RESUMED_MESSAGE,
     AuditEntry,
     Pause,
     TaskEvent,
@@ -85,7 +86,7 @@ class MemoryOperations:
     async def resume(self, app: str, tool: str) -> int | None:
         if self._pauses.pop((app, tool), None) is None:
             return None
-        released = 0
+        released, now = 0, time.time()
         for task_id in list(self._flow.queued):
             record = self._tasks.get(task_id)
             if (
@@ -95,7 +96,9 @@ class MemoryOperations:
                 and pause_key(record.app) == app
             ):
                 record.not_before = None
+                record.status_message, record.updated_at = RESUMED_MESSAGE, now
                 released += 1
+                self._emit(TaskChange(task_id, "message", record.status))
                 self._emit(TaskChange(task_id, "queued", record.status, {"app": record.app}))
         return released
 

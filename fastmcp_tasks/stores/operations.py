@@ -13,7 +13,9 @@ An optional capability (`OperableTaskStore`; all four built-in stores have it):
 - **Pauses**: `pause` stops a tool of an application from starting new runs in every
   process. A process that takes a task of a paused tool hands it back with
   `hold_paused` (atomic with the pause still being there, so a task is never held after
-  `resume`); `resume` lifts the pause and makes every held task claimable at once.
+  `resume`); `resume` lifts the pause and makes every held task claimable at once,
+  replacing the held task's "Paused" message with `RESUMED_MESSAGE` (a `message`
+  change), so no stale pause message outlives the pause whichever way the run begins.
   A held task waits unleased with `not_before = PAUSED_UNTIL`.
 - **An audit log** of operator actions (`add_audit`, `audit`), the newest
   `MAX_AUDIT` kept.
@@ -40,6 +42,8 @@ MAX_AUDIT = 10_000
 FORGET_AFTER = 3600.0
 #: `not_before` of a task held because its tool is paused (9999-12-31, finite for JSON).
 PAUSED_UNTIL = 253_402_300_799.0
+#: The status message `resume` gives each task it releases (replacing the pause's).
+RESUMED_MESSAGE = "Queued: resumed by an operator"
 
 EventKind = Literal[
     "created",  # details: app, owner (principal key or null), by (creating process), queued
@@ -215,8 +219,13 @@ class OperableTaskStore(TaskStore, Protocol):
         ...
 
     async def resume(self, app: str, tool: str) -> int | None:
-        """Lift a pause and make its held tasks claimable now (a `queued` change for the
-        app); how many were held, or `None` when the tool was not paused."""
+        """Lift a pause and make its held tasks claimable now; how many were held, or
+        `None` when the tool was not paused.
+
+        Atomic with the pause's removal, each released task gets `status_message =
+        RESUMED_MESSAGE` and a fresh `updated_at` (a `message` change), then a `queued`
+        change for its app. The message is written, never inferred from the old text.
+        """
         ...
 
     async def paused(self) -> list[Pause]:
@@ -260,6 +269,7 @@ __all__ = [
     "MAX_AUDIT",
     "MAX_EVENTS",
     "PAUSED_UNTIL",
+    "RESUMED_MESSAGE",
     "AuditEntry",
     "EventKind",
     "OperableTaskStore",

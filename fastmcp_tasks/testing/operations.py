@@ -15,6 +15,7 @@ from fastmcp_tasks.stores.operations import (
     FORGET_AFTER,
     MAX_EVENTS,
     PAUSED_UNTIL,
+    RESUMED_MESSAGE,
     AuditEntry,
     OperableTaskStore,
     Pause,
@@ -22,6 +23,7 @@ from fastmcp_tasks.stores.operations import (
     WorkerInfo,
 )
 from fastmcp_tasks.testing.base import ContractBase, make_record
+from fastmcp_tasks.testing.feed import next_change
 
 
 def _operable(store: TaskStore) -> OperableTaskStore:
@@ -174,8 +176,16 @@ class OperationsContract(ContractBase):
         assert held.not_before == PAUSED_UNTIL
         assert held.status_message == "Paused by an operator"
         assert await store.claim_queued("w2", time.time() + 60, 10) == []
-        assert await ops.resume("app", "tool") == 1
+        wanted = frozenset({paused.task_id})
+        async with store.changes(wanted, frozenset({"message"})) as feed:
+            assert await ops.resume("app", "tool") == 1
+            change = await next_change(feed)
+        assert change.task_id == paused.task_id and change.kind == "message"
         assert await ops.paused() == []
+        released = await store.get(paused.task_id)
+        assert released is not None and released.not_before is None
+        assert released.status_message == RESUMED_MESSAGE  # not the pause's, whatever claims
+        assert released.updated_at > held.updated_at
         (again,) = await store.claim_queued("w2", time.time() + 60, 10)
         assert again.task_id == paused.task_id and again.lease_owner == "w2"
 

@@ -4,10 +4,11 @@
 Each method is one statement (its own transaction, one round trip) of
 `postgres.operations_sql` on the tables of schema version 3
 (`postgres.operations_schema`), except `resume`: the pause's DELETE, then the release
-of its held tasks (with their `queued` change rows and the notify), in one
-transaction. Histories go with their tasks by the trigger on `tasks`, whatever
-deletes them. Nothing here needs a session: no session-level lock or setting, so it
-works behind a transaction-mode pooler (`postgres.sessions`).
+of its held tasks (`RESUMED_MESSAGE` as their message, their `message` and `queued`
+change rows and the notify), in one transaction. Histories go with their tasks by the
+trigger on `tasks`, whatever deletes them. Nothing here needs a session: no
+session-level lock or setting, so it works behind a transaction-mode pooler
+(`postgres.sessions`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from fastmcp_tasks.stores.base import TaskRecord, encode_json
 from fastmcp_tasks.stores.operations import (
     FORGET_AFTER,
     PAUSED_UNTIL,
+    RESUMED_MESSAGE,
     AuditEntry,
     Pause,
     TaskEvent,
@@ -80,7 +82,7 @@ class PostgresOperations(PostgresConnections):
         async with self._tx() as conn:
             if not await self._on(conn, self.ops_sql.unpause, params):
                 return None
-            more = {**params, "held": PAUSED_UNTIL, "now": time.time()}
+            more = {**params, "held": PAUSED_UNTIL, "message": RESUMED_MESSAGE, "now": time.time()}
             rows = await self._on(conn, self.ops_sql.release, more)
         return int(rows[0][0])
 

@@ -19,7 +19,9 @@ notify CTE the statements that change tasks reuse, and whose `delete_finished`
   meets a pause deleted meanwhile finds no row and holds nothing.
 - `release`: `resume`'s second statement, run after the pause's DELETE in the same
   transaction, so its snapshot sees every hold that committed before the DELETE got
-  the pause row: no task stays held for a pause that is gone.
+  the pause row: no task stays held for a pause that is gone. Each released task
+  gets `RESUMED_MESSAGE` (passed as `message`) and its `message` and `queued` changes:
+  a claim here begins the run without a message, so the pause's would otherwise stay.
 
 Two batches appending to one task's history at once each count it without the
 other's events, so at the bound a history may take one more event per racing batch:
@@ -90,13 +92,18 @@ ON CONFLICT (worker_id) DO UPDATE SET last_seen = excluded.last_seen, info = exc
         self.unpause = f"DELETE FROM {s}.pauses WHERE app = %(app)s AND tool = %(tool)s RETURNING 1"
         self.release = f"""
 WITH u AS (
-    UPDATE {t} SET not_before = NULL
+    UPDATE {t} SET not_before = NULL, status_message = %(message)s::text, updated_at = %(now)s
     WHERE {UNLEASED} AND tool = %(tool)s AND not_before = %(held)s
         AND COALESCE(app, '') = %(app)s
     RETURNING task_id, status, app
 ),
-ch AS ({change} SELECT task_id, 'queued', status, json_build_object('app', app)::text,
-    %(now)s FROM u RETURNING seq, kind),
+ch AS (
+    {change}
+    SELECT task_id, 'message', status, '{{}}', %(now)s FROM u
+    UNION ALL
+    SELECT task_id, 'queued', status, json_build_object('app', app)::text, %(now)s FROM u
+    RETURNING seq, kind
+),
 {note}
 SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM note)"""
         #: `rules.give_back`, `not_before` PAUSED_UNTIL and the message, on a task leased to

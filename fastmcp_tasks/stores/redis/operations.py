@@ -36,6 +36,7 @@ from fastmcp_tasks.stores.operations import (
     MAX_AUDIT,
     MAX_EVENTS,
     PAUSED_UNTIL,
+    RESUMED_MESSAGE,
     AuditEntry,
     Pause,
     TaskEvent,
@@ -133,8 +134,9 @@ class RedisOperations:
 
     async def resume(self, app: str, tool: str) -> int | None:
         keys = [self.keys.pauses, self.keys.queued, self.keys.changes]
-        args = [app, tool, repr(time.time()), self.max_changes, self.keys.task_base]
-        released = await self._script("resume", keys, [*args, repr(PAUSED_UNTIL)])
+        args: list[Any] = [app, tool, repr(time.time()), self.max_changes, self.keys.task_base]
+        args += [repr(PAUSED_UNTIL), RESUMED_MESSAGE]
+        released = await self._script("resume", keys, args)
         return None if released is None else int(released)
 
     async def paused(self) -> list[Pause]:

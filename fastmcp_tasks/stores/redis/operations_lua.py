@@ -83,9 +83,10 @@ return redis.call('HGETALL', key)
 """
 
 #: KEYS: [pauses, queued, changes]. ARGV: app ('' none), tool, now, feed max length,
-#: task key base, PAUSED_UNTIL. Deletes the pause and makes every task held for it
-#: claimable now (its queue or gate), each with a `queued` change for its app; how
-#: many, or false when the tool was not paused.
+#: task key base, PAUSED_UNTIL, RESUMED_MESSAGE. Deletes the pause and makes every task
+#: held for it claimable now (its queue or gate), its message RESUMED_MESSAGE (a
+#: `message` change, `updated_at` now), then a `queued` change for its app; how many,
+#: or false when the tool was not paused.
 RESUME = """
 local app, tool, now, maxlen, base = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 if redis.call('HDEL', KEYS[1], app .. string.char(9) .. tool) == 0 then return false end
@@ -98,6 +99,8 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', DELAYED, ARGV[6], ARGV[6])) do
   elseif (v[3] or '') == app and v[4] == tool then
     redis.call('ZREM', DELAYED, id)
     redis.call('HDEL', key, 'not_before')
+    redis.call('HSET', key, 'status_message', ARGV[7], 'updated_at', now)
+    emit(KEYS[3], maxlen, id, 'message', v[1])
     enqueue(KEYS[2], key, id, now)
     released = released + 1
     local details = '{"app":null}'

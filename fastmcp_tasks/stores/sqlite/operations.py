@@ -15,8 +15,9 @@ chosen set of tasks, on the tables of schema version 6 (`sqlite.schema`):
   `DUE` term skips. A gate's slots are its leased tasks (`schema.HOLDING`), so a held
   gated task holds none; as `retry_later` does, a `queued` change for its gate wakes
   the processes waiting on it.
-- `resume` deletes the pause and releases its held tasks (`not_before` NULL, a
-  `queued` change each) in one transaction, so a task is never held after it.
+- `resume` deletes the pause and releases its held tasks (`not_before` NULL, the
+  message `RESUMED_MESSAGE` with a `message` change, then a `queued` change each) in
+  one transaction, so a task is never held, nor shown as paused, after it.
 - `beat` replaces the worker's row and forgets the silent ones; `add_audit` appends
   and deletes what is older than the newest `MAX_AUDIT` (a range of the rowid).
 """
@@ -35,6 +36,7 @@ from fastmcp_tasks.stores.operations import (
     MAX_AUDIT,
     MAX_EVENTS,
     PAUSED_UNTIL,
+    RESUMED_MESSAGE,
     AuditEntry,
     Pause,
     TaskEvent,
@@ -96,14 +98,18 @@ def hold(tx: Tx, task_id: str, owner: str, message: str | None) -> TaskRecord | 
 
 
 def release(tx: Tx, app: str, tool: str) -> int | None:
-    """`resume` in `tx`: the pause deleted, its held tasks claimable now."""
+    """`resume` in `tx`: the pause deleted, its held tasks claimable now and no longer
+    showing the pause's message."""
     if not tx.conn.execute("DELETE FROM pauses WHERE app = ? AND tool = ?", (app, tool)).rowcount:
         return None
     held = tx.conn.execute(_HELD, (tool, PAUSED_UNTIL, app)).fetchall()
+    now = time.time()
     tx.conn.executemany(
-        "UPDATE tasks SET not_before = NULL WHERE task_id = ?", [(row[0],) for row in held]
+        "UPDATE tasks SET not_before = NULL, status_message = ?, updated_at = ? WHERE task_id = ?",
+        [(RESUMED_MESSAGE, now, row[0]) for row in held],
     )
     for task_id, status, task_app in held:  # for any worker to take, as `create` says
+        tx.emit(task_id, "message", status)
         tx.emit(task_id, "queued", status, {"app": task_app})
     return len(held)
 
