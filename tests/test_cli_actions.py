@@ -359,16 +359,15 @@ async def test_show_prints_the_history_and_exports_it(capsys: pytest.CaptureFixt
     out = capsys.readouterr().out
     shown = out[out.index("History") :].splitlines()
     assert len(shown) == 6
-    words = [line.split(None, 3 if i == 0 else 2)[-1] for i, line in enumerate(shown)]
-    assert words == [
-        "by front, queued for a worker, app shop",
-        "by box:1:a",
-        "attempt 1 on box:1:a",
-        '"step 1/3"',
-        "by an operator (cli)",
-        'error "bad input" x=1',
+    words = [  # the dashboard's words (dashboard.history.describe)
+        "Created · app shop · by front · queued for a worker",
+        "Taken by a worker · worker box:1:a",
+        "Run started · attempt 1 · on worker box:1:a",
+        "Status message · step 1/3",
+        "Cancel requested · by an operator (cli)",
+        "Finished: tool error · bad input",
     ]
-    assert shown[0].split()[2] == "created" and shown[4].split()[1] == "cancel_requested"
+    assert all(line.endswith(f"  {said}") for line, said in zip(shown, words, strict=True))
     assert await _show(store, task_id, True, "memory://") == 0
     document = json.loads(capsys.readouterr().out)
     assert document["task_id"] == task_id and document["status"] == "completed"

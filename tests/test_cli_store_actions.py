@@ -176,8 +176,8 @@ def test_show_exports_the_history(url: str) -> None:
     assert document["outcome"] == "error" and document["result"] == ERROR_RESULT
     assert document["history"] == [event.to_json() for event in history]
     shown = cli("show", task_id, "--url", url).stdout
-    assert "History" in shown and "created           by front, queued for a worker" in shown
-    assert 'finished          error "bad input"' in shown
+    assert "History" in shown and "Created · app shop · by front · queued for a worker" in shown
+    assert "Finished: tool error · bad input" in shown
 
 
 def test_on_a_terminal_a_bulk_cancel_asks_first(url: str) -> None:

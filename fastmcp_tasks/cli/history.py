@@ -2,19 +2,21 @@
 
 On a store that keeps operator records (`stores.operations.OperableTaskStore`) `show`
 lists the task's events under its fields, oldest first, one a line: the local time
-(with the date when it changes), the kind, and what it says in words ("cancel_requested
-by an operator (cli)"). `show --json` is the task record as before plus `outcome`
-(`error` for a tool error, else the status: `stores.outcomes`) and `history`, its
-events as the store keeps them (`null` on a store that keeps none).
+(with the date when it changes) and what it says in words, the same words as the
+dashboard's task page ("Cancel requested · by an operator (cli)"). `show --json` is the
+task record as before plus `outcome` (`error` for a tool error, else the status:
+`stores.outcomes`) and `history`, its events as the store keeps them (`null` on a store
+that keeps none).
 """
 
 from __future__ import annotations
 
-import json
+import time
 from datetime import datetime
 from typing import Any
 
 from fastmcp_tasks.cli.views import record_json, short, stamp
+from fastmcp_tasks.dashboard.history import describe
 from fastmcp_tasks.stores.base import TaskRecord, TaskStore
 from fastmcp_tasks.stores.operations import TaskEvent, operable
 from fastmcp_tasks.stores.outcomes import outcome_of
@@ -52,7 +54,7 @@ def history_fields(events: list[TaskEvent] | None, since: float) -> list[tuple[s
         if _day(event.at) != day:
             day = _day(event.at)
             clock = f"{day} {clock}"
-        text = f"{clock}  {event.kind:<16}  {describe_event(event)}".rstrip()
+        text = f"{clock}  {describe_event(event)}".rstrip()
         rows.append(("" if rows else "History", text))
     return rows
 
@@ -61,58 +63,10 @@ def _day(at: float) -> str:
     return stamp(at).partition(" ")[0]
 
 
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-
-
 def describe_event(event: TaskEvent) -> str:
-    """What an event says, in words; details the words do not cover as `key=value`."""
-    details = dict(event.details)
-    words: list[str] = []
-
-    def take(key: str, template: str = "{}") -> None:
-        value = details.pop(key, None)
-        if value not in (None, "", False):
-            words.append(template.format(_text(value)))
-
-    kind = event.kind
-    if kind == "created":
-        take("by", "by {}")
-        take("queued", "queued for a worker")
-        take("app", "app {}")
-        take("owner", "owner {}")
-        words[:] = [", ".join(words)] if words else []
-    elif kind in ("taken", "requeued"):
-        take("worker", "by {}")
-        take("reason", "({})")
-    elif kind == "started":
-        take("attempt", "attempt {}")
-        take("worker", "on {}")
-    elif kind in ("input_requested", "input_answered"):
-        keys = details.pop("keys", None)
-        if isinstance(keys, list):
-            words.append("keys " + ", ".join(map(str, keys)))
-    elif kind == "retry_scheduled":
-        take("attempt", "attempt {}")
-        if isinstance(at := details.pop("at", None), int | float):
-            words.append(f"due {stamp(at)}")
-        take("reason", "({})")
-    elif kind == "recovered":
-        take("worker", "by {}")
-        take("from", "from {}")
-    elif kind == "paused":
-        take("worker", "held by {}: its tool is paused")
-    elif kind == "cancel_requested":
-        who = f" ({_text(details.pop('who'))})" if details.get("who") else ""
-        by = details.pop("by", None)
-        if by is not None or who:
-            words.append(("by an operator" if by == "operator" else f"by the {_text(by)}") + who)
-    elif kind == "finished":
-        take("outcome")
-    if kind in ("message", "finished"):
-        take("message", '"{}"')
-    words += [f"{key}={_text(value)}" for key, value in details.items()]
-    return short(" ".join(words), SHOWN)
+    """What an event says, in the dashboard's words (`dashboard.history.describe`)."""
+    label, details = describe(event, time.time())
+    return short(f"{label} · {details}" if details else label, SHOWN)
 
 
 __all__ = ["SHOWN", "describe_event", "history_fields", "history_of", "show_document"]
