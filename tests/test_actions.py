@@ -100,3 +100,19 @@ async def test_a_context_joins_the_audit_details(store: Any) -> None:  # noqa: F
     (entry,) = await store.audit()
     assert (entry.details["user"], entry.details["host"]) == ("alice", "box")
     assert entry.details["selected"] == 1  # the action's own details win
+
+
+async def test_a_history_reads_in_time_order_whatever_order_it_arrived_in(
+    store: Any,  # noqa: F811
+) -> None:
+    from fastmcp_tasks.stores.operations import TaskEvent, history_of
+
+    task = record()
+    await store.create(task)
+    at = time.time()
+    late_batch = [(task.task_id, TaskEvent(at + 1, "started", {"worker": "w"}))]
+    early_batch = [(task.task_id, TaskEvent(at, "created", {"by": "front"}))]
+    await store.add_events(late_batch)  # a worker's batch reached the store first
+    await store.add_events(early_batch)
+    events = await history_of(store, task.task_id)
+    assert events is not None and [e.kind for e in events] == ["created", "started"]

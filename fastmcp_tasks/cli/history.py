@@ -17,18 +17,12 @@ from typing import Any
 
 from fastmcp_tasks.cli.views import record_json, short, stamp
 from fastmcp_tasks.dashboard.history import describe
-from fastmcp_tasks.stores.base import TaskRecord, TaskStore
-from fastmcp_tasks.stores.operations import TaskEvent, operable
+from fastmcp_tasks.stores.base import TaskRecord
+from fastmcp_tasks.stores.operations import TaskEvent
 from fastmcp_tasks.stores.outcomes import outcome_of
 
 #: Longest text one event is shown as.
 SHOWN = 200
-
-
-async def history_of(store: TaskStore, task: TaskRecord) -> list[TaskEvent] | None:
-    """The task's events, oldest first; `None` when the store keeps no histories."""
-    ops = operable(store)
-    return None if ops is None else await ops.events(task.task_id)
 
 
 def show_document(task: TaskRecord, events: list[TaskEvent] | None) -> dict[str, Any]:
@@ -69,4 +63,4 @@ def describe_event(event: TaskEvent) -> str:
     return short(f"{label} · {details}" if details else label, SHOWN)
 
 
-__all__ = ["SHOWN", "describe_event", "history_fields", "history_of", "show_document"]
+__all__ = ["SHOWN", "describe_event", "history_fields", "show_document"]

@@ -40,7 +40,7 @@ from typing import Any
 
 import anyio
 
-from fastmcp_tasks.cli.history import history_fields, history_of, show_document
+from fastmcp_tasks.cli.history import history_fields, show_document
 from fastmcp_tasks.cli.terminal import STYLES
 from fastmcp_tasks.cli.views import (
     _UNITS,
@@ -55,6 +55,7 @@ from fastmcp_tasks.stores import store_from_url
 from fastmcp_tasks.stores.base import TaskRecord
 from fastmcp_tasks.stores.flow import tombstone_of
 from fastmcp_tasks.stores.listing import MAX_PAGE, ListableTaskStore, PageKey
+from fastmcp_tasks.stores.operations import history_of
 from fastmcp_tasks.stores.outcomes import (
     ERROR,
     OUTCOME_GROUPS,
@@ -250,7 +251,7 @@ async def _show(store: ListableTaskStore, task_id: str, as_json: bool, where: st
         why = "expired (its retention ran out)" if stone.reason == "expired" else "was purged"
         when = f"{stamp(stone.at)} ({age(stone.at, time.time())})"
         raise OperatorError(f"task {task_id!r} in {where} {why} at {when}")
-    events = await history_of(store, task)
+    events = await history_of(store, task.task_id)
     if as_json:
         print(json.dumps(show_document(task, events), indent=2, ensure_ascii=False))
         return 0

@@ -41,7 +41,7 @@ from fastmcp_tasks.dashboard.selections import Selections, filter_from_form
 from fastmcp_tasks.errors import ConfigurationError
 from fastmcp_tasks.stores.base import TaskRecord, get_many
 from fastmcp_tasks.stores.listing import ListableTaskStore
-from fastmcp_tasks.stores.operations import OperableTaskStore, operable
+from fastmcp_tasks.stores.operations import OperableTaskStore, history_of, operable
 
 Handler = Callable[[Request], Awaitable[Response]]
 #: Longest app or tool name a pause form takes.
@@ -79,8 +79,7 @@ def actor(request: Request) -> str:
 
 async def history_html(kit: Kit, record: TaskRecord, now: float) -> str:
     """The detail page's History section, read from the store."""
-    ops = kit.ops
-    events = None if ops is None else await ops.events(record.task_id)
+    events = await history_of(kit.store, record.task_id)
     return ops_pages.history_section(record.task_id, events, now)
 
 
@@ -129,8 +128,7 @@ def operation_routes(kit: Kit) -> list[Route]:
 
     async def api_history(request: Request) -> Response:
         record = await kit.record_or_404(request.path_params["task_id"])
-        ops = kit.ops
-        events = None if ops is None else await ops.events(record.task_id)
+        events = await history_of(kit.store, record.task_id)
         return JSONResponse(history_json(record.task_id, events, kit.view(request).now))
 
     async def workers(request: Request) -> Response:

@@ -259,6 +259,16 @@ class OperableTaskStore(TaskStore, Protocol):
         ...
 
 
+async def history_of(store: TaskStore, task_id: str) -> list[TaskEvent] | None:
+    """A task's history in time order (`None`: the store keeps none). Each process writes
+    its own batches, so a store holds them in the order they arrived (a front end's
+    `created` may land after a worker's `started`); readers sort by `at` here."""
+    ops = operable(store)
+    if ops is None:
+        return None
+    return sorted(await ops.events(task_id), key=lambda event: event.at)
+
+
 def operable(store: TaskStore) -> OperableTaskStore | None:
     """`store` when it keeps the operator records, else `None`."""
     return store if isinstance(store, OperableTaskStore) else None
@@ -276,6 +286,7 @@ __all__ = [
     "Pause",
     "TaskEvent",
     "WorkerInfo",
+    "history_of",
     "keeps_event",
     "operable",
     "pause_key",

@@ -97,7 +97,7 @@ class OutcomeRecorder:
             events = await operations.events(task_id)
         except StoreError:
             return CANCELLED_MESSAGE  # the store is failing: the outcome matters more
-        for event in reversed(events):
+        for event in sorted(events, key=lambda e: e.at, reverse=True):
             if event.kind == "cancel_requested":
                 if event.details.get("by") == "operator":
                     return operator_cancelled(event.details.get("who"))
