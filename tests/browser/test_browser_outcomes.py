@@ -6,9 +6,9 @@ a real FastMCP server (`task_server.py`) runs its tasks on, made through an MCP 
 - a tool error (the tool raised a `ToolError`: `completed` on the wire, an `isError`
   result) shows as `tool error`, styled as a failure, is what the status filter
   `error` lists, and counts in its tool's failure rate on the overview;
-- a task's page opened while it runs shows its arguments, counts its duration on, and
-  turns to its result (or its tool error), final duration and lease when it ends,
-  without a reload;
+- a task's page opened while it runs shows its arguments (still there, read afresh, after
+  the end), counts its duration on, and turns to its result (or its tool error), final
+  duration and lease when it ends, without a reload;
 - the list's filters apply as they change (no Apply click), the URL following them
   (a reload shows the same list); without the script the Apply button still works.
 """
@@ -105,6 +105,8 @@ async def test_a_task_page_follows_the_task_to_its_end(world: World, page: Page)
         await expect(page.locator("#cancel-form, #detail-reload")).to_have_count(0)
         await expect(page.locator("#detail-transitions li").last).to_contain_text("completed")
         assert await page.evaluate("() => window.__sameDocument === true"), "the page reloaded"
+        await page.reload()  # read afresh from the store: a finished task keeps its arguments
+        await expect(page.locator("#detail-arguments")).to_contain_text(f'"key": "{key}"')
 
         await page.goto(world.ui.base + f"tasks/{failing.task_id}")
         await expect(page.locator("#live-status")).to_have_attribute("data-state", "live")
