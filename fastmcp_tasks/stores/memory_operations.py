@@ -1,12 +1,14 @@
 """The in-memory store's operator records (`stores.operations`): histories, workers,
 pauses, the audit log and purging a chosen set of tasks.
 
-Kept in dicts beside the tasks; a task's history goes when the task does
+Kept in dicts beside the tasks (a history as compact JSON per event, as the other
+stores keep it, which also makes every read a copy); a task's history goes when the task does
 (`MemoryTaskStore` calls `_forget_history` wherever it removes a task).
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -33,6 +35,15 @@ if TYPE_CHECKING:
     from fastmcp_tasks.stores.memory_flow import MemoryFlow
 
 
+def _encoded(event: TaskEvent) -> bytes:
+    return json.dumps([event.at, event.kind, event.details], separators=(",", ":")).encode()
+
+
+def _decoded(raw: bytes) -> TaskEvent:
+    at, kind, details = json.loads(raw)
+    return TaskEvent(at, kind, details)
+
+
 class MemoryOperations:
     """`OperableTaskStore` over a `MemoryTaskStore`'s dicts."""
 
@@ -45,7 +56,8 @@ class MemoryOperations:
         def _emit(self, change: TaskChange) -> None: ...
 
     def _operations_init(self) -> None:
-        self._histories: dict[str, list[TaskEvent]] = {}
+        # each event as compact JSON bytes: a third of the memory of the objects
+        self._histories: dict[str, list[bytes]] = {}
         self._workers: dict[str, WorkerInfo] = {}
         self._pauses: dict[tuple[str, str], Pause] = {}
         self._audit: deque[AuditEntry] = deque(maxlen=MAX_AUDIT)
@@ -59,12 +71,12 @@ class MemoryOperations:
                 continue
             history = self._histories.setdefault(task_id, [])
             if keeps_event(event.kind, len(history)):
-                history.append(event)
+                history.append(_encoded(event))
 
     async def events(self, task_id: str) -> list[TaskEvent]:
         if self._live(task_id) is None:
             return []
-        return list(self._histories.get(task_id, ()))
+        return [_decoded(raw) for raw in self._histories.get(task_id, ())]
 
     async def beat(self, worker: WorkerInfo) -> None:
         self._workers[worker.worker_id] = worker
