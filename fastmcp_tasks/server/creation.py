@@ -57,6 +57,7 @@ from fastmcp_tasks.server.engine.durable import DurableContext
 from fastmcp_tasks.server.engine.jobs import CreatingRunner, Job
 from fastmcp_tasks.server.engine.leases import QUEUED_MESSAGE
 from fastmcp_tasks.server.engine.pauses import paused_message
+from fastmcp_tasks.server.engine.sealed import seal_caller
 from fastmcp_tasks.server.engine.streams import ResultStreams
 from fastmcp_tasks.server.flow import Gate, dedupe_key, gate_for
 from fastmcp_tasks.server.idempotency import same_call, scoped_key
@@ -99,14 +100,18 @@ def new_record(
     dedupe: str | None = None,
     related: tuple[str, ...] = (),
     paused: bool = False,
+    caller: Caller | None = None,
 ) -> tuple[TaskRecord, frozenset[str]]:
     """The record of a new task, and the input kinds its request declared (`paused`: its
-    tool is paused, so it waits unleased for whichever process holds it)."""
+    tool is paused, so it waits unleased for whichever process holds it; `caller` is
+    sealed into it when the runner has encryption keys: `engine.sealed`)."""
     now = time.time()
+    task_id = new_task_id()
     input_kinds = declared_input_kinds(context)
     responses = context.input_responses
     state = context.request_state
-    durable = DurableContext(input_kinds, responses or None, state, version, related)
+    sealed = None if caller is None else seal_caller(runner.sealer, task_id, caller)
+    durable = DurableContext(input_kinds, responses or None, state, version, related, sealed)
     # a front end's task waits for a worker, a gated one for a free slot, a paused tool's
     # for its resume: all unleased
     leased = bool(runner.concurrency) and gate is None and not paused
@@ -116,7 +121,7 @@ def new_record(
         message = gate.message if gate is not None else QUEUED_MESSAGE if queued else None
     now_running = leased and not queued  # its run begins at once, here (`stores.phases`)
     record = TaskRecord(
-        task_id=new_task_id(),
+        task_id=task_id,
         tool=sys.intern(name),  # shared by every retained task of this tool
         status="working",
         created_at=now,
@@ -212,6 +217,7 @@ async def create_task(
         related = await related_of_call(store, context)  # before the record: kept in it
         paused = await runner.pauses.is_paused(name)  # a copy, read at most every second
     queued = gate is None and not paused and runner.saturated()
+    caller = Caller.of(context, streams=result_streams)
     record, input_kinds = new_record(
         tool,
         name,
@@ -226,6 +232,7 @@ async def create_task(
         dedupe=key,
         related=related,
         paused=paused,
+        caller=caller,
     )
     job = Job(
         record.task_id,
@@ -237,7 +244,7 @@ async def create_task(
         input_timeout=options.timeout_seconds(admission.input_timeout),
         input_responses=context.input_responses,
         request_state=context.request_state,
-        caller=Caller.of(context, streams=result_streams),
+        caller=caller,
         authenticated=record.owner is not None,
         owner=record.owner,
         related=related,

@@ -62,6 +62,7 @@ from fastmcp_tasks.server.misuse import warn_about
 from fastmcp_tasks.server.monitored_store import monitored
 from fastmcp_tasks.server.options import options_of
 from fastmcp_tasks.server.related import serving_related
+from fastmcp_tasks.server.sealing import Sealer
 from fastmcp_tasks.server.termination import SigtermGuard
 from fastmcp_tasks.server.validation import arguments_valid
 from fastmcp_tasks.stores import store_from_url
@@ -137,6 +138,9 @@ class TasksExtension(ServerExtension):
             counts as gone after three missed beats (at least 15 s).
         history: write each task's history (`engine.history`) on a store that keeps
             operator records; `False` writes none (workers and pauses still work).
+        encryption_key: seals the caller's token and headers into the store so any process
+            runs its tasks with them (`server.sealing`); several rotate: the first seals.
+            `None` reads `FASTMCP_TASKS_ENCRYPTION_KEY` (comma-separated); none: not stored.
     """
 
     identifier = TASKS_EXTENSION_ID
@@ -161,6 +165,7 @@ class TasksExtension(ServerExtension):
         tombstone_retention: Duration | None = timedelta(hours=24),
         worker_interval: Duration = timedelta(seconds=DEFAULT_INTERVAL),
         history: bool = True,
+        encryption_key: str | Sequence[str] | None = None,
     ) -> None:
         if store is not None and url is not None:
             raise ConfigurationError("pass either url= or store=, not both")
@@ -194,7 +199,9 @@ class TasksExtension(ServerExtension):
             "tombstone_retention": tombstone_retention,
             "worker_interval": worker_interval,
             "history": history,
+            "encryption_key": encryption_key,
         }
+        self.sealer = Sealer.configured(encryption_key)  # `None` reads the variable
         self.limits = limits or Limits()
         self._caps = self.limits.active_caps
         self.lease_seconds = lease.total_seconds()
@@ -277,6 +284,7 @@ class TasksExtension(ServerExtension):
                 input_timeout=self.input_timeout,
                 history=self.history,
                 worker_interval=self.worker_interval,
+                sealer=self.sealer,
             )
             monitor.running = True
             guard = SigtermGuard(lambda: self.runner, self.shutdown_grace if opened else 0.0)

@@ -66,6 +66,7 @@ from fastmcp_tasks.server.engine.caller import Caller, carried, needs_access_tok
 from fastmcp_tasks.server.engine.context import NO_HANDLER_HINT, RunningTask, TaskContext
 from fastmcp_tasks.server.engine.inputs import CAPABILITY_OF, ELICIT, new_key
 from fastmcp_tasks.server.engine.jobs import Job, let_the_reply_go
+from fastmcp_tasks.server.engine.sealed import unexpired, unopened_error
 
 logger = logging.getLogger("fastmcp_tasks.execution")
 
@@ -127,7 +128,7 @@ async def leaf_of(tool: Tool) -> Tool:
 async def token_missing(tool: Tool | None, authenticated: bool, caller: Caller | None) -> bool:
     """Whether an authenticated caller's task of a tool that needs the token runs where the
     token does not exist (a worker, recovery): it then fails instead of seeing `None`."""
-    if not authenticated or caller is not None or tool is None:
+    if not authenticated or (caller is not None and not caller.expired) or tool is None:
         return False
     return needs_access_token(await leaf_of(tool))
 
@@ -284,8 +285,11 @@ async def run_job(server: Any, job: Job, running: RunningTask) -> Outcome:
     """Run one job's tool to its outcome (`run_rounds`), unless it needs a token it
     cannot have here: then it fails at once with `caller.TOKEN_UNAVAILABLE`."""
     await let_the_reply_go(job)
-    if await token_missing(job.tool, job.authenticated, job.caller):
-        return Outcome("failed", error=token_error(job.name))
+    if job.caller_error is not None:  # sealed with keys this process does not have
+        return Outcome("failed", error=unopened_error(job.caller_error))
+    caller = unexpired(job.caller)
+    if await token_missing(job.tool, job.authenticated, caller):
+        return Outcome("failed", error=token_error(job.name, caller))
     return await run_rounds(
         server,
         job.tool,
@@ -294,7 +298,7 @@ async def run_job(server: Any, job: Job, running: RunningTask) -> Outcome:
         running,
         job.input_responses,
         job.request_state,
-        job.caller,
+        caller,
     )
 
 

@@ -17,9 +17,11 @@ A 2025-11-25 call's `progressToken` stays valid for the task's life: the caller
 also keeps it, the session, and the register of waiting `tasks/result` requests,
 so `report_progress` reaches the caller on a stream it reads (`engine.streams`).
 
-None of it is ever written to the store (SECURITY.md: nothing secret at rest:
-tokens, cookies and custom headers often are secrets, and a session id can be
-a bearer credential). So a task run by another process (a worker behind a
+None of it is written to the store in the clear (SECURITY.md: nothing secret at
+rest: tokens, cookies and custom headers often are secrets, and a session id can be
+a bearer credential). With encryption keys the token, headers and session id are
+sealed into the record and restored where the task runs (`sealed`); without keys
+nothing is stored, so a task run by another process (a worker behind a
 `concurrency=0` front end, recovery after a crash, a task handed back at
 shutdown) sees no token, no headers and no session. A tool that declares it
 needs the token (`CurrentAccessToken()`, `TokenClaim(...)`, `auth=` or
@@ -54,6 +56,11 @@ TOKEN_UNAVAILABLE = (
     "exist. Run this tool's tasks in the process that accepts the call (concurrency > 0 "
     "on the front end), or make it work without the token."
 )
+TOKEN_EXPIRED = (
+    "Tool {tool!r} needs the caller's access token, which had expired when this task's "
+    "run began in a process that did not accept its tools/call, so it was not restored: "
+    "call the tool again with a fresh token."
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +77,10 @@ class Caller:
     session: Any = None
     progress_token: Any = None
     streams: ResultStreams | None = None
+    #: opened from the sealed context by a process that did not take the call (`sealed`)
+    restored: bool = False
+    #: its restored token had expired when the run began, so it was dropped (`sealed`)
+    expired: bool = False
 
     @classmethod
     def of(cls, context: Context, *, streams: ResultStreams | None = None) -> Caller:
@@ -155,6 +166,7 @@ def needs_access_token(tool: Any) -> bool:
     return options_of(tool).needs_access_token or _compat.needs_access_token(tool)
 
 
-def token_error(name: str) -> dict[str, Any]:
+def token_error(name: str, caller: Caller | None = None) -> dict[str, Any]:
     """The JSON-RPC error a task fails with when its tool needs a token it cannot have."""
-    return {"code": INTERNAL_ERROR, "message": TOKEN_UNAVAILABLE.format(tool=name)}
+    why = TOKEN_EXPIRED if caller is not None and caller.expired else TOKEN_UNAVAILABLE
+    return {"code": INTERNAL_ERROR, "message": why.format(tool=name)}

@@ -11,7 +11,9 @@ when a process other than the one that took the call runs it (`TaskRunner.resubm
 - `version`: the tool version the call asked for, as core resolved it, so a worker
   or a recovery runs the same version;
 - `relatedTaskIds`: the related task ids the call named that its caller may see
-  (`server.related.allowed_related`), for `related_tasks()` in whichever process runs it.
+  (`server.related.allowed_related`), for `related_tasks()` in whichever process runs it;
+- `caller`: with encryption keys, the caller's token, headers and session id, sealed
+  (`sealed`): never in the clear.
 
 An older record without a key reads as its default.
 """
@@ -39,6 +41,7 @@ class DurableContext:
     request_state: str | None = None
     version: str | None = None
     related: tuple[str, ...] = ()
+    sealed_caller: str | None = None
 
     def dump(self) -> dict[str, Any]:
         """The JSON object stored as `record.context`."""
@@ -53,6 +56,8 @@ class DurableContext:
             stored["version"] = self.version
         if self.related:
             stored["relatedTaskIds"] = list(self.related)
+        if self.sealed_caller is not None:
+            stored["caller"] = self.sealed_caller
         return stored
 
     @classmethod
@@ -67,4 +72,5 @@ class DurableContext:
             request_state=stored.get("requestState"),
             version=stored.get("version"),
             related=tuple(stored.get("relatedTaskIds", ())),
+            sealed_caller=stored.get("caller"),
         )

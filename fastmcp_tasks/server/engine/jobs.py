@@ -21,7 +21,9 @@ from fastmcp_tasks.server.engine.durable import DurableContext
 from fastmcp_tasks.server.engine.history import HistoryWriter
 from fastmcp_tasks.server.engine.inputs import InputBroker
 from fastmcp_tasks.server.engine.pauses import Pauses
+from fastmcp_tasks.server.engine.sealed import open_caller
 from fastmcp_tasks.server.health import HealthMonitor
+from fastmcp_tasks.server.sealing import Sealer
 from fastmcp_tasks.stores.base import TaskRecord, TaskStore
 
 #: Event-loop turns a job yields before its tool starts when a request of this process
@@ -65,6 +67,8 @@ class Job:
     cancel_requested: bool = False
     #: what the creating request had (token, headers, session): only in the accepting process
     caller: Caller | None = None
+    #: why its sealed caller context cannot be opened here: it fails instead (`sealed`)
+    caller_error: str | None = None
     #: whether an authenticated principal created the task (the record has an owner)
     authenticated: bool = False
     #: the principal key (`None`: unauthenticated); local slots are shared out by it
@@ -90,11 +94,16 @@ class Job:
         queued: bool,
         accepted: Job | None,
         input_timeout: float | None = None,
+        sealer: Sealer | None = None,
     ) -> Job:
         """The job of a task leased from the store (queued, gated, retried or recovered);
         `accepted` is this process's own job for it, when it took the call, else
-        `input_timeout` is the tool's."""
+        `input_timeout` is the tool's, and the caller is opened from the sealed context."""
         context = DurableContext.of(record)
+        caller = None if accepted is None else accepted.caller
+        error = None
+        if accepted is None:
+            caller, error = open_caller(sealer, record.task_id, context.sealed_caller)
         return cls(
             record.task_id,
             record.tool,
@@ -107,7 +116,8 @@ class Job:
             input_timeout=input_timeout if accepted is None else accepted.input_timeout,
             input_responses=context.input_responses,
             request_state=context.request_state,
-            caller=None if accepted is None else accepted.caller,
+            caller=caller,
+            caller_error=error,
             authenticated=record.owner is not None,
             owner=record.owner,
             retries=record.retries,
@@ -147,6 +157,7 @@ class CreatingRunner(Protocol):
     unconfirmed: set[str]
     history: HistoryWriter
     pauses: Pauses
+    sealer: Sealer | None
 
     @property
     def started(self) -> bool: ...

@@ -65,6 +65,7 @@ from fastmcp_tasks.server.engine.watcher import ChangeWatcher
 from fastmcp_tasks.server.health import HealthMonitor
 from fastmcp_tasks.server.limits import Limits
 from fastmcp_tasks.server.observability import shown_id
+from fastmcp_tasks.server.sealing import Sealer
 from fastmcp_tasks.stores.base import TaskRecord, TaskStore
 
 logger = logging.getLogger("fastmcp_tasks.runner")
@@ -90,6 +91,7 @@ class TaskRunner:
         input_timeout: Any = None,
         history: HistoryWriter | None = None,
         worker_interval: float = DEFAULT_INTERVAL,
+        sealer: Sealer | None = None,
     ) -> None:
         if concurrency < 0:
             raise ConfigurationError(f"concurrency must not be negative, got {concurrency}")
@@ -104,6 +106,7 @@ class TaskRunner:
         self.queue_poll = queue_poll
         self.input_timeout = input_timeout  # the extension's default, for resumed tasks
         self.opened = opened
+        self.sealer = sealer  # opens the sealed caller of a task taken from the store
         #: this process's task events, written in batches (`history`; shared with handlers)
         self.history = history if history is not None else HistoryWriter(store)
         self.operations = operations_of(store)  # workers and pauses (`stores.operations`)
@@ -187,7 +190,8 @@ class TaskRunner:
     ) -> None:
         """Run a task leased from the store (queued, gated, retried, or recovered)."""
         accepted = self._accepted.take(record.task_id)
-        self.submit(Job.resumed(record, tool, message, queued, accepted, input_timeout))
+        job = Job.resumed(record, tool, message, queued, accepted, input_timeout, self.sealer)
+        self.submit(job)
 
     @property
     def stopping(self) -> bool:

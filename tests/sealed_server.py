@@ -1,0 +1,88 @@
+"""An authenticated server whose tasks read the caller, run as a real subprocess.
+
+    python tests/sealed_server.py --port N --concurrency C   (front end, Streamable HTTP)
+    python -m fastmcp_tasks worker tests/sealed_server.py     (a worker)
+
+The store is `SEALED_DB` (a SQLite path or a store URL); the encryption key is read by
+`TasksExtension` itself from `FASTMCP_TASKS_ENCRYPTION_KEY`. `stale-token` expires
+`STALE_SECONDS` after it is verified, so a worker started later restores an expired token.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from fastmcp import FastMCP
+from fastmcp.server.auth import AccessToken
+from fastmcp.server.auth.providers.jwt import StaticTokenVerifier
+from fastmcp.server.dependencies import CurrentAccessToken, get_access_token, get_http_headers
+from fastmcp.utilities.tasks import TaskConfig
+
+from fastmcp_tasks import TasksExtension
+
+STALE_SECONDS = 2
+FAST = TaskConfig(poll_interval=timedelta(milliseconds=50))
+TOKENS = {
+    "alice-token": {"client_id": "alice-app", "sub": "alice", "scopes": ["deploy"]},
+    "stale-token": {"client_id": "stale-app", "sub": "stale", "scopes": []},
+}
+
+
+class SkewedVerifier(StaticTokenVerifier):
+    """`StaticTokenVerifier`, except that `stale-token` expires `STALE_SECONDS` from now."""
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        verified = await super().verify_token(token)
+        if verified is not None and token == "stale-token":
+            verified = verified.model_copy(update={"expires_at": int(time.time()) + STALE_SECONDS})
+        return verified
+
+
+def build(db: str, concurrency: int) -> FastMCP:
+    url = db if "://" in db else f"sqlite:///{db}"
+    mcp = FastMCP("sealed", auth=SkewedVerifier(tokens=TOKENS))
+    mcp.add_extension(TasksExtension(url=url, concurrency=concurrency, lease=timedelta(seconds=2)))
+
+    @mcp.tool(task=FAST)
+    async def whoami(token: AccessToken = CurrentAccessToken()) -> dict[str, Any]:
+        imperative = get_access_token()
+        return {
+            "subject": token.subject,
+            "client_id": token.client_id,
+            "scopes": token.scopes,
+            "imperative": imperative.client_id if imperative else None,
+            "demo": get_http_headers().get("x-demo"),
+        }
+
+    @mcp.tool(task=FAST)
+    async def headers_only() -> dict[str, Any]:
+        token = get_access_token()
+        return {"token": token is not None, "demo": get_http_headers().get("x-demo")}
+
+    return mcp
+
+
+if "SEALED_DB" in os.environ:  # `fastmcp-tasks worker tests/sealed_server.py`
+    mcp = build(os.environ["SEALED_DB"], int(os.environ.get("SEALED_CONCURRENCY", "4")))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--concurrency", type=int, default=4)
+    args = parser.parse_args()
+    server = build(os.environ["SEALED_DB"], args.concurrency)
+    server.run(transport="http", host="127.0.0.1", port=args.port, path="/mcp", show_banner=False)
+
+
+if __name__ == "__main__":
+    main()

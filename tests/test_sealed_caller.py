@@ -1,0 +1,180 @@
+"""The caller's token and headers reach a worker, sealed at rest (`server.engine.sealed`).
+
+Real processes over Streamable HTTP with a bearer verifier (`tests/sealed_server.py`):
+a `concurrency=0` front end and `fastmcp-tasks worker` processes on one SQLite file,
+each given its key through `FASTMCP_TASKS_ENCRYPTION_KEY`. The tool run by a worker
+sees what the same call sees in the foreground; a worker without the key, or with
+another, fails the task saying so; a token expired before the run is not restored;
+the store file holds neither the token nor a header value.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from fastmcp_tasks.server.engine.caller import TOKEN_EXPIRED
+from fastmcp_tasks.server.sealing import KEY_ENV, NO_KEY, WRONG_KEY
+from tests.sealed_server import STALE_SECONDS
+from tests.wire import Wire, free_port, http_wire_for
+
+pytestmark = pytest.mark.anyio
+
+SERVER = Path(__file__).parent / "sealed_server.py"
+ROOT = Path(__file__).parent.parent
+#: `X-Secret` is never echoed by a tool, so its value is in the store only if leaked
+ALICE = {
+    "Authorization": "Bearer alice-token",
+    "X-Demo": "demo-header-7f3a9",
+    "X-Secret": "secret-header-91c2",
+}
+STALE = {"Authorization": "Bearer stale-token", "X-Demo": "stale-header-2b8c"}
+
+
+def _env(db: Path, key: str | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != KEY_ENV}
+    env["SEALED_DB"] = str(db)
+    if key is not None:
+        env[KEY_ENV] = key
+    return env
+
+
+def _spawn(command: list[str], env: dict[str, str], stdout: int) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(command, env=env, stdout=stdout, stderr=subprocess.PIPE, cwd=ROOT)
+
+
+def _store_bytes(directory: Path) -> bytes:
+    """Every file of the SQLite store (the database, its WAL and shared memory)."""
+    return b"".join(path.read_bytes() for path in sorted(directory.glob("tasks.db*")))
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+    for stream in (process.stdout, process.stderr):
+        if stream is not None:
+            stream.close()
+
+
+@asynccontextmanager
+async def front_end(db: Path, key: str | None) -> AsyncIterator[Wire]:
+    """A `concurrency=0` front end: every task waits for a worker."""
+    port = free_port()
+    command = [sys.executable, str(SERVER), "--port", str(port), "--concurrency", "0"]
+    process = _spawn(command, _env(db, key), subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}/mcp"
+        with anyio.fail_after(20):
+            async with httpx.AsyncClient() as http:
+                while True:
+                    assert process.poll() is None, process.stderr.read().decode()  # type: ignore[union-attr]
+                    try:
+                        await http.get(url.replace("/mcp", "/"), timeout=1)
+                        break
+                    except httpx.TransportError:
+                        await anyio.sleep(0.05)
+        async with http_wire_for(url) as wire:
+            yield wire
+    finally:
+        _stop(process)
+
+
+@asynccontextmanager
+async def worker(db: Path, key: str | None) -> AsyncIterator[None]:
+    """`python -m fastmcp_tasks worker tests/sealed_server.py`, started and ready."""
+    command = [sys.executable, "-m", "fastmcp_tasks", "worker", str(SERVER)]
+    process = _spawn(command, _env(db, key), subprocess.PIPE)
+    try:
+        with anyio.fail_after(20):
+            line = await anyio.to_thread.run_sync(process.stdout.readline)  # type: ignore[union-attr]
+        assert line.startswith(b"fastmcp-tasks worker: sqlite://"), line
+        yield
+    finally:
+        _stop(process)
+
+
+async def run_by_worker(
+    wire: Wire, db: Path, key: str | None, name: str, headers: dict[str, str]
+) -> dict[str, Any]:
+    created = await wire.call_tool(name, headers=headers)
+    assert created["statusMessage"].startswith("Queued"), created
+    async with worker(db, key):
+        return await wire.wait(created["taskId"], headers=headers, within=20)
+
+
+async def test_a_worker_with_the_key_sees_the_foreground_caller(tmp_path: Path) -> None:
+    db = tmp_path / "tasks.db"
+    async with front_end(db, "key A") as wire:
+        foreground = await wire.call_tool("whoami", opt_in=False, headers=ALICE)
+        created = {
+            (name, who): (await wire.call_tool(name, headers=headers))["taskId"]
+            for name in ("whoami", "headers_only")
+            for who, headers in (("alice", ALICE), ("stale", STALE))
+        }
+        verified = time.time()
+        # the stale token expires STALE_SECONDS after its calls were verified: the worker
+        # starts after that
+        await anyio.sleep(max(0.0, verified + STALE_SECONDS + 1 - time.time()))
+        async with worker(db, "key A"):
+            done = {
+                which: await wire.wait(
+                    task_id, headers=ALICE if which[1] == "alice" else STALE, within=20
+                )
+                for which, task_id in created.items()
+            }
+    assert done["whoami", "alice"]["status"] == "completed", done["whoami", "alice"]
+    seen = done["whoami", "alice"]["result"]["structuredContent"]
+    assert seen == foreground["structuredContent"]
+    assert seen == {
+        "subject": "alice",
+        "client_id": "alice-app",
+        "scopes": ["deploy"],
+        "imperative": "alice-app",
+        "demo": "demo-header-7f3a9",
+    }
+    # expired before the run: the token is not restored, the headers are
+    assert done["whoami", "stale"]["status"] == "failed"
+    assert done["whoami", "stale"]["error"]["message"] == TOKEN_EXPIRED.format(tool="whoami")
+    stale = done["headers_only", "stale"]["result"]["structuredContent"]
+    assert stale == {"token": False, "demo": "stale-header-2b8c"}
+    # sealed at rest: neither the tokens nor a header value no tool returned (X-Demo's is
+    # in the stored results) are in the store's files
+    stored = _store_bytes(tmp_path)
+    assert stored, "no store file"
+    for secret in (b"alice-token", b"stale-token", b"secret-header-91c2"):
+        assert secret not in stored
+
+
+@pytest.mark.parametrize(("key", "reason"), [(None, NO_KEY), ("key B", WRONG_KEY)])
+async def test_a_worker_that_cannot_open_the_caller_fails_the_task(
+    tmp_path: Path, key: str | None, reason: str
+) -> None:
+    db = tmp_path / "tasks.db"
+    async with front_end(db, "key A") as wire:
+        done = await run_by_worker(wire, db, key, "headers_only", ALICE)
+    assert done["status"] == "failed", done
+    assert done["error"]["message"] == f"Task not run: {reason}"
+
+
+async def test_a_rotated_worker_opens_a_task_sealed_with_the_old_key(tmp_path: Path) -> None:
+    db = tmp_path / "tasks.db"
+    async with front_end(db, "key A") as wire:
+        done = await run_by_worker(wire, db, "key B, key A", "whoami", ALICE)
+    assert done["status"] == "completed", done
+    assert done["result"]["structuredContent"]["subject"] == "alice"
+    assert done["result"]["structuredContent"]["demo"] == "demo-header-7f3a9"
