@@ -3,7 +3,7 @@
     python tests/sealed_server.py --port N --concurrency C   (front end, Streamable HTTP)
     python -m fastmcp_tasks worker tests/sealed_server.py     (a worker)
 
-The store is `SEALED_DB` (a SQLite path or a store URL); the encryption key is read by
+The store is `SEALED_STORE` (a store URL, or a SQLite file's path); the encryption key is read by
 `TasksExtension` itself from `FASTMCP_TASKS_ENCRYPTION_KEY`. `stale-token` expires
 `STALE_SECONDS` after it is verified, so a worker started later restores an expired token.
 """
@@ -47,8 +47,8 @@ class SkewedVerifier(StaticTokenVerifier):
         return verified
 
 
-def build(db: str, concurrency: int) -> FastMCP:
-    url = db if "://" in db else f"sqlite:///{db}"
+def build(store: str, concurrency: int) -> FastMCP:
+    url = store if "://" in store else f"sqlite:///{store}"
     mcp = FastMCP("sealed", auth=SkewedVerifier(tokens=TOKENS))
     mcp.add_extension(TasksExtension(url=url, concurrency=concurrency, lease=timedelta(seconds=2)))
 
@@ -71,8 +71,8 @@ def build(db: str, concurrency: int) -> FastMCP:
     return mcp
 
 
-if "SEALED_DB" in os.environ:  # `fastmcp-tasks worker tests/sealed_server.py`
-    mcp = build(os.environ["SEALED_DB"], int(os.environ.get("SEALED_CONCURRENCY", "4")))
+if "SEALED_STORE" in os.environ:  # `fastmcp-tasks worker tests/sealed_server.py`
+    mcp = build(os.environ["SEALED_STORE"], int(os.environ.get("SEALED_CONCURRENCY", "4")))
 
 
 def main() -> None:
@@ -80,7 +80,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--concurrency", type=int, default=4)
     args = parser.parse_args()
-    server = build(os.environ["SEALED_DB"], args.concurrency)
+    server = build(os.environ["SEALED_STORE"], args.concurrency)
     server.run(transport="http", host="127.0.0.1", port=args.port, path="/mcp", show_banner=False)
 
 

@@ -1,11 +1,13 @@
 """The caller's token and headers reach a worker, sealed at rest (`server.engine.sealed`).
 
 Real processes over Streamable HTTP with a bearer verifier (`tests/sealed_server.py`):
-a `concurrency=0` front end and `fastmcp-tasks worker` processes on one SQLite file,
-each given its key through `FASTMCP_TASKS_ENCRYPTION_KEY`. The tool run by a worker
+a `concurrency=0` front end and `fastmcp-tasks worker` processes on one store (SQLite,
+and for the main test also Redis and PostgreSQL), each given its key through
+`FASTMCP_TASKS_ENCRYPTION_KEY`. The tool run by a worker
 sees what the same call sees in the foreground; a worker without the key, or with
 another, fails the task saying so; a token expired before the run is not restored;
-the store file holds neither the token nor a header value.
+the store (every byte of the SQLite files, of the Redis prefix's keys, of the PostgreSQL
+schema's rows) holds neither the token nor a header value.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -25,7 +27,9 @@ import pytest
 
 from fastmcp_tasks.server.engine.caller import TOKEN_EXPIRED
 from fastmcp_tasks.server.sealing import KEY_ENV, NO_KEY, WRONG_KEY
+from tests.private_postgres import shared_schema
 from tests.sealed_server import STALE_SECONDS
+from tests.test_store_contract import POSTGRES_URL, REDIS_URL, redis_store
 from tests.wire import Wire, free_port, http_wire_for
 
 pytestmark = pytest.mark.anyio
@@ -41,9 +45,13 @@ ALICE = {
 STALE = {"Authorization": "Bearer stale-token", "X-Demo": "stale-header-2b8c"}
 
 
-def _env(db: Path, key: str | None) -> dict[str, str]:
+#: a store's URL (or SQLite path) and how to read every byte it holds at rest
+Store = tuple[str, Callable[[], Awaitable[bytes]]]
+
+
+def _env(db: Path | str, key: str | None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != KEY_ENV}
-    env["SEALED_DB"] = str(db)
+    env["SEALED_STORE"] = str(db)
     if key is not None:
         env[KEY_ENV] = key
     return env
@@ -56,6 +64,90 @@ def _spawn(command: list[str], env: dict[str, str], stdout: int) -> subprocess.P
 def _store_bytes(directory: Path) -> bytes:
     """Every file of the SQLite store (the database, its WAL and shared memory)."""
     return b"".join(path.read_bytes() for path in sorted(directory.glob("tasks.db*")))
+
+
+def _redis_bytes(pattern: str) -> bytes:
+    """Every key matching `pattern` and every byte of its value, whatever its type."""
+    import redis
+
+    parts: list[bytes] = []
+    client = redis.Redis.from_url(REDIS_URL, socket_timeout=5)
+    try:
+        for key in client.scan_iter(match=pattern, count=500):
+            parts.append(key)
+            kind = client.type(key)
+            if kind == b"string":
+                parts.append(client.get(key) or b"")
+            elif kind == b"hash":
+                for field, value in client.hgetall(key).items():
+                    parts += [field, value]
+            elif kind == b"list":
+                parts += client.lrange(key, 0, -1)
+            elif kind == b"zset":
+                for member, score in client.zrange(key, 0, -1, withscores=True):
+                    parts += [member, repr(score).encode()]
+            elif kind == b"stream":
+                for entry_id, fields in client.xrange(key):
+                    parts.append(entry_id)
+                    for field, value in fields.items():
+                        parts += [field, value]
+            elif kind == b"set":
+                parts += sorted(client.smembers(key))
+            else:
+                raise AssertionError(f"unexpected Redis type {kind!r} of {key!r}")
+    finally:
+        client.close()
+    return b"".join(parts)
+
+
+def _postgres_bytes(schema: str) -> bytes:
+    """Every row of every table of `schema`, as text (a bytea column shows as hex)."""
+    import psycopg
+
+    parts: list[str] = []
+    with psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=5) as conn:
+        tables = conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
+            (schema,),
+        ).fetchall()
+        assert tables, f"no table in schema {schema}"
+        for (table,) in tables:
+            rows = conn.execute(f'SELECT t::text FROM "{schema}"."{table}" t').fetchall()
+            parts += [table, *(row[0] for row in rows)]
+    return "".join(parts).encode()
+
+
+@pytest.fixture(params=["sqlite", "redis", "postgres"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    """A SQLite file, a fresh Redis prefix (its keys deleted afterwards) or a fresh schema
+    of the shared PostgreSQL (dropped afterwards), with how to read all it holds."""
+    if request.param == "sqlite":
+
+        async def sqlite_bytes() -> bytes:
+            return _store_bytes(tmp_path)
+
+        yield str(tmp_path / "tasks.db"), sqlite_bytes
+        return
+    if request.param == "postgres":
+        async with shared_schema() as url:  # skips without PostgreSQL (fails when CI=true)
+            schema = url.rpartition("schema=")[2]
+
+            async def postgres_bytes() -> bytes:
+                return await anyio.to_thread.run_sync(_postgres_bytes, schema)
+
+            yield url, postgres_bytes
+        return
+    tasks = redis_store()  # skips without Redis (fails when CI=true)
+    pattern = f"{tasks.keys.base}*"  # type: ignore[attr-defined]
+
+    async def redis_bytes() -> bytes:
+        return await anyio.to_thread.run_sync(_redis_bytes, pattern)
+
+    try:
+        yield f"{REDIS_URL}?prefix={tasks.keys.prefix}", redis_bytes  # type: ignore[attr-defined]
+    finally:
+        await tasks.open()
+        await tasks.close()  # deletes the prefix's keys
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
@@ -72,7 +164,7 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 
 @asynccontextmanager
-async def front_end(db: Path, key: str | None) -> AsyncIterator[Wire]:
+async def front_end(db: Path | str, key: str | None) -> AsyncIterator[Wire]:
     """A `concurrency=0` front end: every task waits for a worker."""
     port = free_port()
     command = [sys.executable, str(SERVER), "--port", str(port), "--concurrency", "0"]
@@ -95,14 +187,14 @@ async def front_end(db: Path, key: str | None) -> AsyncIterator[Wire]:
 
 
 @asynccontextmanager
-async def worker(db: Path, key: str | None) -> AsyncIterator[None]:
+async def worker(db: Path | str, key: str | None) -> AsyncIterator[None]:
     """`python -m fastmcp_tasks worker tests/sealed_server.py`, started and ready."""
     command = [sys.executable, "-m", "fastmcp_tasks", "worker", str(SERVER)]
     process = _spawn(command, _env(db, key), subprocess.PIPE)
     try:
         with anyio.fail_after(20):
             line = await anyio.to_thread.run_sync(process.stdout.readline)  # type: ignore[union-attr]
-        assert line.startswith(b"fastmcp-tasks worker: sqlite://"), line
+        assert line.startswith(b"fastmcp-tasks worker: "), line
         yield
     finally:
         _stop(process)
@@ -117,8 +209,8 @@ async def run_by_worker(
         return await wire.wait(created["taskId"], headers=headers, within=20)
 
 
-async def test_a_worker_with_the_key_sees_the_foreground_caller(tmp_path: Path) -> None:
-    db = tmp_path / "tasks.db"
+async def test_a_worker_with_the_key_sees_the_foreground_caller(store: Store) -> None:
+    db, at_rest = store
     async with front_end(db, "key A") as wire:
         foreground = await wire.call_tool("whoami", opt_in=False, headers=ALICE)
         created = {
@@ -153,11 +245,12 @@ async def test_a_worker_with_the_key_sees_the_foreground_caller(tmp_path: Path) 
     stale = done["headers_only", "stale"]["result"]["structuredContent"]
     assert stale == {"token": False, "demo": "stale-header-2b8c"}
     # sealed at rest: neither the tokens nor a header value no tool returned (X-Demo's is
-    # in the stored results) are in the store's files
-    stored = _store_bytes(tmp_path)
-    assert stored, "no store file"
+    # in the stored results) are in the store (nor hex-encoded, as PostgreSQL shows bytea)
+    stored = await at_rest()
+    assert b"demo-header-7f3a9" in stored, "the scan does not see the stored results"
     for secret in (b"alice-token", b"stale-token", b"secret-header-91c2"):
         assert secret not in stored
+        assert secret.hex().encode() not in stored
 
 
 @pytest.mark.parametrize(("key", "reason"), [(None, NO_KEY), ("key B", WRONG_KEY)])
