@@ -195,9 +195,40 @@ def bench_server(url: str, history: bool) -> FastMCP:
     return mcp
 
 
-async def _settle(send: Any, task_id: str) -> None:
+async def settle(send: Any, task_id: str) -> None:
     while (await get_task(send, task_id))["status"] not in ("completed", "failed"):  # noqa: ASYNC110 - polled, as a client does
         await asyncio.sleep(0)
+
+
+#: The kinds `sample_on_off` times, each a list of nanosecond samples.
+KINDS = ("sync", "create_on", "create_off", "get_on", "get_off")
+
+
+async def sample_on_off(
+    samples: dict[str, list[int]], sync_send: Any, on_send: Any, off_send: Any, rounds: int
+) -> None:
+    """Time `rounds` (after 50 warm-up rounds) of the five `KINDS` into `samples`: a sync
+    call, a creation and a `tasks/get` on each server, in a fresh random order every round,
+    each created task let finish (untimed) before the next sample."""
+    shuffle = random.Random(2663).shuffle
+    task_on, task_off = await create_task(on_send), await create_task(off_send)
+    kinds: list[tuple[str, Any, tuple[Any, ...]]] = [
+        ("sync", sync_call, (sync_send,)),
+        ("create_on", create_task, (on_send,)),
+        ("create_off", create_task, (off_send,)),
+        ("get_on", get_task, (on_send, task_on)),
+        ("get_off", get_task, (off_send, task_off)),
+    ]
+    for i in range(rounds + 50):
+        shuffle(kinds)
+        for kind, call, args in kinds:
+            start = time.perf_counter_ns()
+            answer = await call(*args)
+            took = time.perf_counter_ns() - start
+            if i >= 50:
+                samples[kind].append(took)
+            if kind.startswith("create"):
+                await settle(args[0], answer)
 
 
 async def latency(url_on: str, url_off: str, rounds: int) -> dict[str, float]:
@@ -215,10 +246,7 @@ async def latency(url_on: str, url_off: str, rounds: int) -> dict[str, float]:
     async def noop() -> str:
         return "ok"
 
-    shuffle = random.Random(2663).shuffle
-    samples: dict[str, list[int]] = {
-        k: [] for k in ("sync", "create_on", "create_off", "get_on", "get_off")
-    }
+    samples: dict[str, list[int]] = {k: [] for k in KINDS}
     async with memory_transport(plain) as sync_conn:
         for first_on in (True, False):
             order = [(url_on, True), (url_off, False)]
@@ -229,24 +257,7 @@ async def latency(url_on: str, url_off: str, rounds: int) -> dict[str, float]:
                 memory_transport(bench_server(*order[1])) as two,
             ):
                 on, off = (one, two) if first_on else (two, one)
-                task_on, task_off = await create_task(on.send), await create_task(off.send)
-                kinds: list[tuple[str, Any, tuple[Any, ...]]] = [
-                    ("sync", sync_call, (sync_conn.send,)),
-                    ("create_on", create_task, (on.send,)),
-                    ("create_off", create_task, (off.send,)),
-                    ("get_on", get_task, (on.send, task_on)),
-                    ("get_off", get_task, (off.send, task_off)),
-                ]
-                for i in range(rounds // 2 + 50):
-                    shuffle(kinds)
-                    for kind, call, args in kinds:
-                        start = time.perf_counter_ns()
-                        answer = await call(*args)
-                        took = time.perf_counter_ns() - start
-                        if i >= 50:
-                            samples[kind].append(took)
-                        if kind.startswith("create"):
-                            await _settle(args[0], answer)
+                await sample_on_off(samples, sync_conn.send, on.send, off.send, rounds // 2)
     return {kind: pct(values, 50) for kind, values in samples.items()}
 
 

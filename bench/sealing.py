@@ -34,7 +34,6 @@ import argparse
 import asyncio
 import json
 import os
-import random
 import tempfile
 import time
 import timeit
@@ -46,9 +45,8 @@ from fastmcp.server.auth import AccessToken
 from fastmcp.server.auth.providers.jwt import StaticTokenVerifier
 
 from bench import transports
-from bench.calls import create_task, get_task, pct, sync_call
-from bench.history import opened, reachable, store_url
-from bench.proto import Send
+from bench.calls import pct
+from bench.history import KINDS, opened, reachable, sample_on_off, store_url
 from fastmcp_tasks import TasksExtension
 from fastmcp_tasks.server.engine.caller import Caller
 from fastmcp_tasks.server.engine.sealed import open_caller, seal_caller
@@ -119,11 +117,6 @@ def plain_server() -> FastMCP:
     return mcp
 
 
-async def settle(send: Send, task_id: str) -> None:
-    while (await get_task(send, task_id))["status"] not in ("completed", "failed"):  # noqa: ASYNC110 - polled, as a client does
-        await asyncio.sleep(0)
-
-
 def counted(sealer: Sealer) -> list[int]:
     """How many texts `sealer` seals from now on (one slot, counted as they are sealed)."""
     count, seal = [0], sealer.seal
@@ -139,10 +132,7 @@ def counted(sealer: Sealer) -> list[int]:
 
 async def latency(url_on: str, url_off: str, rounds: int) -> dict[str, float]:
     """p50s (microseconds) of sync / create / get with a key (on) and without (off)."""
-    shuffle = random.Random(2663).shuffle
-    samples: dict[str, list[int]] = {
-        k: [] for k in ("sync", "create_on", "create_off", "get_on", "get_off")
-    }
+    samples: dict[str, list[int]] = {k: [] for k in KINDS}
     async with transports.http_transport(plain_server()) as sync_conn:
         for first_on in (True, False):
             order = [(url_on, True), (url_off, False)]
@@ -157,24 +147,7 @@ async def latency(url_on: str, url_off: str, rounds: int) -> dict[str, float]:
                 sealer = (ext_one if first_on else ext_two).sealer
                 assert sealer is not None and (ext_two if first_on else ext_one).sealer is None
                 sealed = counted(sealer)
-                task_on, task_off = await create_task(on.send), await create_task(off.send)
-                kinds: list[tuple[str, Any, tuple[Any, ...]]] = [
-                    ("sync", sync_call, (sync_conn.send,)),
-                    ("create_on", create_task, (on.send,)),
-                    ("create_off", create_task, (off.send,)),
-                    ("get_on", get_task, (on.send, task_on)),
-                    ("get_off", get_task, (off.send, task_off)),
-                ]
-                for i in range(rounds // 2 + 50):
-                    shuffle(kinds)
-                    for kind, call, args in kinds:
-                        start = time.perf_counter_ns()
-                        answer = await call(*args)
-                        took = time.perf_counter_ns() - start
-                        if i >= 50:
-                            samples[kind].append(took)
-                        if kind.startswith("create"):
-                            await settle(args[0], answer)
+                await sample_on_off(samples, sync_conn.send, on.send, off.send, rounds // 2)
                 # every task of the keyed server had its caller sealed (the record's
                 # context is dropped when it finishes, so it is counted, not read back)
                 assert sealed[0] == rounds // 2 + 51, (sealed, rounds)
