@@ -78,6 +78,10 @@ class TaskLimitExceeded(StoreError):
         self.value = value
 
 
+class StepLimitExceeded(StoreError):
+    """A store refused to record a durable step: a per-task bound on steps is reached."""
+
+
 class StoreTimeout(StoreError):
     """A store call did not answer within the extension's `store_timeout`."""
 

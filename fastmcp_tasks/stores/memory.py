@@ -44,12 +44,13 @@ from fastmcp_tasks.stores.flow import DEFAULT_TOMBSTONE_RETENTION, Tombstone
 from fastmcp_tasks.stores.memory_flow import MemoryFlow
 from fastmcp_tasks.stores.memory_listing import MemoryListing, _snapshot
 from fastmcp_tasks.stores.memory_operations import MemoryOperations
+from fastmcp_tasks.stores.memory_steps import MemorySteps
 from fastmcp_tasks.wire.names import ACTIVE_STATUSES, TERMINAL_STATUSES, TaskStatus
 
 DEFAULT_MAX_TASKS = 100_000
 
 
-class MemoryTaskStore(MemoryListing, MemoryOperations):
+class MemoryTaskStore(MemoryListing, MemoryOperations, MemorySteps):
     """A `TaskStore` held in this process's memory.
 
     Args:
@@ -80,6 +81,7 @@ class MemoryTaskStore(MemoryListing, MemoryOperations):
         self._active = 0
         self._active_by_owner: dict[str, int] = {}
         self._operations_init()
+        self._steps_init()
         # each feed subscriber, with the task ids and change kinds it follows (None: all)
         self._subscribers: dict[
             MemoryObjectSendStream[TaskChange], tuple[frozenset[str] | None, frozenset[str] | None]

@@ -54,6 +54,7 @@ class MemoryOperations:
 
         def _live(self, task_id: str) -> TaskRecord | None: ...
         def _emit(self, change: TaskChange) -> None: ...
+        def _forget_steps(self, task_id: str) -> None: ...
 
     def _operations_init(self) -> None:
         # each event as compact JSON bytes: a third of the memory of the objects
@@ -63,7 +64,9 @@ class MemoryOperations:
         self._audit: deque[AuditEntry] = deque(maxlen=MAX_AUDIT)
 
     def _forget_history(self, task_id: str) -> None:
+        """Forget what is kept beside a removed task: its history and its steps."""
         self._histories.pop(task_id, None)
+        self._forget_steps(task_id)
 
     async def add_events(self, events: Sequence[tuple[str, TaskEvent]]) -> None:
         for task_id, event in events:
