@@ -22,6 +22,7 @@ from fastmcp_tasks.client.tasklog import TaskLog
 from fastmcp_tasks.errors import (
     ConfigurationError,
     NotATask,
+    StepLimitExceeded,
     StoreError,
     TaskCancelled,
     TaskFailed,
@@ -37,6 +38,7 @@ from fastmcp_tasks.server.health import EngineHealth
 from fastmcp_tasks.server.limits import Limits
 from fastmcp_tasks.server.options import task_options
 from fastmcp_tasks.server.related import RelatedTask, RelatedTasks, related_tasks
+from fastmcp_tasks.steps import StepNotRecorded, step
 from fastmcp_tasks.stores import (
     MemoryTaskStore,
     SQLiteTaskStore,
@@ -67,6 +69,8 @@ __all__ = [
     "RelatedTasks",
     "Retry",
     "SQLiteTaskStore",
+    "StepLimitExceeded",
+    "StepNotRecorded",
     "StoreError",
     "TaskCancelled",
     "TaskFailed",
@@ -82,6 +86,7 @@ __all__ = [
     "__version__",
     "call_tool_task",
     "related_tasks",
+    "step",
     "store_from_url",
     "task_options",
 ]

@@ -23,6 +23,7 @@ LABELS = {
     "created": "Created",
     "taken": "Taken by a worker",
     "started": "Run started",
+    "resumed": "Resumed from its steps",
     "message": "Status message",
     "input_requested": "Asked for input",
     "input_answered": "Input answered",
@@ -76,6 +77,9 @@ def describe(event: TaskEvent, now: float) -> tuple[str, str]:
     elif kind == "started":
         add("attempt", "attempt ")
         add("worker", "on worker ")
+    elif kind == "resumed":
+        add("steps", "completed steps ")
+        add("last", "last ")
     elif kind == "message":
         add("message", "")
     elif kind in ("input_requested", "input_answered"):

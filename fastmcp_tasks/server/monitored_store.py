@@ -6,7 +6,7 @@ running task is bounded by the extension's `store_timeout`: a store that hangs
 `StoreTimeout` (a `StoreError`) within that bound instead of hanging the
 request. Every outcome is reported to the `HealthMonitor`: a `StoreError`
 starts or continues an outage, a success ends it. Refusals that are answers,
-not failures (`TaskLimitExceeded`, `DuplicateTask`), count as the store
+not failures (`TaskLimitExceeded`, `DuplicateTask`, `StepLimitExceeded`), count as the store
 answering.
 
 Housekeeping calls that may legitimately take long (`purge_expired`, the
@@ -38,7 +38,13 @@ from typing import Any, TypeVar
 
 import anyio
 
-from fastmcp_tasks.errors import DuplicateTask, StoreError, StoreTimeout, TaskLimitExceeded
+from fastmcp_tasks.errors import (
+    DuplicateTask,
+    StepLimitExceeded,
+    StoreError,
+    StoreTimeout,
+    TaskLimitExceeded,
+)
 from fastmcp_tasks.server.health import HealthMonitor
 from fastmcp_tasks.stores.base import TaskChange, TaskStore
 from fastmcp_tasks.stores.memory import MemoryTaskStore
@@ -71,6 +77,9 @@ BOUNDED = frozenset(
         "workers",
         "paused",
         "hold_paused",
+        # durable steps (`stores.steps`): a running task waits on them
+        "save_step",
+        "steps",
     }
 )
 
@@ -145,7 +154,7 @@ class MonitoredStore:
             error = StoreTimeout(f"{operation} did not answer {within}")
             health.store_failed(operation, error)
             raise error from None
-        except (TaskLimitExceeded, DuplicateTask):
+        except (TaskLimitExceeded, DuplicateTask, StepLimitExceeded):
             health.store_ok()
             raise
         except StoreError as exc:

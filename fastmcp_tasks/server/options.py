@@ -22,6 +22,11 @@
   with a `CurrentAccessToken()` / `TokenClaim(...)` parameter or `auth=` are
   detected without it (`server.engine.caller`).
 
+- `resumable`: the tool records its progress with `fastmcp_tasks.step()`, so a task
+  whose process died is run again (recovery, `engine.leases`) as an idempotent tool's
+  is, and replays the steps it completed instead of failing "interrupted". A `retry`
+  attempt replays them too, with or without it.
+
 - `concurrency`, `concurrency_key`, `dedupe`, `retry`: flow control (`server.flow`):
   at most N tasks of the tool (per key) at once across processes, identical calls
   answered by the task already doing the work, retries with backoff.
@@ -62,6 +67,7 @@ class TaskOptions:
     concurrency_key: Callable[[dict[str, Any]], Any] | None = None
     dedupe: timedelta | None = None
     retry: Retry | None = None
+    resumable: bool = False
 
     @property
     def flow_controlled(self) -> bool:
@@ -86,6 +92,7 @@ def task_options(
     concurrency_key: Callable[[dict[str, Any]], Any] | None = None,
     dedupe: Duration | None = None,
     retry: Retry | None = None,
+    resumable: bool = False,
 ) -> Callable[[F], F]:
     """Attach task options to a tool function (apply below `@mcp.tool`); durations are a
     `timedelta` or plain seconds (`server.durations`)."""
@@ -103,6 +110,7 @@ def task_options(
         concurrency_key=concurrency_key,
         dedupe=dedupe,
         retry=retry,
+        resumable=bool(resumable),
     )
 
     def attach(fn: F) -> F:

@@ -49,6 +49,7 @@ EventKind = Literal[
     "created",  # details: app, owner (principal key or null), by (creating process), queued
     "taken",  # a process leased it to run: worker
     "started",  # the tool body began: worker, attempt
+    "resumed",  # a later run found recorded steps (`stores.steps`): steps (count), last (name)
     "message",  # a status message (coalesced): message
     "input_requested",  # keys
     "input_answered",  # keys

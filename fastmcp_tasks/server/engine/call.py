@@ -67,6 +67,7 @@ from fastmcp_tasks.server.engine.context import NO_HANDLER_HINT, RunningTask, Ta
 from fastmcp_tasks.server.engine.inputs import CAPABILITY_OF, ELICIT, new_key
 from fastmcp_tasks.server.engine.jobs import Job, let_the_reply_go
 from fastmcp_tasks.server.engine.sealed import unexpired, unopened_error
+from fastmcp_tasks.server.engine.steps import resume
 
 logger = logging.getLogger("fastmcp_tasks.execution")
 
@@ -290,6 +291,7 @@ async def run_job(server: Any, job: Job, running: RunningTask) -> Outcome:
     caller = unexpired(job.caller)
     if await token_missing(job.tool, job.authenticated, caller):
         return Outcome("failed", error=token_error(job.name, caller))
+    await resume(running, job.attempt)  # a later run: its recorded steps, said (`steps`)
     return await run_rounds(
         server,
         job.tool,
@@ -324,6 +326,7 @@ async def run_rounds(
     state_only, wait = 0, STATE_ONLY_BACKOFF[0]
     for round_number in range(1, MAX_ROUNDS + 1):
         ctx = TaskContext(server, running, responses, request_state, scoped_state=scoped)
+        running.steps.new_round()  # the body runs again: its step names may repeat
         with carried(caller):
             async with ctx:
                 outcome = await run_tool(server, tool, name, arguments, running, scoped)

@@ -51,6 +51,7 @@ from fastmcp_tasks.server import observability
 from fastmcp_tasks.server.engine.caller import Caller
 from fastmcp_tasks.server.engine.history import HistoryWriter
 from fastmcp_tasks.server.engine.inputs import InputBroker, elicitation_request, new_key
+from fastmcp_tasks.server.engine.steps import StepRun
 from fastmcp_tasks.stores.base import TaskStore
 
 tool_logger = logging.getLogger("fastmcp_tasks.tool")
@@ -90,6 +91,8 @@ class RunningTask:
     related: tuple[str, ...] = ()
     #: where its status messages are noted (coalesced: `history`)
     history: HistoryWriter | None = None
+    #: this run's durable steps (`steps`): recorded before, and used so far
+    steps: StepRun = field(default_factory=StepRun)
 
     async def status(self, message: str | None) -> None:
         """Set the task's `statusMessage`; best effort: a store failure never fails the tool.

@@ -9,8 +9,9 @@ restart recovers at once instead of waiting out the lease).
 The recovery rule, applied by whichever process finds an orphan first (the
 lease is taken with compare-and-set, so exactly one does):
 
-- a tool whose annotations say `idempotentHint=True` is run again from the top
-  (at-least-once), with `statusMessage` "Restarted after an interruption
+- a tool whose annotations say `idempotentHint=True`, or that is
+  `task_options(resumable=True)` (its completed `step()`s are replayed, `engine.steps`),
+  is run again from the top (at-least-once), with `statusMessage` "Restarted after an interruption
   (attempt N)"; a task parked in `input_required` drops its outstanding
   requests and asks again;
 - any other tool ends `failed` with -32603 "Task interrupted: ..." saying the
@@ -112,6 +113,11 @@ def is_idempotent(tool: Any) -> bool:
     return bool(getattr(annotations, "idempotent_hint", None))
 
 
+async def is_resumable(tool: Any) -> bool:
+    """Whether the tool (a mounted one's leaf) is `task_options(resumable=True)`."""
+    return options_of(await leaf_of(tool)).resumable
+
+
 def restarted_message(attempt: int) -> str:
     return f"Restarted after an interruption (attempt {attempt})"
 
@@ -127,7 +133,7 @@ def lost_error(tool_name: str, found: bool) -> dict[str, Any]:
         return interrupted(f"its runner stopped and tool {tool_name!r} no longer exists")
     return interrupted(
         f"the process running it stopped (crash or restart); tool {tool_name!r} is not "
-        "marked idempotentHint=True, so it is not run again"
+        "marked idempotentHint=True (nor task_options(resumable=True)), so it is not run again"
     )
 
 
@@ -306,7 +312,7 @@ class LeaseKeeper:
                 history.note(task_id, "requeued", worker=self.owner, reason="never started")
             return True
         tool = await self.find_tool(record)
-        if tool is None or not is_idempotent(tool):
+        if tool is None or not (is_idempotent(tool) or await is_resumable(tool)):
             error = lost_error(record.tool, tool is not None)
             await self.end(task_id, "failed", error=error, status_message=error["message"])
             logger.warning(

@@ -10,6 +10,10 @@ store (so it survives a restart on a durable store), and whichever process of th
 application claims it when due runs the next attempt. This process keeps what the
 creating request had (`Caller`) for that attempt, in case it is the one to claim it.
 
+Durable steps (`fastmcp_tasks.step`) stay: the next attempt replays the steps the
+failed one completed and runs again from the step that failed, as Temporal does (nothing
+is deleted between attempts; they go with the task).
+
 The error text shown is the one the outcome would report (so a server that masks
 error details shows the masked text). The final outcome is the last attempt's. The
 task's history gets a `retry_scheduled` event: the attempt that runs next, when it is
