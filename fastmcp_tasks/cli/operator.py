@@ -19,7 +19,8 @@ through its `completed` tasks until `--limit` is filled. `show` prints one task:
 times, message, owner, attempts (the runs of the tool body begun), where an active
 task's run stands (its `phase`), lease, input requests, error and a summary of
 the result (arguments shortened), then its history where the store keeps one
-(`cli.history`). The commands that act on a store (`cancel`, `purge`, `pause`, ...)
+(`cli.history`) and its durable steps (name, when, size: `dashboard.steps`). The
+commands that act on a store (`cancel`, `purge`, `pause`, ...)
 live in `cli.actions`, which uses `open_store` and `OperatorError` from here.
 
 On a terminal the output is `rich` tables; elsewhere plain aligned text, and
@@ -40,7 +41,7 @@ from typing import Any
 
 import anyio
 
-from fastmcp_tasks.cli.history import history_fields, show_document
+from fastmcp_tasks.cli.history import history_fields, show_document, steps_fields
 from fastmcp_tasks.cli.terminal import STYLES
 from fastmcp_tasks.cli.views import (
     _UNITS,
@@ -50,6 +51,7 @@ from fastmcp_tasks.cli.views import (
     stamp,
     summary_json,
 )
+from fastmcp_tasks.dashboard.steps import steps_of
 from fastmcp_tasks.errors import ConfigurationError, StoreError
 from fastmcp_tasks.stores import store_from_url
 from fastmcp_tasks.stores.base import TaskRecord
@@ -252,10 +254,12 @@ async def _show(store: ListableTaskStore, task_id: str, as_json: bool, where: st
         when = f"{stamp(stone.at)} ({age(stone.at, time.time())})"
         raise OperatorError(f"task {task_id!r} in {where} {why} at {when}")
     events = await history_of(store, task.task_id)
+    steps = await steps_of(store, task.task_id)
     if as_json:
-        print(json.dumps(show_document(task, events), indent=2, ensure_ascii=False))
+        print(json.dumps(show_document(task, events, steps), indent=2, ensure_ascii=False))
         return 0
     fields = describe(task, time.time()) + history_fields(events, task.created_at)
+    fields += steps_fields(steps, task.created_at)
     console = _console()
     if console is None:
         width = max(len(name) for name, _ in fields)

@@ -56,6 +56,7 @@ from fastmcp_tasks.dashboard.security import (
 )
 from fastmcp_tasks.dashboard.selections import Selections
 from fastmcp_tasks.dashboard.state import Dashboard, open_store
+from fastmcp_tasks.dashboard.steps import steps_of, steps_section
 from fastmcp_tasks.errors import StoreError
 from fastmcp_tasks.stores.listing import ListableTaskStore
 
@@ -191,6 +192,7 @@ def build_app(
         previous = dash.index.get(record.task_id)
         v = view(request)
         history = await operations.history_html(kit, record, v.now)
+        history += steps_section(await steps_of(kit.store, record.task_id))
         return HTMLResponse(pages.detail_page(v, record, previous, history=history))
 
     # --- JSON --------------------------------------------------------------------------
