@@ -76,7 +76,7 @@ SLOW_MODULES = {
         "test_caller_survives.py test_deploys.py test_durability.py test_flow_processes.py "
         "test_lost_replies.py test_postgres_faults.py test_postgres_outages.py "
         "test_postgres_pgbouncer.py test_postgres_processes.py test_private_postgres.py "
-        "test_real_faults.py test_recorded_state.py test_redis_outages.py"
+        "test_real_faults.py test_recorded_state.py test_redis_outages.py test_steps_processes.py"
     ).split(),
     "processes": (
         "test_cli.py test_cli_operator.py test_cli_store_actions.py test_cli_terminal.py "
