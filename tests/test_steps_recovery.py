@@ -1,0 +1,77 @@
+"""Recovery of a resumable tool (`task_options(resumable=True)`, `engine.leases`), in process.
+
+A task left `running` by a process that died (its lease ran out) on a store that says
+it is durable (`tests.operable.SharedMemoryStore`): a resumable tool is run again and
+replays the steps recorded before (`fastmcp_tasks.step`), saying so in its status
+message and its history; a tool neither resumable nor idempotent fails "interrupted".
+The same through real SIGKILLed processes: `test_steps_processes`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import timedelta
+
+import anyio
+import pytest
+from fastmcp import FastMCP
+
+from fastmcp_tasks import TasksExtension, step, task_options
+from fastmcp_tasks.testing import make_record
+from tests.operable import SharedMemoryStore, history, one
+from tests.wire import memory_wire
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_recovery_resumes_a_resumable_tool_and_fails_a_plain_one() -> None:
+    """A task left `running` by a dead process: a resumable tool runs again from its
+    recorded steps (said in its status and history); a plain one fails "interrupted"."""
+    store = SharedMemoryStore()  # says it is durable: recovery applies
+    now = time.time()
+    for task_id, tool in (("left-resumable", "resumable"), ("left-plain", "plain")):
+        orphan = make_record(
+            task_id=task_id,
+            tool=tool,
+            status="working",
+            arguments={},
+            attempts=1,
+            phase="running",
+            app="recovering",
+            lease_owner="elsewhere:1:gone",
+            lease_expires=now - 1,
+        )
+        await store.create(orphan)
+        for name in ("a", "b"):
+            assert await store.save_step(task_id, name, json.dumps(name.upper()), now)
+    calls: list[str] = []
+
+    async def record(name: str) -> str:
+        calls.append(name)
+        return name.upper()
+
+    mcp = FastMCP("recovering")
+    mcp.add_extension(TasksExtension(store=store, lease=timedelta(seconds=1)))
+
+    @mcp.tool(task=True)
+    @task_options(resumable=True)
+    async def resumable() -> str:
+        return "".join([await step(n, record, n) for n in ("a", "b", "c")])
+
+    @mcp.tool(task=True)
+    async def plain() -> str:
+        return "".join([await step(n, record, n) for n in ("a", "b", "c")])
+
+    with anyio.fail_after(15):
+        async with memory_wire(mcp) as wire:
+            done = await wire.wait("left-resumable")
+            lost = await wire.wait("left-plain")
+            events = await history(store, "left-resumable")
+    assert done["result"]["content"][0]["text"] == "ABC"
+    assert calls == ["c"]
+    assert lost["status"] == "failed"
+    assert "nor task_options(resumable=True)" in lost["error"]["message"]
+    assert one(events, "resumed").details == {"steps": 2, "last": "b"}
+    messages = [e.details["message"] for e in events if e.kind == "message"]
+    assert "Resuming after 2 completed steps (last: b)" in messages
