@@ -44,7 +44,6 @@ from fastmcp.exceptions import ToolError
 
 from fastmcp_tasks.errors import StepLimitExceeded
 from fastmcp_tasks.server.engine.context import current_task
-from fastmcp_tasks.server.engine.steps import step_store
 from fastmcp_tasks.stores import steps as step_limits
 from fastmcp_tasks.stores.steps import StepRecord
 
@@ -88,10 +87,10 @@ async def step(name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) 
     if running is None:  # not inside a task: nothing to record
         return await _call(fn, args, kwargs)
     _check_name(name)
-    store = step_store(running.store)
+    steps = running.steps
+    store = steps.store(running.store)
     if store is None:
         return await _call(fn, args, kwargs)
-    steps = running.steps
     steps.claim(name)
     try:
         recorded = await steps.recorded(store, running.task_id)

@@ -4,7 +4,8 @@ A task left `running` by a process that died (its lease ran out) on a store that
 it is durable (`tests.operable.SharedMemoryStore`): a resumable tool is run again and
 replays the steps recorded before (`fastmcp_tasks.step`), saying so in its status
 message and its history; a tool neither resumable nor idempotent fails "interrupted".
-The same through real SIGKILLed processes: `test_steps_processes`.
+The same through real SIGKILLed processes: `test_steps_processes`. And the other way a
+tool body runs again within one run: a guard round.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import time
 from datetime import timedelta
 
 import anyio
+import mcp_types
 import pytest
-from fastmcp import FastMCP
+from fastmcp import Context, FastMCP
 
 from fastmcp_tasks import TasksExtension, step, task_options
 from fastmcp_tasks.testing import make_record
@@ -75,3 +77,29 @@ async def test_recovery_resumes_a_resumable_tool_and_fails_a_plain_one() -> None
     assert one(events, "resumed").details == {"steps": 2, "last": "b"}
     messages = [e.details["message"] for e in events if e.kind == "message"]
     assert "Resuming after 2 completed steps (last: b)" in messages
+
+
+async def test_a_guard_round_replays_the_steps_of_the_round_before() -> None:
+    """A tool body run again by a state-only guard round (`call.run_rounds`) may use its
+    step names again: the steps the round before recorded are replayed."""
+    calls: list[str] = []
+
+    async def record(name: str) -> str:
+        calls.append(name)
+        return name
+
+    mcp = FastMCP("rounds")
+    mcp.add_extension(TasksExtension())
+
+    @mcp.tool(task=True)
+    async def rounds(ctx: Context) -> str:
+        first = await step("first", record, "first")
+        if ctx.request_state is None:
+            return mcp_types.InputRequiredResult(request_state="again")  # type: ignore[return-value]
+        return first + await step("second", record, "second")
+
+    with anyio.fail_after(10):
+        async with memory_wire(mcp) as wire:
+            done = await wire.wait((await wire.call_tool("rounds"))["taskId"])
+    assert done["result"]["content"][0]["text"] == "firstsecond"
+    assert calls == ["first", "second"]

@@ -65,6 +65,13 @@ class StepRun:
         self._recorded: dict[str, StepRecord] | None = None
         self._seen: set[str] = set()
         self._lock = anyio.Lock()
+        self._store: tuple[StepStore | None] | None = None
+
+    def store(self, store: TaskStore) -> StepStore | None:
+        """`step_store(store)`, asked once per run (a protocol check is not free)."""
+        if self._store is None:
+            self._store = (step_store(store),)
+        return self._store[0]
 
     def claim(self, name: str) -> None:
         """Note that this round uses `name`; `ValueError` when it did already."""
