@@ -5,7 +5,8 @@ it is durable (`tests.operable.SharedMemoryStore`): a resumable tool is run agai
 replays the steps recorded before (`fastmcp_tasks.step`), saying so in its status
 message and its history; a tool neither resumable nor idempotent fails "interrupted".
 The same through real SIGKILLed processes: `test_steps_processes`. And the other way a
-tool body runs again within one run: a guard round.
+tool body runs again within one run: a guard round. And the store as the engine uses it
+(`MonitoredStore`): a step refused at its bound is an answer, not an outage.
 """
 
 from __future__ import annotations
@@ -13,13 +14,16 @@ from __future__ import annotations
 import json
 import time
 from datetime import timedelta
+from typing import Any
 
 import anyio
 import mcp_types
 import pytest
 from fastmcp import Context, FastMCP
 
-from fastmcp_tasks import TasksExtension, step, task_options
+from fastmcp_tasks import MemoryTaskStore, StepLimitExceeded, TasksExtension, step, task_options
+from fastmcp_tasks.server.health import HealthMonitor
+from fastmcp_tasks.server.monitored_store import BOUNDED, MonitoredStore
 from fastmcp_tasks.testing import make_record
 from tests.operable import SharedMemoryStore, history, one
 from tests.wire import memory_wire
@@ -103,3 +107,22 @@ async def test_a_guard_round_replays_the_steps_of_the_round_before() -> None:
             done = await wire.wait((await wire.call_tool("rounds"))["taskId"])
     assert done["result"]["content"][0]["text"] == "firstsecond"
     assert calls == ["first", "second"]
+
+
+async def test_a_step_refused_at_its_bound_is_an_answer_not_an_outage(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Through the engine's `MonitoredStore`: `save_step` is bounded by `store_timeout`, and
+    `StepLimitExceeded` is the store answering (health stays up), as `TaskLimitExceeded` is."""
+    monkeypatch.setattr("fastmcp_tasks.stores.steps.MAX_STEPS", 1)
+    inner = MemoryTaskStore()
+    health = HealthMonitor()
+    store: Any = MonitoredStore(inner, health, timeout=5.0)
+    task = make_record()
+    await inner.create(task)
+    assert await store.save_step(task.task_id, "one", "1", time.time())
+    with pytest.raises(StepLimitExceeded):
+        await store.save_step(task.task_id, "two", "2", time.time())
+    assert health.degraded_since is None and health.errors == 0
+    assert [s.name for s in await store.steps(task.task_id)] == ["one"]
+    assert {"save_step", "steps"} <= BOUNDED
