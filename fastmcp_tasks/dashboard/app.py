@@ -57,6 +57,7 @@ from fastmcp_tasks.dashboard.security import (
 from fastmcp_tasks.dashboard.selections import Selections
 from fastmcp_tasks.dashboard.state import Dashboard, open_store
 from fastmcp_tasks.errors import StoreError
+from fastmcp_tasks.server.payloads import for_operators
 from fastmcp_tasks.stores.listing import ListableTaskStore
 
 STATIC = Path(__file__).parent / "static"
@@ -158,7 +159,7 @@ def build_app(
         record = await store.get(task_id)
         if record is None:
             raise Refusal(404, await pages.missing_text(store, task_id))
-        return record
+        return for_operators(record)  # sealed payloads: opened with the key, else "sealed"
 
     kit = operations.Kit(
         store=store,
