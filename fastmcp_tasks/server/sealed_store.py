@@ -7,6 +7,10 @@ answers, or steps) opens what this process can. Every other method and attribute
 the wrapped store's; `inner` is it (capability checks look through, as they do
 through `MonitoredStore`). The operator tools (CLI, dashboard) read through one too,
 with the keys of their environment and nothing sealed on the way in.
+
+Status messages stay readable. The ones the engine copies from a payload (a failure's
+error message, an elicitation's question) are replaced under `seal="all"` by
+`FAILED_MESSAGE` and `INPUT_MESSAGE`; the payload itself reaches the client intact.
 """
 
 from __future__ import annotations
@@ -20,6 +24,12 @@ from fastmcp_tasks.server.payloads import Payloads
 from fastmcp_tasks.server.sealing import Sealer
 from fastmcp_tasks.stores.base import TaskChange, TaskRecord, TaskStore
 from fastmcp_tasks.stores.steps import StepRecord
+
+
+#: The status message of a task whose error (sealed) would have given its own.
+FAILED_MESSAGE = "Failed"
+#: The status message of a task parked for input, whose question (sealed) would be it.
+INPUT_MESSAGE = "Waiting for input"
 
 
 class SealedStore:
@@ -42,8 +52,10 @@ class SealedStore:
         if payloads.seal_all:
             if fields.get("result") is not None:
                 fields["result"] = payloads.result(task_id, fields["result"])
-            if fields.get("error") is not None:
-                fields["error"] = payloads.error(task_id, fields["error"])
+            if (error := fields.get("error")) is not None:
+                if fields.get("status_message") == error.get("message"):
+                    fields["status_message"] = FAILED_MESSAGE  # the error's words are sealed
+                fields["error"] = payloads.error(task_id, error)
         found = await self.inner.transition(task_id, status, **fields)
         return None if found is None else payloads.opened(found)
 
@@ -52,6 +64,8 @@ class SealedStore:
     ) -> TaskRecord | None:
         payloads = self.payloads
         if payloads.seal_all:
+            if fields.get("status_message") is not None:  # an elicitation's question
+                fields["status_message"] = INPUT_MESSAGE
             requests = payloads.entries(task_id, "input", requests)
         found = await self.inner.request_input(task_id, requests, **fields)
         return None if found is None else payloads.opened(found)
