@@ -16,10 +16,9 @@ Versions: 1 the tables; 2 the listing, purging and per-principal indexes; 3 the
 tombstone pruning range over (the queued index becomes the *ungated* queued index);
 5 the `phase` column (`stores.phases`); 6 the operator records (`stores.operations`):
 the `task_events`, `workers`, `pauses` and `audit` tables, and the trigger that deletes
-a task's events with the task; 7 the durable steps (`stores.steps`): the `steps` table
-and the trigger that deletes a task's steps with the task. Rows are mapped by
-`sqlite.rows`; the statements a transaction runs on these tables are `sqlite.tx.Tx`,
-`sqlite.flow`, `sqlite.operations` and `sqlite.steps`.
+a task's events with the task; 7 the `steps` table (`stores.steps`), with its trigger.
+Rows are mapped by `sqlite.rows`; the statements a transaction runs on these tables
+are `sqlite.tx.Tx`, `sqlite.flow`, `sqlite.operations` and `sqlite.steps`.
 """
 
 from __future__ import annotations
