@@ -9,7 +9,7 @@ together is one script of `redis.operations_lua`. Every call is one round trip:
   `EVENT_BATCH` events is split, one call per part). A history lives and dies with its
   task: the script drops events of absent or expired tasks and gives a history its
   task's TTL; the scripts that end a task give it the same TTL, and every script that
-  deletes a task hash deletes its history (`redis.flow_lua.history_key`).
+  deletes a task hash deletes its history (`redis.flow_lua.forget_task`).
 - `events`: a `MULTI` of the task's liveness fields and the list, so a history is
   never shown for an expired task that Redis has not evicted yet.
 - `beat`: one script (upsert, forget the workers not seen for `FORGET_AFTER`);
