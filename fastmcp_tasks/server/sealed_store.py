@@ -25,7 +25,6 @@ from fastmcp_tasks.server.sealing import Sealer
 from fastmcp_tasks.stores.base import TaskChange, TaskRecord, TaskStore
 from fastmcp_tasks.stores.steps import StepRecord
 
-
 #: The status message of a task whose error (sealed) would have given its own.
 FAILED_MESSAGE = "Failed"
 #: The status message of a task parked for input, whose question (sealed) would be it.
