@@ -22,11 +22,13 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import anyio
 from fastmcp import FastMCP
 from fastmcp.server.auth import AccessToken
 from fastmcp.server.auth.providers.jwt import StaticTokenVerifier
 from fastmcp.server.dependencies import CurrentAccessToken, get_access_token, get_http_headers
 from fastmcp.utilities.tasks import TaskConfig
+from mcp_types import ToolAnnotations
 
 from fastmcp_tasks import TasksExtension, task_options
 
@@ -68,6 +70,19 @@ def build(store: str, concurrency: int) -> FastMCP:
     @task_options(dedupe=timedelta(minutes=5))
     async def echo(text: str) -> dict[str, Any]:
         return {"echo": text}
+
+    @mcp.tool(task=FAST, annotations=ToolAnnotations(idempotentHint=True))
+    async def held_whoami(gate: str) -> dict[str, Any]:
+        """Says it started (`<gate>.started` holds the pid), waits for `gate` to exist."""
+        await anyio.Path(f"{gate}.started").write_text(str(os.getpid()))
+        while not await anyio.Path(gate).exists():  # noqa: ASYNC110 - another process makes it
+            await anyio.sleep(0.05)
+        token = get_access_token()
+        return {
+            "subject": token.subject if token else None,
+            "demo": get_http_headers().get("x-demo"),
+            "pid": os.getpid(),
+        }
 
     @mcp.tool(task=FAST)
     async def headers_only() -> dict[str, Any]:

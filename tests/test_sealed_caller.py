@@ -14,6 +14,7 @@ argument or a result.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -257,6 +258,33 @@ async def test_a_worker_with_the_key_sees_the_foreground_caller(store: Store) ->
     for secret in (b"alice-token", b"stale-token", b"secret-header-91c2"):
         assert secret not in stored
         assert secret.hex().encode() not in stored
+
+
+async def test_a_task_recovered_from_a_killed_worker_runs_as_its_caller(tmp_path: Path) -> None:
+    """Recovery, not only a first claim, opens the sealed caller: the worker running the
+    task is SIGKILLed and another takes the task over when its lease runs out."""
+    db, gate = tmp_path / "tasks.db", tmp_path / "gate"
+    started = Path(f"{gate}.started")
+    command = [sys.executable, "-m", "fastmcp_tasks", "worker", str(SERVER)]
+    async with front_end(db, "key A") as wire:
+        created = await wire.call_tool("held_whoami", {"gate": str(gate)}, headers=ALICE)
+        first = _spawn(command, _env(db, "key A"), subprocess.DEVNULL)
+        try:
+            with anyio.fail_after(20):
+                while not await anyio.Path(started).exists():  # noqa: ASYNC110 - the worker's
+                    await anyio.sleep(0.05)
+            killed = int(await anyio.Path(started).read_text())
+            first.send_signal(signal.SIGKILL)
+            first.wait(timeout=10)
+        finally:
+            _stop(first)
+        gate.write_text("go")
+        async with worker(db, "key A"):
+            done = await wire.wait(created["taskId"], headers=ALICE, within=30)
+    assert done["status"] == "completed", done
+    seen = done["result"]["structuredContent"]
+    assert seen["pid"] != killed
+    assert (seen["subject"], seen["demo"]) == ("alice", "demo-header-7f3a9")
 
 
 MARKER = "marker-argument-4e7b1"
