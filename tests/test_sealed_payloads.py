@@ -334,3 +334,34 @@ async def test_operator_views_keep_a_tool_errors_flag_without_the_key(
     assert shown.result == {"content": [{"type": "text", "text": SEALED_HINT}], "isError": True}
     monkeypatch.setenv(KEY_ENV, "key A")
     assert MARKER in for_operators(raw).result["content"][0]["text"]  # type: ignore[index]
+
+
+async def test_the_dashboard_opens_payloads_with_the_key_and_says_sealed_without(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fastmcp_tasks.dashboard import app as dashboard_app
+    from tests.test_dashboard_http import client_of
+
+    url = f"sqlite:///{tmp_path / 'tasks.db'}"
+    mcp, _ = server(url, **SEALED)
+    seen: dict[str | None, tuple[str, dict[str, Any]]] = {}
+    with anyio.fail_after(30):
+        async with memory_wire(mcp) as wire:
+            done = await wire.wait((await wire.call_tool("echo", {"text": MARKER}))["taskId"])
+        for key in (None, "key A"):
+            if key is None:
+                monkeypatch.delenv(KEY_ENV, raising=False)
+            else:
+                monkeypatch.setenv(KEY_ENV, key)
+            async with client_of(dashboard_app(url)) as http:
+                page = (await http.get(f"/tasks/{done['taskId']}")).text
+                document = (await http.get(f"/api/tasks/{done['taskId']}")).json()
+            seen[key] = (page, document)
+    page, document = seen[None]
+    assert MARKER not in page and MARKER not in json.dumps(document)
+    assert SEALED_HINT in page
+    assert document["arguments"] == {"sealed": SEALED_HINT}
+    page, document = seen["key A"]
+    assert MARKER in page
+    assert document["arguments"] == {"text": MARKER}
+    assert document["result"]["structuredContent"] == {"echo": MARKER}
