@@ -22,7 +22,6 @@ A value's size is `#value` in Lua: the bytes redis-py sent, its UTF-8 encoding.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -85,6 +84,8 @@ class RedisSteps:
 
         async def _script(self, name: str, keys: list[str], args: list[Any]) -> Any: ...
 
+        async def _live_list(self, task_id: str, key: str) -> list[Any]: ...
+
     async def save_step(self, task_id: str, name: str, value_json: str, at: float) -> bool:
         keys = [self.keys.task(task_id), self.keys.steps(task_id), self.keys.step_names(task_id)]
         head = json.dumps([name, at], ensure_ascii=False)
@@ -97,18 +98,7 @@ class RedisSteps:
         return bool(answer)
 
     async def steps(self, task_id: str) -> list[StepRecord]:
-        async with self._require().pipeline(transaction=True) as pipe:
-            pipe.hmget(self.keys.task(task_id), ["status", "terminal_at", "retention_ms"])
-            pipe.lrange(self.keys.steps(task_id), 0, -1)
-            (status, ended, kept), entries = await self._guard(pipe.execute())
-        if status is None:
-            return []
-        if (
-            ended is not None
-            and kept is not None
-            and float(ended) + int(kept) / 1000 <= time.time()
-        ):
-            return []
+        entries = await self._live_list(task_id, self.keys.steps(task_id))
         return [decode_step(entry) for entry in entries]
 
 
