@@ -210,15 +210,19 @@ async def sample_on_off(
     """Time `rounds` (after 50 warm-up rounds) of the five `KINDS` into `samples`: a sync
     call, a creation and a `tasks/get` on each server, in a fresh random order every round,
     each created task let finish (untimed) before the next sample."""
+    await sample_servers(samples, sync_send, {"on": on_send, "off": off_send}, rounds)
+
+
+async def sample_servers(
+    samples: dict[str, list[int]], sync_send: Any, servers: dict[str, Any], rounds: int
+) -> None:
+    """`sample_on_off` for any number of named servers: `sync`, `create_<name>` and
+    `get_<name>` samples, interleaved in a fresh random order every round."""
     shuffle = random.Random(2663).shuffle
-    task_on, task_off = await create_task(on_send), await create_task(off_send)
-    kinds: list[tuple[str, Any, tuple[Any, ...]]] = [
-        ("sync", sync_call, (sync_send,)),
-        ("create_on", create_task, (on_send,)),
-        ("create_off", create_task, (off_send,)),
-        ("get_on", get_task, (on_send, task_on)),
-        ("get_off", get_task, (off_send, task_off)),
-    ]
+    kinds: list[tuple[str, Any, tuple[Any, ...]]] = [("sync", sync_call, (sync_send,))]
+    for name, send in servers.items():
+        kinds.append((f"create_{name}", create_task, (send,)))
+        kinds.append((f"get_{name}", get_task, (send, await create_task(send))))
     for i in range(rounds + 50):
         shuffle(kinds)
         for kind, call, args in kinds:
@@ -226,7 +230,7 @@ async def sample_on_off(
             answer = await call(*args)
             took = time.perf_counter_ns() - start
             if i >= 50:
-                samples[kind].append(took)
+                samples.setdefault(kind, []).append(took)
             if kind.startswith("create"):
                 await settle(args[0], answer)
 

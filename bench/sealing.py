@@ -1,4 +1,4 @@
-"""What sealing the caller context costs: creation and `tasks/get` p50 with and without a key.
+"""What sealing costs: creation and `tasks/get` p50 without a key, with one, and `seal="all"`.
 
     .venv/bin/python -m bench.sealing                      # memory, sqlite, redis, postgres
     .venv/bin/python -m bench.sealing --stores sqlite --rounds 1000
@@ -14,13 +14,14 @@ blob is the size a real caller's is.
 Two parts, on every store that answers (Redis at `--redis-url`, PostgreSQL at
 `--postgres-url`; a store that does not answer is left out and said so):
 
-- **Latency.** Per store a server with a key and one without, the same no-op tool,
+- **Latency.** Per store a server without a key, one with a key (the caller sealed) and
+  one with `seal="all"` (every payload sealed too), the same no-op tool,
   samples interleaved in a fresh random order each round with a plain synchronous
   `tools/call` to an authenticated server without tasks (each created task is let
-  finish, untimed, before the next sample), the two servers built in both orders (half
-  the rounds each): task-creating `tools/call` p50 and `tasks/get` p50, each as a ratio
-  to the sync call of the same run. A created task of the keyed server is checked to
-  hold a sealed caller.
+  finish, untimed, before the next sample), the servers built in each rotation (a third
+  of the rounds each): task-creating `tools/call` p50 and `tasks/get` p50, each as a
+  ratio to the sync call of the same run. Every task of a keyed server is checked to
+  have its caller sealed.
 - **Micro.** `seal_caller` + `open_caller` (AES-GCM `Sealer.seal` + `open` and the
   token's (de)serialisation) of the same kind of caller, in microseconds (timeit), and
   as a ratio to each store's sync p50.
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import tempfile
@@ -46,7 +48,7 @@ from fastmcp.server.auth.providers.jwt import StaticTokenVerifier
 
 from bench import transports
 from bench.calls import pct
-from bench.history import KINDS, opened, reachable, sample_on_off, store_url
+from bench.history import opened, reachable, sample_servers, store_url
 from fastmcp_tasks import TasksExtension
 from fastmcp_tasks.server.engine.caller import Caller
 from fastmcp_tasks.server.engine.sealed import open_caller, seal_caller
@@ -95,14 +97,20 @@ def verifier() -> StaticTokenVerifier:
     return StaticTokenVerifier(tokens={BEARER: dict(CLAIMS)})
 
 
-def bench_server(url: str, sealed: bool) -> tuple[FastMCP, TasksExtension]:
-    mcp = FastMCP(f"bench-sealing-{sealed}", auth=verifier())
+#: The servers compared: no key, a key (the caller sealed), `seal="all"` (payloads too).
+MODES = ("off", "key", "all")
+
+
+def bench_server(url: str, mode: str) -> tuple[FastMCP, TasksExtension]:
+    mcp = FastMCP(f"bench-sealing-{mode}", auth=verifier())
 
     @mcp.tool(task=True)
-    async def noop() -> str:
-        return "ok"
+    async def noop(text: str = "") -> str:
+        return text or "ok"
 
-    extension = TasksExtension(url=url, encryption_key=[KEY] if sealed else [])
+    keys = [] if mode == "off" else [KEY]
+    seal = "all" if mode == "all" else "caller"
+    extension = TasksExtension(url=url, encryption_key=keys, seal=seal)
     mcp.add_extension(extension)
     return mcp, extension
 
@@ -118,7 +126,7 @@ def plain_server() -> FastMCP:
 
 
 def counted(sealer: Sealer) -> list[int]:
-    """How many texts `sealer` seals from now on (one slot, counted as they are sealed)."""
+    """How many callers `sealer` seals from now on (one slot, counted as they are sealed)."""
     count, seal = [0], sealer.seal
 
     def sealing(task_id: str, payload: dict[str, Any]) -> str:
@@ -130,27 +138,32 @@ def counted(sealer: Sealer) -> list[int]:
     return count
 
 
-async def latency(url_on: str, url_off: str, rounds: int) -> dict[str, float]:
-    """p50s (microseconds) of sync / create / get with a key (on) and without (off)."""
-    samples: dict[str, list[int]] = {k: [] for k in KINDS}
+async def latency(urls: dict[str, str], rounds: int) -> dict[str, float]:
+    """p50s (microseconds) of sync / create / get on each of `MODES`' servers.
+
+    The servers are built in each rotation of `MODES` for a third of the rounds (an
+    earlier-built server is measurably slower on this harness whatever its options)."""
+    samples: dict[str, list[int]] = {}
+    share = rounds // len(MODES)
     async with transports.http_transport(plain_server()) as sync_conn:
-        for first_on in (True, False):
-            order = [(url_on, True), (url_off, False)]
-            if not first_on:
-                order.reverse()
-            (server_one, ext_one), (server_two, ext_two) = (bench_server(*o) for o in order)
-            async with (
-                transports.http_transport(server_one) as one,
-                transports.http_transport(server_two) as two,
-            ):
-                on, off = (one, two) if first_on else (two, one)
-                sealer = (ext_one if first_on else ext_two).sealer
-                assert sealer is not None and (ext_two if first_on else ext_one).sealer is None
-                sealed = counted(sealer)
-                await sample_on_off(samples, sync_conn.send, on.send, off.send, rounds // 2)
-                # every task of the keyed server had its caller sealed (the record's
-                # context is dropped when it finishes, so it is counted, not read back)
-                assert sealed[0] == rounds // 2 + 51, (sealed, rounds)
+        for turn in range(len(MODES)):
+            order = MODES[turn:] + MODES[:turn]
+            built = {mode: bench_server(urls[mode], mode) for mode in order}
+            async with contextlib.AsyncExitStack() as stack:
+                sends = {}
+                for mode in order:
+                    conn = await stack.enter_async_context(
+                        transports.http_transport(built[mode][0])
+                    )
+                    sends[mode] = conn.send
+                extensions = {mode: built[mode][1] for mode in MODES}
+                assert extensions["off"].sealer is None and extensions["all"].seal_all
+                sealed = {m: counted(extensions[m].sealer) for m in ("key", "all")}  # type: ignore[arg-type]
+                await sample_servers(samples, sync_conn.send, sends, share)
+                # every task of a keyed server had its caller sealed (the record's context
+                # is dropped when it finishes, so it is counted, not read back)
+                for count in sealed.values():
+                    assert count[0] == share + 51, (count, share)
     return {kind: pct(values, 50) for kind, values in samples.items()}
 
 
@@ -197,9 +210,9 @@ async def main(args: argparse.Namespace) -> None:
             if why is not None:
                 skipped.append(f"{name}: {why}")
                 continue
-            url_on, url_off = (store_url(name, args, Path(scratch)) for _ in range(2))
-            report["stores"][name] = {"p50_us": await latency(url_on, url_off, args.rounds)}
-            for url in (url_on, url_off):
+            urls = {mode: store_url(name, args, Path(scratch)) for mode in MODES}
+            report["stores"][name] = {"p50_us": await latency(urls, args.rounds)}
+            for url in urls.values():
                 if name in ("redis", "postgres"):
                     async with opened(name, url):  # clears the prefix / drops the schema
                         pass
@@ -210,8 +223,8 @@ async def main(args: argparse.Namespace) -> None:
     )
     print()
     print(
-        "| store | sync p50 µs | create p50 / sync (key / no key) "
-        "| tasks/get p50 / sync (key / no key) | seal + open / sync |"
+        "| store | sync p50 µs | create p50 / sync (no key / key / seal all) "
+        "| tasks/get p50 / sync (no key / key / seal all) | seal + open / sync |"
     )
     print("|---|---|---|---|---|")
     for name, row in report["stores"].items():
@@ -219,9 +232,10 @@ async def main(args: argparse.Namespace) -> None:
         sync = p["sync"]
         print(
             f"| {name} | {sync:.0f} | "
-            f"{p['create_on'] / sync:.2f} / {p['create_off'] / sync:.2f} | "
-            f"{p['get_on'] / sync:.2f} / {p['get_off'] / sync:.2f} | "
-            f"{m['seal_open_us'] / sync:.3f} |"
+            + " / ".join(f"{p[f'create_{m}'] / sync:.2f}" for m in MODES)
+            + " | "
+            + " / ".join(f"{p[f'get_{m}'] / sync:.2f}" for m in MODES)
+            + f" | {m['seal_open_us'] / sync:.3f} |"
         )
     for line in skipped:
         print(f"*** SKIPPED {line} ***")

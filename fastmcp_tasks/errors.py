@@ -6,6 +6,7 @@ The hierarchy::
     ├── ConfigurationError          bad construction arguments (also a ValueError)
     ├── StoreError                  a store could not do what was asked
     │   ├── TaskLimitExceeded       a store refused a new task: a cap is reached
+    │   ├── StepLimitExceeded       a store refused a durable step: a per-task bound
     │   └── StoreTimeout            a store call took longer than `store_timeout`
     ├── DuplicateTask               `create` of an id the store already has (also a ValueError)
     ├── InvalidTransition           a state change the task's state machine forbids
@@ -33,6 +34,7 @@ so every code and message the server sends lives in this one module:
 - `polling_too_fast()`     -32000, `tasks/get` of one task faster than the configured pace
 - `too_large()`            -32602, arguments or answers over a configured size limit
 - `store_unavailable()`    -32603, the task store failed (e.g. Redis unreachable); retryable
+- `unreadable_payload()`   -32603, the task's payloads are sealed with keys this server lacks
 - `interrupted()`          -32603, the task's run was lost (shutdown, crash)
 - `flow_control_unsupported()` -32603, a tool's flow-control options on a store without it
 - `concurrency_key_failed()`   -32603, a tool's `concurrency_key` raised
@@ -141,12 +143,8 @@ class TaskCancelled(TaskFailed):
 
 class NotATask(ToolError, TasksError):
     """`call_tool_task()` was answered synchronously: the tool ran, but not as a task.
-
-    Args:
-        message: why, and what to change.
-        result: the synchronous result (a `fastmcp.client.client.CallToolResult`).
-        tool_name: the tool called.
-    """
+    The message says why and what to change; `result` is the synchronous result (a
+    `fastmcp.client.client.CallToolResult`), `tool_name` the tool called."""
 
     def __init__(self, message: str, *, result: Any, tool_name: str) -> None:
         super().__init__(message)
@@ -156,12 +154,7 @@ class NotATask(ToolError, TasksError):
 
 class NoInputHandler(ToolError, TasksError):
     """A task waits for input (`inputRequests`) that nothing on this client can answer.
-
-    Args:
-        message: what the task asks and how to answer it.
-        task_id: the task's id.
-        requests: the unanswerable requests (key to request).
-    """
+    The message says what it asks and how to answer; `requests`: key to request."""
 
     def __init__(self, message: str, *, task_id: str, requests: dict[str, Any]) -> None:
         super().__init__(message)
@@ -293,6 +286,11 @@ def polling_too_fast(fraction: float, interval_ms: int, retry_after_ms: int) -> 
 STORE_UNAVAILABLE = "Task store unavailable; nothing was created or changed, retry later"
 #: How long a client should wait before retrying after `store_unavailable()`.
 STORE_RETRY_AFTER_MS = 1000
+
+
+def unreadable_payload(reason: str) -> MCPError:
+    """-32603: the task's payloads are sealed with keys this server lacks (`reason`)."""
+    return MCPError(code=INTERNAL_ERROR, message=reason)
 
 
 def store_unavailable() -> MCPError:

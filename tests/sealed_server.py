@@ -3,8 +3,9 @@
     python tests/sealed_server.py --port N --concurrency C   (front end, Streamable HTTP)
     python -m fastmcp_tasks worker tests/sealed_server.py     (a worker)
 
-The store is `SEALED_STORE` (a store URL, or a SQLite file's path); the encryption key is read by
-`TasksExtension` itself from `FASTMCP_TASKS_ENCRYPTION_KEY`. `stale-token` expires
+The store is `SEALED_STORE` (a store URL, or a SQLite file's path); the encryption key and
+the sealing mode are read by `TasksExtension` itself from `FASTMCP_TASKS_ENCRYPTION_KEY`
+and `FASTMCP_TASKS_SEAL`. `stale-token` expires
 `STALE_SECONDS` after it is verified, so a worker started later restores an expired token.
 """
 
@@ -21,13 +22,15 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import anyio
 from fastmcp import FastMCP
 from fastmcp.server.auth import AccessToken
 from fastmcp.server.auth.providers.jwt import StaticTokenVerifier
 from fastmcp.server.dependencies import CurrentAccessToken, get_access_token, get_http_headers
 from fastmcp.utilities.tasks import TaskConfig
+from mcp_types import ToolAnnotations
 
-from fastmcp_tasks import TasksExtension
+from fastmcp_tasks import TasksExtension, task_options
 
 STALE_SECONDS = 2
 FAST = TaskConfig(poll_interval=timedelta(milliseconds=50))
@@ -61,6 +64,24 @@ def build(store: str, concurrency: int) -> FastMCP:
             "scopes": token.scopes,
             "imperative": imperative.client_id if imperative else None,
             "demo": get_http_headers().get("x-demo"),
+        }
+
+    @mcp.tool(task=FAST)
+    @task_options(dedupe=timedelta(minutes=5))
+    async def echo(text: str) -> dict[str, Any]:
+        return {"echo": text}
+
+    @mcp.tool(task=FAST, annotations=ToolAnnotations(idempotentHint=True))
+    async def held_whoami(gate: str) -> dict[str, Any]:
+        """Says it started (`<gate>.started` holds the pid), waits for `gate` to exist."""
+        await anyio.Path(f"{gate}.started").write_text(str(os.getpid()))
+        while not await anyio.Path(gate).exists():  # noqa: ASYNC110 - another process makes it
+            await anyio.sleep(0.05)
+        token = get_access_token()
+        return {
+            "subject": token.subject if token else None,
+            "demo": get_http_headers().get("x-demo"),
+            "pid": os.getpid(),
         }
 
     @mcp.tool(task=FAST)

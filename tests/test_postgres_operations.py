@@ -89,7 +89,7 @@ UNION ALL SELECT 'trigger', t.tgname FROM pg_trigger t JOIN pg_class c ON c.oid 
 
 async def test_a_version_2_schema_is_migrated_keeping_its_tasks() -> None:
     schema = fresh_schema()
-    assert SCHEMA_VERSION == 3 and sorted(MIGRATIONS) == [0, 1, 2]
+    assert SCHEMA_VERSION == 4 and sorted(MIGRATIONS) == [0, 1, 2, 3]
     kept, ended = record(), record()
     async with await psycopg.AsyncConnection.connect(POSTGRES_URL, autocommit=True) as conn:
         await conn.execute(f"CREATE SCHEMA {schema}")
@@ -140,6 +140,7 @@ async def test_a_migrated_schema_has_what_a_new_one_has() -> None:
         assert found == await layout(new)
         assert {("r", "task_events"), ("r", "workers"), ("r", "pauses"), ("r", "audit")} <= found
         assert {("trigger", "tasks_forget_events"), ("function", "forget_events")} <= found
+        assert {("r", "steps"), ("trigger", "tasks_forget_steps")} <= found  # version 4
     finally:
         drop_schema(old)
         drop_schema(new)

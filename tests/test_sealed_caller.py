@@ -7,12 +7,14 @@ and for the main test also Redis and PostgreSQL), each given its key through
 sees what the same call sees in the foreground; a worker without the key, or with
 another, fails the task saying so; a token expired before the run is not restored;
 the store (every byte of the SQLite files, of the Redis prefix's keys, of the PostgreSQL
-schema's rows) holds neither the token nor a header value.
+schema's rows) holds neither the token nor a header value, nor, under `seal="all"`, an
+argument or a result.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -26,6 +28,7 @@ import httpx
 import pytest
 
 from fastmcp_tasks.server.engine.caller import TOKEN_EXPIRED
+from fastmcp_tasks.server.payloads import SEAL_ENV
 from fastmcp_tasks.server.sealing import KEY_ENV, NO_KEY, WRONG_KEY
 from tests.private_postgres import shared_schema
 from tests.sealed_server import STALE_SECONDS
@@ -49,11 +52,13 @@ STALE = {"Authorization": "Bearer stale-token", "X-Demo": "stale-header-2b8c"}
 Store = tuple[str, Callable[[], Awaitable[bytes]]]
 
 
-def _env(db: Path | str, key: str | None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != KEY_ENV}
+def _env(db: Path | str, key: str | None, seal: str | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in (KEY_ENV, SEAL_ENV)}
     env["SEALED_STORE"] = str(db)
     if key is not None:
         env[KEY_ENV] = key
+    if seal is not None:
+        env[SEAL_ENV] = seal
     return env
 
 
@@ -164,11 +169,13 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 
 @asynccontextmanager
-async def front_end(db: Path | str, key: str | None) -> AsyncIterator[Wire]:
+async def front_end(
+    db: Path | str, key: str | None, seal: str | None = None
+) -> AsyncIterator[Wire]:
     """A `concurrency=0` front end: every task waits for a worker."""
     port = free_port()
     command = [sys.executable, str(SERVER), "--port", str(port), "--concurrency", "0"]
-    process = _spawn(command, _env(db, key), subprocess.DEVNULL)
+    process = _spawn(command, _env(db, key, seal), subprocess.DEVNULL)
     try:
         url = f"http://127.0.0.1:{port}/mcp"
         with anyio.fail_after(20):
@@ -187,10 +194,10 @@ async def front_end(db: Path | str, key: str | None) -> AsyncIterator[Wire]:
 
 
 @asynccontextmanager
-async def worker(db: Path | str, key: str | None) -> AsyncIterator[None]:
+async def worker(db: Path | str, key: str | None, seal: str | None = None) -> AsyncIterator[None]:
     """`python -m fastmcp_tasks worker tests/sealed_server.py`, started and ready."""
     command = [sys.executable, "-m", "fastmcp_tasks", "worker", str(SERVER)]
-    process = _spawn(command, _env(db, key), subprocess.PIPE)
+    process = _spawn(command, _env(db, key, seal), subprocess.PIPE)
     try:
         with anyio.fail_after(20):
             line = await anyio.to_thread.run_sync(process.stdout.readline)  # type: ignore[union-attr]
@@ -251,6 +258,57 @@ async def test_a_worker_with_the_key_sees_the_foreground_caller(store: Store) ->
     for secret in (b"alice-token", b"stale-token", b"secret-header-91c2"):
         assert secret not in stored
         assert secret.hex().encode() not in stored
+
+
+async def test_a_task_recovered_from_a_killed_worker_runs_as_its_caller(tmp_path: Path) -> None:
+    """Recovery, not only a first claim, opens the sealed caller: the worker running the
+    task is SIGKILLed and another takes the task over when its lease runs out."""
+    db, gate = tmp_path / "tasks.db", tmp_path / "gate"
+    started = Path(f"{gate}.started")
+    command = [sys.executable, "-m", "fastmcp_tasks", "worker", str(SERVER)]
+    async with front_end(db, "key A") as wire:
+        created = await wire.call_tool("held_whoami", {"gate": str(gate)}, headers=ALICE)
+        first = _spawn(command, _env(db, "key A"), subprocess.DEVNULL)
+        try:
+            with anyio.fail_after(20):
+                while not await anyio.Path(started).exists():  # noqa: ASYNC110 - the worker's
+                    await anyio.sleep(0.05)
+            killed = int(await anyio.Path(started).read_text())
+            first.send_signal(signal.SIGKILL)
+            first.wait(timeout=10)
+        finally:
+            _stop(first)
+        gate.write_text("go")
+        async with worker(db, "key A"):
+            done = await wire.wait(created["taskId"], headers=ALICE, within=30)
+    assert done["status"] == "completed", done
+    seen = done["result"]["structuredContent"]
+    assert seen["pid"] != killed
+    assert (seen["subject"], seen["demo"]) == ("alice", "demo-header-7f3a9")
+
+
+MARKER = "marker-argument-4e7b1"
+
+
+async def test_seal_all_keeps_arguments_and_results_unreadable_at_rest(store: Store) -> None:
+    db, at_rest = store
+    async with front_end(db, "key A", seal="all") as wire:
+        foreground = await wire.call_tool("echo", {"text": MARKER}, opt_in=False, headers=ALICE)
+        created = await wire.call_tool("echo", {"text": MARKER}, headers=ALICE)
+        again = await wire.call_tool("echo", {"text": MARKER}, headers=ALICE)  # deduplicated
+        queued = await at_rest()
+        async with worker(db, "key A", seal="all"):
+            done = await wire.wait(created["taskId"], headers=ALICE, within=20)
+        ended = await at_rest()
+    assert again["taskId"] == created["taskId"]
+    assert done["status"] == "completed", done
+    assert done["result"]["structuredContent"] == foreground["structuredContent"]
+    assert done["result"]["content"] == foreground["content"]
+    for stored in (queued, ended):
+        assert b"echo" in stored, "the scan does not see the task"
+        for secret in (MARKER.encode(), b"alice-token", b"secret-header-91c2"):
+            assert secret not in stored
+            assert secret.hex().encode() not in stored
 
 
 @pytest.mark.parametrize(("key", "reason"), [(None, NO_KEY), ("key B", WRONG_KEY)])

@@ -81,9 +81,9 @@ def layout(path: Path) -> tuple[list[tuple[Any, ...]], set[tuple[str, str, str]]
 # --- migration --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("version", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("version", [1, 2, 3, 4, 5, 6])
 async def test_an_older_file_migrates_in_place(tmp_path: Path, version: int) -> None:
-    assert SCHEMA_VERSION == 6 and sorted(MIGRATIONS) == [0, 1, 2, 3, 4, 5]
+    assert SCHEMA_VERSION == 7 and sorted(MIGRATIONS) == [0, 1, 2, 3, 4, 5, 6]
     path = tmp_path / f"v{version}.db"
     queued = record(app="billing" if version >= 3 else None)
     held = record(lease_owner="w0", lease_expires=later())

@@ -53,6 +53,7 @@ from fastmcp_tasks.cli.views import (
 )
 from fastmcp_tasks.dashboard.steps import steps_of
 from fastmcp_tasks.errors import ConfigurationError, StoreError
+from fastmcp_tasks.server.payloads import for_operators
 from fastmcp_tasks.stores import store_from_url
 from fastmcp_tasks.stores.base import TaskRecord
 from fastmcp_tasks.stores.flow import tombstone_of
@@ -186,7 +187,7 @@ async def _ls(store: ListableTaskStore, args: argparse.Namespace) -> int:
         raise OperatorError(f"--limit must be 1..{MAX_PAGE}, got {args.limit}", 2)
     tasks = await list_outcomes(store, outcomes, args.owner, args.limit)
     if args.json:
-        print(json.dumps([summary_json(task) for task in tasks], indent=2))
+        print(json.dumps([summary_json(for_operators(task)) for task in tasks], indent=2))
         return 0
     now = time.time()
     header = ("TASK ID", "STATUS", "TOOL", "CREATED", "UPDATED", "MESSAGE")
@@ -245,6 +246,7 @@ async def list_outcomes(
 
 async def _show(store: ListableTaskStore, task_id: str, as_json: bool, where: str) -> int:
     task = await store.get(task_id)
+    task = None if task is None else for_operators(task)  # sealed payloads: key or "sealed"
     if task is None:
         if (stone := await tombstone_of(store, task_id)) is None:
             raise OperatorError(

@@ -58,6 +58,7 @@ from fastmcp_tasks.dashboard.selections import Selections
 from fastmcp_tasks.dashboard.state import Dashboard, open_store
 from fastmcp_tasks.dashboard.steps import steps_of, steps_section
 from fastmcp_tasks.errors import StoreError
+from fastmcp_tasks.server.payloads import for_operators
 from fastmcp_tasks.stores.listing import ListableTaskStore
 
 STATIC = Path(__file__).parent / "static"
@@ -159,7 +160,7 @@ def build_app(
         record = await store.get(task_id)
         if record is None:
             raise Refusal(404, await pages.missing_text(store, task_id))
-        return record
+        return for_operators(record)  # sealed payloads: opened with the key, else "sealed"
 
     kit = operations.Kit(
         store=store,

@@ -22,7 +22,9 @@ SHOWN = 50
 
 async def steps_of(store: TaskStore, task_id: str) -> list[StepRecord] | None:
     """The task's recorded steps, oldest first; `None` when the store keeps none."""
-    inner = getattr(store, "inner", store)  # a `MonitoredStore`: ask the store it wraps
+    inner: Any = store
+    while getattr(inner, "inner", None) is not None:  # a wrapper (sealed, monitored)
+        inner = inner.inner  # ask the store it wraps; read through the wrapper
     if stepped(inner) is None:
         return None
     return list(await store.steps(task_id))  # type: ignore[attr-defined]

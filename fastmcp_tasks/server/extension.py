@@ -61,7 +61,9 @@ from fastmcp_tasks.server.listen import ListenService
 from fastmcp_tasks.server.misuse import warn_about
 from fastmcp_tasks.server.monitored_store import monitored
 from fastmcp_tasks.server.options import options_of
+from fastmcp_tasks.server.payloads import seal_mode
 from fastmcp_tasks.server.related import serving_related
+from fastmcp_tasks.server.sealed_store import sealed_store
 from fastmcp_tasks.server.sealing import Sealer
 from fastmcp_tasks.server.termination import SigtermGuard
 from fastmcp_tasks.server.validation import arguments_valid
@@ -141,6 +143,9 @@ class TasksExtension(ServerExtension):
         encryption_key: seals the caller's token and headers into the store so any process
             runs its tasks with them (`server.sealing`); several rotate: the first seals.
             `None` reads `FASTMCP_TASKS_ENCRYPTION_KEY` (comma-separated); none: not stored.
+        seal: `"all"` also seals every payload at rest (arguments, results, input, errors,
+            steps; `server.payloads`), which needs a key; `"caller"` (default) only the
+            caller. `None` reads `FASTMCP_TASKS_SEAL`.
     """
 
     identifier = TASKS_EXTENSION_ID
@@ -166,6 +171,7 @@ class TasksExtension(ServerExtension):
         worker_interval: Duration = timedelta(seconds=DEFAULT_INTERVAL),
         history: bool = True,
         encryption_key: str | Sequence[str] | None = None,
+        seal: str | None = None,
     ) -> None:
         if store is not None and url is not None:
             raise ConfigurationError("pass either url= or store=, not both")
@@ -181,27 +187,10 @@ class TasksExtension(ServerExtension):
         worker_interval = duration("worker_interval", worker_interval, positive=True)
         if startup not in STARTUP_MODES:
             raise ConfigurationError(f"startup must be one of {STARTUP_MODES}, got {startup!r}")
-        self._config: dict[str, Any] = {
-            "url": url,
-            "store": store,
-            "concurrency": concurrency,
-            "retention": retention,
-            "max_tasks": max_tasks,
-            "sweep_interval": sweep_interval,
-            "input_timeout": input_timeout,
-            "lease": lease,
-            "shutdown_grace": shutdown_grace,
-            "limits": limits,
-            "store_timeout": store_timeout,
-            "startup": startup,
-            "app": app,
-            "legacy_tasks": legacy_tasks,
-            "tombstone_retention": tombstone_retention,
-            "worker_interval": worker_interval,
-            "history": history,
-            "encryption_key": encryption_key,
-        }
+        # every argument, durations checked: what `clone` builds another from
+        self._config: dict[str, Any] = {k: v for k, v in locals().items() if k != "self"}
         self.sealer = Sealer.configured(encryption_key)  # `None` reads the variable
+        self.seal_all = seal_mode(seal, self.sealer)  # `None` reads the variable
         self.limits = limits or Limits()
         self._caps = self.limits.active_caps
         self.lease_seconds = lease.total_seconds()
@@ -226,13 +215,14 @@ class TasksExtension(ServerExtension):
         self.startup = startup
         self.app = app
         self.health_monitor = HealthMonitor(describe(store))
-        self._store = monitored(store, self.health_monitor, self.store_timeout)
+        sealing = sealed_store(store, self.sealer, self.seal_all)
+        self._store = monitored(sealing, self.health_monitor, self.store_timeout)
         self.concurrency = concurrency
         self.retention_ms = None if retention is None else int(retention.total_seconds() * 1000)
         self.sweep_interval = sweep_interval.total_seconds()
         self.worker_interval = worker_interval.total_seconds()
         #: this process's task events (`engine.history`), noted by handlers and engine
-        self.history = HistoryWriter(self._store, enabled=history)
+        self.history = HistoryWriter(self._store, enabled=history, sealed=self.seal_all)
         self.runner: TaskRunner | None = None
         self._admission = Admission(
             self._store, self.retention_ms, self.lease_seconds, self._caps, input_timeout

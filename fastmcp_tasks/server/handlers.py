@@ -45,6 +45,7 @@ from fastmcp_tasks.errors import (
     store_unavailable,
     task_not_found,
     too_large,
+    unreadable_payload,
 )
 from fastmcp_tasks.server.engine.history import HistoryWriter, ending
 from fastmcp_tasks.server.engine.inputs import answer_problem
@@ -55,6 +56,7 @@ from fastmcp_tasks.server.limits import Limits
 from fastmcp_tasks.server.monitored_store import deadline_at, request_deadline
 from fastmcp_tasks.server.ownership import current_principal, may_access, missing
 from fastmcp_tasks.server.pacing import PollPacer
+from fastmcp_tasks.server.payloads import unreadable
 from fastmcp_tasks.stores.base import TaskRecord, TaskStore
 from fastmcp_tasks.wire.legacy import LEGACY_VERSION, METHOD_LIST, METHOD_RESULT
 from fastmcp_tasks.wire.models import TaskIdParams, UpdateTaskParams
@@ -171,6 +173,8 @@ class TaskMethods:
             wait = self.pacer.retry_after_ms(params.task_id, interval)
             if wait is not None and interval is not None:
                 raise polling_too_fast(self.pacer.fraction, interval, wait)
+        if (reason := unreadable(record)) is not None:  # sealed with keys this one lacks
+            raise unreadable_payload(reason)
         return render_get_result(record)
 
     async def update(

@@ -44,11 +44,12 @@ from mcp.shared.message import ServerMessageMetadata
 from mcp_types import INVALID_PARAMS, METHOD_NOT_FOUND, RequestParams
 from pydantic import Field
 
-from fastmcp_tasks.errors import task_not_found
+from fastmcp_tasks.errors import task_not_found, unreadable_payload
 from fastmcp_tasks.server.engine.history import HistoryWriter
 from fastmcp_tasks.server.engine.inputs import answer_problem
 from fastmcp_tasks.server.engine.streams import ResultStreams
 from fastmcp_tasks.server.ownership import current_principal, may_access, missing
+from fastmcp_tasks.server.payloads import unreadable
 from fastmcp_tasks.stores.base import TaskRecord, TaskStore
 from fastmcp_tasks.stores.listing import PageKey, page_key
 from fastmcp_tasks.wire.legacy import legacy_call_result, legacy_task, related
@@ -317,6 +318,8 @@ async def ask_client(
 def outcome(record: TaskRecord) -> dict[str, Any]:
     """What `tasks/result` answers for a terminal task (or raises)."""
     if record.status == "completed":
+        if (reason := unreadable(record)) is not None:  # sealed with keys this one lacks
+            raise unreadable_payload(reason)
         return legacy_call_result(record.result or {}, record.task_id)
     if record.status == "failed":
         error = record.error or {}

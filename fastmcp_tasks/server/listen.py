@@ -63,9 +63,15 @@ from mcp_types import (
     SubscriptionsListenResult,
 )
 
-from fastmcp_tasks.errors import StoreError, missing_capability, store_unavailable
+from fastmcp_tasks.errors import (
+    StoreError,
+    missing_capability,
+    store_unavailable,
+)
 from fastmcp_tasks.server.engine.supervision import Backoff, retry_store
+from fastmcp_tasks.server.observability import shown_id
 from fastmcp_tasks.server.ownership import current_principal, may_access
+from fastmcp_tasks.server.payloads import unreadable
 from fastmcp_tasks.stores.base import TaskStore, get_many
 from fastmcp_tasks.wire.models import task_notification
 from fastmcp_tasks.wire.names import (
@@ -292,6 +298,10 @@ class ListenService:
                 for task_id in batch:
                     record = records.get(task_id)
                     if record is None or task_id not in watched:
+                        watched.discard(task_id)
+                        continue
+                    if (reason := unreadable(record)) is not None:  # sealed, no key here
+                        logger.warning("listen: task %s not sent: %s", shown_id(task_id), reason)
                         watched.discard(task_id)
                         continue
                     task = render_task(record)  # just before the send: records may be live

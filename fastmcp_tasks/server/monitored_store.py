@@ -46,6 +46,7 @@ from fastmcp_tasks.errors import (
     TaskLimitExceeded,
 )
 from fastmcp_tasks.server.health import HealthMonitor
+from fastmcp_tasks.server.sealed_store import SealedStore
 from fastmcp_tasks.stores.base import TaskChange, TaskStore
 from fastmcp_tasks.stores.memory import MemoryTaskStore
 
@@ -215,7 +216,15 @@ class MonitoredStore:
 
 
 def monitored(store: TaskStore, health: HealthMonitor, timeout: float | None) -> TaskStore:
-    """`store` bounded and watched, unless it is the in-memory store (it cannot fail)."""
-    if type(store) is MemoryTaskStore:
+    """`store` bounded and watched, unless it is the in-memory store (it cannot fail),
+    sealing or not."""
+    if type(innermost(store)) is MemoryTaskStore:
         return store
     return MonitoredStore(store, health, timeout)
+
+
+def innermost(store: TaskStore) -> TaskStore:
+    """The store under every wrapper (`MonitoredStore`, `SealedStore`)."""
+    while isinstance(store, MonitoredStore | SealedStore):
+        store = store.inner
+    return store

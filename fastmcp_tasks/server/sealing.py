@@ -96,14 +96,24 @@ class Sealer:
 
     def seal(self, task_id: str, payload: dict[str, Any]) -> str:
         """`payload` sealed with the first key, bound to `task_id`."""
-        key_id, aead = self._keys[0]
-        nonce = secrets.token_bytes(NONCE_BYTES)
-        data = json.dumps(payload, separators=(",", ":")).encode()
-        sealed = aead.encrypt(nonce, data, task_id.encode())
-        return f"{VERSION}.{key_id}.{base64.urlsafe_b64encode(nonce + sealed).decode()}"
+        return self.seal_text(task_id, json.dumps(payload, separators=(",", ":")))
 
     def open(self, task_id: str, text: str) -> dict[str, Any]:
         """What `seal(task_id, ...)` sealed; `SealError` when no key of ours opens it."""
+        loaded = json.loads(self.open_text(task_id, text))
+        if not isinstance(loaded, dict):
+            raise SealError(f"{WRONG_KEY} (not a sealed object)")
+        return loaded
+
+    def seal_text(self, binding: str, plain: str) -> str:
+        """`plain` sealed with the first key, bound to `binding` (associated data)."""
+        key_id, aead = self._keys[0]
+        nonce = secrets.token_bytes(NONCE_BYTES)
+        sealed = aead.encrypt(nonce, plain.encode(), binding.encode())
+        return f"{VERSION}.{key_id}.{base64.urlsafe_b64encode(nonce + sealed).decode()}"
+
+    def open_text(self, binding: str, text: str) -> str:
+        """What `seal_text(binding, ...)` sealed; `SealError` when no key of ours opens it."""
         version, _, rest = text.partition(".")
         key_id, _, body = rest.partition(".")
         if version != VERSION or not body:
@@ -116,12 +126,10 @@ class Sealer:
             if candidate != key_id:
                 continue
             try:
-                opened = aead.decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], task_id.encode())
+                opened = aead.decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], binding.encode())
             except InvalidTag:
                 break
-            loaded = json.loads(opened)
-            if isinstance(loaded, dict):
-                return loaded
+            return opened.decode()
         raise SealError(WRONG_KEY)
 
 

@@ -22,9 +22,11 @@ It needs pytest and anyio's pytest plugin (installed with anyio); tests run on
 asyncio (override the `anyio_backend` fixture for trio), each bounded by
 `anyio.fail_after(timeout)` (30 s). The parts are separate classes (`CoreContract`,
 `LeaseContract`, `PhaseContract`, `FeedContract`, `IsolationContract`, `CapsContract`,
-`OperationsContract`)
+`OperationsContract`, `StepsContract`)
 for a store that keeps only some of the contract. `PhaseContract` checks
-`TaskRecord.phase` and `attempts`, and `start_run` (`fastmcp_tasks.stores.phases`).
+`TaskRecord.phase` and `attempts`, and `start_run` (`fastmcp_tasks.stores.phases`);
+`StepsContract` the durable steps (`fastmcp_tasks.stores.steps`), skipping for a
+store without them.
 `make_record` builds the tasks the tests use.
 Importing `fastmcp_tasks` never imports this module (nor pytest).
 """
@@ -39,6 +41,7 @@ from fastmcp_tasks.testing.isolation import IsolationContract
 from fastmcp_tasks.testing.leases import LeaseContract
 from fastmcp_tasks.testing.operations import OperationsContract
 from fastmcp_tasks.testing.phases import PhaseContract
+from fastmcp_tasks.testing.steps import StepsContract
 
 __all__ = [
     "CapsContract",
@@ -49,6 +52,7 @@ __all__ = [
     "LeaseContract",
     "OperationsContract",
     "PhaseContract",
+    "StepsContract",
     "StoreContract",
     "make_record",
 ]
@@ -62,5 +66,6 @@ class StoreContract(
     IsolationContract,
     CapsContract,
     OperationsContract,
+    StepsContract,
 ):
     """The whole `TaskStore` contract; subclass it and provide the `store` fixture."""

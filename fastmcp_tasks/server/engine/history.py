@@ -40,7 +40,7 @@ from typing import Any, cast
 import anyio
 
 from fastmcp_tasks.errors import StoreError
-from fastmcp_tasks.server.monitored_store import MonitoredStore
+from fastmcp_tasks.server.monitored_store import innermost
 from fastmcp_tasks.server.observability import shown_id
 from fastmcp_tasks.stores.base import TaskStore
 from fastmcp_tasks.stores.operations import OperableTaskStore, TaskEvent, operable
@@ -69,12 +69,11 @@ Noted = tuple[str, float, str, dict[str, Any]]
 def operations_of(store: TaskStore) -> OperableTaskStore | None:
     """`store` when it keeps operator records (`stores.operations`), else `None`.
 
-    A `MonitoredStore` is asked about the store it wraps (it forwards every method,
-    which a runtime protocol check does not see on every Python), and returned itself,
-    so the calls stay bounded and reported to health.
+    A wrapper (`MonitoredStore`, `SealedStore`) is asked about the store it wraps (it
+    forwards every method, which a runtime protocol check does not see on every Python),
+    and returned itself, so the calls stay bounded, reported and sealed.
     """
-    inner = store.inner if isinstance(store, MonitoredStore) else store
-    if operable(inner) is None:
+    if operable(innermost(store)) is None:
         return None
     return cast(OperableTaskStore, store)
 
@@ -123,8 +122,11 @@ class HistoryWriter:
         enabled: bool = True,
         flush_seconds: float = FLUSH_SECONDS,
         max_buffered: int = MAX_BUFFERED,
+        sealed: bool = False,
     ) -> None:
         self.store = operations_of(store) if enabled else None
+        #: payloads are sealed (`seal="all"`): a `finished` event keeps no error text
+        self.sealed = sealed
         self.flush_seconds = flush_seconds
         self.max_buffered = max_buffered
         self.dropped = 0  # events given up since the start
@@ -158,6 +160,8 @@ class HistoryWriter:
             self._release(task_id)  # its pending message happened first
         if kind == "finished":
             self._messages.pop(task_id, None)
+            if self.sealed and details.get("outcome") in ("error", "failed"):
+                details.pop("message", None)  # the tool's or the error's words: sealed
         self._append((task_id, time.time(), kind, details))
 
     def message(self, task_id: str, text: str | None) -> None:

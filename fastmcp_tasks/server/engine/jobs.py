@@ -23,6 +23,7 @@ from fastmcp_tasks.server.engine.inputs import InputBroker
 from fastmcp_tasks.server.engine.pauses import Pauses
 from fastmcp_tasks.server.engine.sealed import open_caller
 from fastmcp_tasks.server.health import HealthMonitor
+from fastmcp_tasks.server.payloads import unopened_reason
 from fastmcp_tasks.server.sealing import Sealer
 from fastmcp_tasks.stores.base import TaskRecord, TaskStore
 
@@ -104,6 +105,7 @@ class Job:
         error = None
         if accepted is None:
             caller, error = open_caller(sealer, record.task_id, context.sealed_caller)
+            error = error or unopened_reason(record, sealer is not None)
         return cls(
             record.task_id,
             record.tool,

@@ -4,7 +4,8 @@
 It reads the task's recorded steps (`stores.steps`) once, at the first `step()` call or,
 for a run that is not the task's first (`resume`), as the run begins, into a dict; a
 step found there is replayed from it, a new one is recorded through the engine's store
-(the `MonitoredStore`, so `store_timeout` and health apply) and added to it. A task with
+(the `MonitoredStore`, so `store_timeout` and health apply, and the `SealedStore`
+under `seal="all"`, so step values are sealed at rest) and added to it. A task with
 thousands of recorded steps resumes with one read.
 
 `resume` is what a resumed run shows: when a run that is not the task's first (its
@@ -26,7 +27,7 @@ from typing import Protocol
 import anyio
 
 from fastmcp_tasks.server.engine.history import HistoryWriter
-from fastmcp_tasks.server.monitored_store import MonitoredStore
+from fastmcp_tasks.server.monitored_store import innermost
 from fastmcp_tasks.stores.base import TaskStore
 from fastmcp_tasks.stores.steps import StepRecord, StepStore, stepped
 
@@ -41,11 +42,12 @@ _warned = False
 def step_store(store: TaskStore) -> StepStore | None:
     """`store` when it keeps durable steps, else `None` (logged once per process).
 
-    A `MonitoredStore` is asked about the store it wraps (a runtime protocol check does
-    not see the methods it forwards) and returned itself, so the calls stay bounded.
+    A wrapper (`MonitoredStore`, `SealedStore`) is asked about the store it wraps (a
+    runtime protocol check does not see the methods it forwards) and returned itself, so
+    the calls stay bounded, reported and sealed (`seal="all"` seals step values).
     """
     global _warned
-    inner = store.inner if isinstance(store, MonitoredStore) else store
+    inner = innermost(store)
     if stepped(inner) is not None:
         return store  # type: ignore[return-value]
     if not _warned:
@@ -129,8 +131,7 @@ async def resume(running: Resumable, attempt: int) -> None:
     the store: a failed read is left to the first `step()`, which reads again."""
     if attempt <= 1:
         return
-    inner = running.store.inner if isinstance(running.store, MonitoredStore) else running.store
-    if stepped(inner) is None:
+    if stepped(innermost(running.store)) is None:
         return
     store: StepStore = running.store  # type: ignore[assignment]
     try:

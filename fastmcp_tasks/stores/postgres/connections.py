@@ -198,13 +198,13 @@ class PostgresConnections:
             await pool.close()
 
     async def clear(self) -> None:
-        """Delete every task, change, turn, tombstone and operator record of this schema
-        (tests)."""
+        """Delete every task, change, turn, tombstone, operator record and step of this
+        schema (tests)."""
         s = self.schema
         await self._exec(
             f"TRUNCATE {s}.tasks, {s}.changes, {s}.task_counts, {s}.active_counts, "
             f"{s}.gate_turns, {s}.tombstones, {s}.task_events, {s}.workers, {s}.pauses, "
-            f"{s}.audit"
+            f"{s}.audit, {s}.steps"
         )
 
     # --- running SQL ----------------------------------------------------------------

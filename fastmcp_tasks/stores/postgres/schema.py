@@ -35,6 +35,8 @@ Version 2: the `phase` column of `tasks` (`stores.phases`).
 Version 3: the operator records (`stores.operations`): the tables `task_events` (with
 the trigger deleting a task's events with it), `workers`, `pauses` and `audit`
 (`postgres.operations_schema`).
+Version 4: the durable steps (`stores.steps`): the table `steps`, with the trigger
+deleting a task's steps with it (`postgres.steps_schema`).
 Rows are mapped by `postgres.rows` (re-exported here).
 """
 
@@ -48,12 +50,13 @@ from fastmcp_tasks.stores.postgres.rows import clean_text as clean_text
 from fastmcp_tasks.stores.postgres.rows import dumps as dumps
 from fastmcp_tasks.stores.postgres.rows import from_row as from_row
 from fastmcp_tasks.stores.postgres.rows import to_params as to_params
+from fastmcp_tasks.stores.postgres.steps_schema import V4 as STEPS_V4
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
 
 APPLICATION_NAME = "fastmcp-tasks"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 #: `tasks` columns in `TaskRecord` field order (`expires_at` is kept apart, for the index).
 COLUMNS = (
@@ -174,11 +177,13 @@ INSERT INTO {{s}}.meta (key, value) VALUES ('application', '{APPLICATION_NAME}')
 #: schema); `prepare` runs every step from the found version up in one transaction and
 #: then records the new `schema_version`. Version 2: `phase` (`stores.phases`), NULL on
 #: older rows (an unleased task waits, a leased one counts as started). Version 3: the
-#: operator records' tables (`postgres.operations_schema`).
+#: operator records' tables (`postgres.operations_schema`). Version 4: the durable
+#: steps' table (`postgres.steps_schema`).
 MIGRATIONS: dict[int, list[str]] = {
     0: [statement.strip() for statement in _V1.split(";\n") if statement.strip()],
     1: ["ALTER TABLE {s}.tasks ADD COLUMN phase text"],
     2: OPERATIONS_V3,
+    3: STEPS_V4,
 }
 
 #: The caps check of a capped `create` (`sql.create_capped` calls it in its `caps` CTE).

@@ -7,8 +7,8 @@ options and errors are `postgres.connections`, the tables `postgres.schema`, the
 statements `postgres.sql`, the change feed `postgres.feed`; leases and the queue
 `postgres.leases` (gated claims `postgres.gates`), flow control `postgres.flow`,
 listing `postgres.listing`, the operator records (histories, workers, pauses, audit)
-`postgres.operations`. A finished task keeps its arguments; its input state and
-context are dropped.
+`postgres.operations`, the durable steps `postgres.steps`. A finished task keeps its
+arguments; its input state and context are dropped.
 
 Atomicity. Every change is one transaction with compare-and-set semantics: the
 hot ones are one statement (an UPDATE whose WHERE is the compare, with its change
@@ -79,12 +79,15 @@ from fastmcp_tasks.stores.postgres.leases import PostgresLeases
 from fastmcp_tasks.stores.postgres.listing import PostgresListing
 from fastmcp_tasks.stores.postgres.operations import PostgresOperations
 from fastmcp_tasks.stores.postgres.schema import COLUMNS, clean_text, dumps, from_row, to_params
+from fastmcp_tasks.stores.postgres.steps import PostgresSteps
 from fastmcp_tasks.wire.names import ACTIVE_STATUSES, TERMINAL_STATUSES, TaskStatus
 
 _WIDTH = len(COLUMNS)
 
 
-class PostgresTaskStore(PostgresOperations, PostgresFlow, PostgresListing, PostgresLeases):
+class PostgresTaskStore(
+    PostgresSteps, PostgresOperations, PostgresFlow, PostgresListing, PostgresLeases
+):
     """A `TaskStore` in a PostgreSQL schema, shared by every process using it.
 
     Args:

@@ -18,9 +18,10 @@ their next task, and within a gate the owners in `stores.flow.plan_claims` order
 served in; turns are a counter per gate). A gate's turns are forgotten when nothing
 waits in it or holds it. Every helper is idempotent (set adds and removals).
 
-`history_key` names a task's history (`redis.operations`) and `expire_task` gives
-it its task's TTL, so every script that expires or deletes a task hash (`purge`
-too) does the same to its history.
+`history_key` names a task's history (`redis.operations`), `steps_key` and
+`step_names_key` its durable steps (`redis.steps`); `expire_task` gives them its
+task's TTL and `forget_task` deletes them with the hash, so every script that expires
+or deletes a task hash (`purge` too) does the same to its history and steps.
 """
 
 from __future__ import annotations
@@ -38,11 +39,19 @@ local function wait_key(l, g, o) return B .. 'gate-wait:' .. l .. #g .. ':' .. g
 local function fresh_key(l, g) return B .. 'gate-fresh:' .. l .. g end
 local function served_key(l, g) return B .. 'gate-served:' .. l .. g end
 local function ready_key(l) return B .. 'gate-ready:' .. l end
--- a task's history (`redis.operations`): it expires and is deleted with the task hash
+-- a task's history (`redis.operations`) and steps (`redis.steps`): they expire and are
+-- deleted with the task hash
 local function history_key(id) return B .. 'events:' .. id end
+local function steps_key(id) return B .. 'steps:' .. id end
+local function step_names_key(id) return B .. 'step-names:' .. id end
+local function forget_task(key, id)
+  redis.call('DEL', key, history_key(id), steps_key(id), step_names_key(id))
+end
 local function expire_task(key, id, ms)
   redis.call('PEXPIRE', key, ms)
   redis.call('PEXPIRE', history_key(id), ms)
+  redis.call('PEXPIRE', steps_key(id), ms)
+  redis.call('PEXPIRE', step_names_key(id), ms)
 end
 
 -- owner `o` among gate g's owners in lane l, after its waiting set changed
@@ -172,7 +181,8 @@ local function bury(hex, owner, at, reason, ttl_ms)
   redis.call('PEXPIRE', tomb, ttl_ms)
 end
 
--- delete the expired finished tasks (with dedupe keys, histories); how many ids were looked at
+-- delete the expired finished tasks (with dedupe keys, histories, steps); how many ids were
+-- looked at
 local function purge(terminal, base, now, limit)
   local ids = redis.call('ZRANGEBYSCORE', terminal, '-inf', now, 'LIMIT', 0, limit)
   for _, id in ipairs(ids) do
@@ -180,7 +190,7 @@ local function purge(terminal, base, now, limit)
     if not is_active(redis.call('HGET', key, 'status')) then
       local dedupe = own_dedupe(key, id)
       if dedupe then redis.call('DEL', dedupe) end
-      redis.call('DEL', key, history_key(id))
+      forget_task(key, id)
     end
     redis.call('ZREM', terminal, id)
   end

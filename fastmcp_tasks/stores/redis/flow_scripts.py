@@ -8,8 +8,9 @@ the same atomic step, so a gate's running set is exactly its leased active tasks
 `CREATE` (a leased gated task), `CLAIM`, `CLAIM_QUEUED` add to it; `REQUEUE`,
 `RETRY_LATER` and `TRANSITION` to a terminal state take out of it. Tasks that end
 with a retention leave their tombstone here, pre-dated to their expiry (Redis evicts
-the hash itself with its TTL, and the task's history `{P}:events:<id>` with it);
-`PURGE_FINISHED` writes a `purged` one. Every deletion of a hash deletes its history.
+the hash itself with its TTL, and the task's history `{P}:events:<id>` and steps with it);
+`PURGE_FINISHED` writes a `purged` one. Every deletion of a hash deletes its history
+and steps (`forget_task`).
 
 Calling conventions are those of `redis.scripts`: per-task scripts take the keys
 `[task hash, active, queued, terminal, changes]` and start ARGV with
@@ -52,10 +53,10 @@ if dedupe ~= '' then
   match = match and (life or tonumber(v[4] or '0') >= tonumber(now) - tonumber(ARGV[16]))
   if match then return {held, redis.call('HGETALL', found)} end
 end
--- index entries and the history of an evicted hash with this id are stale: drop them first
+-- index entries, history and steps of an evicted hash with this id are stale: drop them
 for i = 2, 4 do redis.call('ZREM', KEYS[i], id) end
 if KEYS[6] ~= KEYS[3] then redis.call('ZREM', KEYS[6], id) end
-redis.call('DEL', history_key(id))
+forget_task(key, id)
 local owned_key = ARGV[13]
 if ARGV[6] == 'active' then
   local total = tonumber(ARGV[11])
@@ -369,7 +370,7 @@ for i = 6, #ARGV, 2 do
     if not dry then
       local dedupe = own_dedupe(key, id)
       if dedupe then redis.call('DEL', dedupe) end
-      redis.call('DEL', key, history_key(id))
+      forget_task(key, id)
       redis.call('ZREM', KEYS[1], id)
       if ARGV[5] ~= '' then bury(ARGV[i + 1], v[3], ARGV[4], 'purged', ARGV[5]) end
     end

@@ -71,6 +71,14 @@ Operator records (`stores.operations`; kept by `redis.operations` with the scrip
 - `{P}:workers`          hash: worker id -> `WorkerInfo` JSON of its last heartbeat;
   `{P}:workers-seen` sorted set of the same ids by `last_seen`, to forget old ones.
 - `{P}:audit`            list: `AuditEntry` JSON texts, newest first, `MAX_AUDIT` kept.
+
+Durable steps (`stores.steps`; kept by `redis.steps`) add, per task:
+
+- `{P}:steps:<id>`       list: the task's steps in recording order, each its name and
+  time as a JSON array, a newline, then its value's JSON text.
+- `{P}:step-names:<id>`  hash: `n:<name>` for each recorded name, and `bytes`, the
+  UTF-8 bytes of all the values. Both get the task's TTL and are deleted wherever the
+  task hash is (`redis.flow_lua.forget_task`), as the history is.
 """
 
 from __future__ import annotations
@@ -184,6 +192,14 @@ class RedisKeys:
     def events(self, task_id: str) -> str:
         """List: the history of one task."""
         return f"{self.base}events:{task_id}"
+
+    def steps(self, task_id: str) -> str:
+        """List: the durable steps of one task, in recording order."""
+        return f"{self.base}steps:{task_id}"
+
+    def step_names(self, task_id: str) -> str:
+        """Hash: the step names one task has recorded, and their values' total bytes."""
+        return f"{self.base}step-names:{task_id}"
 
     @property
     def pauses(self) -> str:

@@ -9,7 +9,7 @@ together is one script of `redis.operations_lua`. Every call is one round trip:
   `EVENT_BATCH` events is split, one call per part). A history lives and dies with its
   task: the script drops events of absent or expired tasks and gives a history its
   task's TTL; the scripts that end a task give it the same TTL, and every script that
-  deletes a task hash deletes its history (`redis.flow_lua.history_key`).
+  deletes a task hash deletes its history (`redis.flow_lua.forget_task`).
 - `events`: a `MULTI` of the task's liveness fields and the list, so a history is
   never shown for an expired task that Redis has not evicted yet.
 - `beat`: one script (upsert, forget the workers not seen for `FORGET_AFTER`);
@@ -96,10 +96,15 @@ class RedisOperations:
                 await self._script("add_events", keys, args)
 
     async def events(self, task_id: str) -> list[TaskEvent]:
-        client = self._require()
-        async with client.pipeline(transaction=True) as pipe:
+        entries = await self._live_list(task_id, self.keys.events(task_id))
+        return [TaskEvent.from_json(json.loads(entry)) for entry in entries]
+
+    async def _live_list(self, task_id: str, key: str) -> list[Any]:
+        """The entries of a list kept beside a task (its history, its steps), read in one
+        transaction with the task; `[]` when the task is absent or expired."""
+        async with self._require().pipeline(transaction=True) as pipe:
             pipe.hmget(self.keys.task(task_id), ["status", "terminal_at", "retention_ms"])
-            pipe.lrange(self.keys.events(task_id), 0, -1)
+            pipe.lrange(key, 0, -1)
             (status, ended, kept), entries = await self._guard(pipe.execute())
         if status is None:
             return []
@@ -109,7 +114,7 @@ class RedisOperations:
             and float(ended) + int(kept) / 1000 <= time.time()
         ):
             return []
-        return [TaskEvent.from_json(json.loads(entry)) for entry in entries]
+        return list(entries)
 
     # --- workers ------------------------------------------------------------------
 

@@ -138,7 +138,7 @@ for i = 4, #ARGV, 2 do
   if v[1] and not is_active(v[1]) and not (ended and kept and ended + kept / 1000 <= now) then
     local dedupe = own_dedupe(key, id)
     if dedupe then redis.call('DEL', dedupe) end
-    redis.call('DEL', key, history_key(id))
+    forget_task(key, id)
     redis.call('ZREM', KEYS[1], id)
     if ARGV[3] ~= '' then bury(ARGV[i + 1], v[4], ARGV[2], 'purged', ARGV[3]) end
     removed = removed + 1

@@ -10,7 +10,7 @@ This module owns `PRELUDE` (the helpers every script shares), `SCRIPTS` (every
 script of the store) and the scripts that change a task without queueing, leasing,
 ending or removing it (messages, a run's start, input, cancel requests, lease renewals). Those that
 do keep flow control too and are `redis.flow_scripts`; those of the operator records
-(histories, pauses, workers) are `redis.operations_lua`.
+(histories, pauses, workers) are `redis.operations_lua`; durable steps `redis.steps`.
 
 Calling conventions. Per-task scripts take the keys
 `[task hash, active, queued, terminal, changes]` (`create` also the queued set of
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from fastmcp_tasks.stores.redis.flow_scripts import FLOW_SCRIPTS
 from fastmcp_tasks.stores.redis.operations_lua import OPERATION_SCRIPTS
+from fastmcp_tasks.stores.redis.steps import STEP_SCRIPTS
 
 PRELUDE = """
 local function is_active(s) return s == 'working' or s == 'input_required' end
@@ -201,7 +202,7 @@ return 0
 """
 
 #: Script name -> Lua source (with the shared helpers), every script of the store
-#: (`redis.flow_scripts` and `redis.operations_lua` too), registered once per store.
+#: (`redis.flow_scripts`, `redis.operations_lua` and `redis.steps` too), registered once per store.
 SCRIPTS: dict[str, str] = {
     **{
         name: PRELUDE + body
@@ -218,6 +219,7 @@ SCRIPTS: dict[str, str] = {
     },
     **{name: PRELUDE + body for name, body in FLOW_SCRIPTS.items()},
     **{name: PRELUDE + body for name, body in OPERATION_SCRIPTS.items()},
+    **{name: PRELUDE + body for name, body in STEP_SCRIPTS.items()},
 }
 
 __all__ = ["PRELUDE", "SCRIPTS"]

@@ -7,8 +7,9 @@ each its own `prefix`, and applications sharing one store are told apart by
 `TaskRecord.app` (each has its own queue). Leases and the queue are
 `redis.leases`, listing `redis.listing`, creation and flow control (gates, retry
 waits, dedupe, tombstones: `stores.flow`) `redis.flow`, the operator records
-(histories, workers, pauses, audit: `stores.operations`) `redis.operations`; the
-change feed (one Redis Stream per store) is read by `redis.feed`.
+(histories, workers, pauses, audit: `stores.operations`) `redis.operations`, the
+durable steps (`stores.steps`) `redis.steps`; the change feed (one Redis Stream per
+store) is read by `redis.feed`.
 
 Connections. `open()` creates a blocking connection pool for commands and checks
 that Redis answers. Every call is bounded as a whole by `timeout` (pool wait,
@@ -35,7 +36,7 @@ Expiry. A finished task gets a Redis TTL of its `retention_ms`; `get` also check
 `terminal_at + retention_ms` on the client, so a task is never returned once
 expired even before Redis evicts it. `purge_expired` (and `create` at the cap)
 removes the index entries of expired tasks. Its tombstone is written, pre-dated,
-when it ends, and its dedupe key and history expire with it (`redis.flow`,
+when it ends, and its dedupe key, history and steps expire with it (`redis.flow`,
 `redis.operations`). A finished task keeps its arguments; its input state and
 context are dropped.
 """
@@ -82,6 +83,7 @@ from fastmcp_tasks.stores.redis.leases import RedisLeases
 from fastmcp_tasks.stores.redis.listing import RedisListing
 from fastmcp_tasks.stores.redis.operations import RedisOperations
 from fastmcp_tasks.stores.redis.scripts import SCRIPTS
+from fastmcp_tasks.stores.redis.steps import RedisSteps
 from fastmcp_tasks.stores.urls import masked
 from fastmcp_tasks.wire.names import TERMINAL_STATUSES, TaskStatus
 
@@ -91,7 +93,7 @@ T = TypeVar("T")
 DEFAULT_MAX_TASKS = 100_000
 
 
-class RedisTaskStore(RedisFlow, RedisLeases, RedisListing, RedisOperations):
+class RedisTaskStore(RedisFlow, RedisLeases, RedisListing, RedisOperations, RedisSteps):
     """A `TaskStore` in Redis, shared by every process that uses the same URL and prefix.
 
     Args:

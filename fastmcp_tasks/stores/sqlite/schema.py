@@ -16,9 +16,9 @@ Versions: 1 the tables; 2 the listing, purging and per-principal indexes; 3 the
 tombstone pruning range over (the queued index becomes the *ungated* queued index);
 5 the `phase` column (`stores.phases`); 6 the operator records (`stores.operations`):
 the `task_events`, `workers`, `pauses` and `audit` tables, and the trigger that deletes
-a task's events with the task. Rows are mapped by `sqlite.rows`; the statements a
-transaction runs on these tables are `sqlite.tx.Tx`, `sqlite.flow` and
-`sqlite.operations`.
+a task's events with the task; 7 the `steps` table (`stores.steps`), with its trigger.
+Rows are mapped by `sqlite.rows`; the statements a transaction runs on these tables
+are `sqlite.tx.Tx`, `sqlite.flow`, `sqlite.operations` and `sqlite.steps`.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from fastmcp_tasks.stores.urls import refuse_unknown
 #: `PRAGMA application_id` of a task store file: "FMTT" in ASCII.
 APPLICATION_ID = 0x464D5454
 APPLICATION_NAME = "fastmcp-tasks"
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 _HEADER_MAGIC = b"SQLite format 3\x00"
 
@@ -260,6 +260,24 @@ def _v5_to_v6(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
+_V7 = """
+CREATE TABLE steps (task_id TEXT NOT NULL, seq INTEGER NOT NULL, name TEXT NOT NULL,
+    value TEXT NOT NULL, size INTEGER NOT NULL, at REAL NOT NULL,
+    PRIMARY KEY (task_id, name)) WITHOUT ROWID;
+CREATE UNIQUE INDEX steps_order ON steps (task_id, seq);
+CREATE TRIGGER tasks_forget_steps AFTER DELETE ON tasks
+BEGIN DELETE FROM steps WHERE task_id = OLD.task_id; END
+"""
+
+
+def _v6_to_v7(conn: sqlite3.Connection) -> None:
+    """The durable steps (`sqlite.steps`): a row per step, keyed by task then name, `seq`
+    its recording order, `size` its value's UTF-8 bytes; deleted with its task by the
+    `tasks_forget_steps` trigger, whatever deletes it."""
+    for statement in _V7.split(";\n"):
+        conn.execute(statement)
+
+
 #: from-version -> the step that brings a file to from-version + 1.
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     0: _v0_to_v1,
@@ -268,6 +286,7 @@ MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     3: _v3_to_v4,
     4: _v4_to_v5,
     5: _v5_to_v6,
+    6: _v6_to_v7,
 }
 
 

@@ -42,7 +42,8 @@ only to write. `stats` counts what the store does (`StoreStats`).
 
 Leases (`sqlite.leases`), listing (`sqlite.listing`), flow control
 (`sqlite.flow`, `sqlite.gates`: gates, retry waits, dedupe, tombstones) and the
-operator records (`sqlite.operations`: histories, workers, pauses, audit) are mixed in.
+operator records (`sqlite.operations`: histories, workers, pauses, audit) and the durable
+steps (`sqlite.steps`) are mixed in.
 A finished task keeps its arguments; its input state and context are dropped.
 """
 
@@ -70,11 +71,14 @@ from fastmcp_tasks.stores.sqlite.leases import SQLiteLeases
 from fastmcp_tasks.stores.sqlite.listing import SQLiteListing
 from fastmcp_tasks.stores.sqlite.operations import SQLiteOperations
 from fastmcp_tasks.stores.sqlite.schema import path_from_url
+from fastmcp_tasks.stores.sqlite.steps import SQLiteSteps
 from fastmcp_tasks.stores.sqlite.tx import Tx
 from fastmcp_tasks.wire.names import ACTIVE_STATUSES, TERMINAL_STATUSES, TaskStatus
 
 
-class SQLiteTaskStore(SQLiteOperations, SQLiteFlow, SQLiteListing, SQLiteLeases, SQLiteConnections):
+class SQLiteTaskStore(
+    SQLiteSteps, SQLiteOperations, SQLiteFlow, SQLiteListing, SQLiteLeases, SQLiteConnections
+):
     """A `TaskStore` in a SQLite file, shareable by processes on one host.
 
     Args:
