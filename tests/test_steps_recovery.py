@@ -6,7 +6,8 @@ replays the steps recorded before (`fastmcp_tasks.step`), saying so in its statu
 message and its history; a tool neither resumable nor idempotent fails "interrupted".
 The same through real SIGKILLed processes: `test_steps_processes`. And the other way a
 tool body runs again within one run: a guard round. And the store as the engine uses it
-(`MonitoredStore`): a step refused at its bound is an answer, not an outage.
+(`MonitoredStore`): a step refused at its bound is an answer, not an outage; under
+`seal="all"` (`SealedStore`) a step's value is sealed at rest and replayed opened.
 """
 
 from __future__ import annotations
@@ -21,9 +22,16 @@ import mcp_types
 import pytest
 from fastmcp import Context, FastMCP
 
-from fastmcp_tasks import MemoryTaskStore, StepLimitExceeded, TasksExtension, step, task_options
+from fastmcp_tasks import (
+    MemoryTaskStore,
+    Retry,
+    StepLimitExceeded,
+    TasksExtension,
+    step,
+    task_options,
+)
 from fastmcp_tasks.server.health import HealthMonitor
-from fastmcp_tasks.server.monitored_store import BOUNDED, MonitoredStore
+from fastmcp_tasks.server.monitored_store import BOUNDED, MonitoredStore, innermost
 from fastmcp_tasks.testing import make_record
 from tests.operable import SharedMemoryStore, history, one
 from tests.wire import memory_wire
@@ -126,3 +134,37 @@ async def test_a_step_refused_at_its_bound_is_an_answer_not_an_outage(
     assert health.degraded_since is None and health.errors == 0
     assert [s.name for s in await store.steps(task.task_id)] == ["one"]
     assert {"save_step", "steps"} <= BOUNDED
+
+
+async def test_sealed_step_values_are_replayed_opened() -> None:
+    """Under `seal="all"` a step's value is sealed at rest (`SealedStore`) and a retry
+    replays it opened, the same value the first attempt returned."""
+    marker = "step-marker-3b9f-personal"
+    calls: list[str] = []
+
+    async def secret() -> dict[str, str]:
+        calls.append("secret")
+        return {"text": marker}
+
+    mcp = FastMCP("sealed-steps")
+    tasks = TasksExtension(seal="all", encryption_key="key A")
+    mcp.add_extension(tasks)
+    retry = Retry(attempts=2, backoff=timedelta(milliseconds=20), jitter=False)
+
+    @mcp.tool(task=True)
+    @task_options(retry=retry)
+    async def sealed() -> str:
+        value = await step("secret", secret)
+        calls.append("body")
+        if calls.count("body") == 1:
+            raise RuntimeError("the first attempt fails after its step")
+        return str(value["text"])
+
+    with anyio.fail_after(10):
+        async with memory_wire(mcp) as wire:
+            task_id = (await wire.call_tool("sealed"))["taskId"]
+            done = await wire.wait(task_id)
+            (kept,) = await innermost(tasks.store).steps(task_id)  # type: ignore[attr-defined]
+    assert done["result"]["content"][0]["text"] == marker
+    assert calls == ["secret", "body", "body"]
+    assert marker not in kept.value_json
