@@ -3,8 +3,9 @@
     python tests/steps_server.py --db PATH|URL --port N [--concurrency N] [--lease S]
 
 `six(path)` runs six durable steps (`fastmcp_tasks.step`); step N appends "start N PID"
-to the file `path`, then "done N PID". Step 4 waits after its "start" line until the
-file `path + ".go"` exists, so a test can SIGKILL the process that runs it. The tool is
+to the file `path`, then "done N PID"; step 2 first asks the caller to confirm
+(`ctx.elicit`). Step 4 waits after its "start" line until the file `path + ".go"`
+exists, so a test can SIGKILL the process that runs it. The tool is
 `task_options(resumable=True)` and not marked idempotent: only its steps make recovery
 run it again. Imported by `fastmcp-tasks worker tests/steps_server.py`, the server is
 built from `STEPS_DB` / `STEPS_LEASE` in the environment.
@@ -22,7 +23,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import anyio
-from fastmcp import FastMCP
+from fastmcp import Context, FastMCP
 from fastmcp.utilities.tasks import TaskConfig
 
 from fastmcp_tasks import TasksExtension, step, task_options
@@ -30,6 +31,8 @@ from fastmcp_tasks import TasksExtension, step, task_options
 FAST = TaskConfig(poll_interval=timedelta(milliseconds=50))
 #: The step that waits for the go file.
 BLOCKING = 4
+#: The step that asks the caller (`ctx.elicit`) before it works.
+ASKING = 2
 
 
 def note(path: Path, line: str) -> None:
@@ -42,9 +45,12 @@ def released(path: str) -> bool:
     return Path(f"{path}.go").exists()
 
 
-async def work(path: str, n: int) -> int:
+async def work(path: str, n: int, ctx: Context | None = None) -> int:
     log = Path(path)
     note(log, f"start {n}")
+    if ctx is not None:  # step ASKING asks the caller first: its answer is part of the step
+        answer = await ctx.elicit(f"Run step {n}?", bool)
+        assert answer.action == "accept" and answer.data is True, answer
     if n == BLOCKING:
         while not released(path):  # noqa: ASYNC110 - the signal is a file
             await anyio.sleep(0.02)
@@ -62,10 +68,11 @@ def build(db: str, concurrency: int = 100, lease: float = 2.0) -> FastMCP:
 
     @mcp.tool(task=FAST)
     @task_options(resumable=True)
-    async def six(path: str) -> str:
+    async def six(path: str, ctx: Context) -> str:
         total = 0
         for n in range(1, 7):
-            total += await step(f"step {n}", work, path, n)
+            asking = ctx if n == ASKING else None
+            total += await step(f"step {n}", work, path, n, asking)
         return f"{total} in {os.getpid()}"
 
     return mcp

@@ -7,7 +7,8 @@ task; on Redis and PostgreSQL a `concurrency=0` front end and two `fastmcp-tasks
 processes share the store, and the worker left takes the task over. Either way steps
 1-3 are replayed (their lines appear once), step 4 runs again (two "start 4", one
 "done 4"), 5 and 6 run once, and the caller following the task with the transparent
-`Client.call_tool()` gets the result of the run that finished.
+`Client.call_tool()` gets the result of the run that finished. Step 2 asks the caller
+before it works: the answer is part of the step, so it is asked once, before the crash.
 """
 
 from __future__ import annotations
@@ -98,8 +99,14 @@ def assert_resumed(log: Path, first: int, second: int) -> None:
 
 
 async def follow(url: str, log: Path, results: list[str]) -> None:
-    """The caller: the transparent `call_tool()`, riding through the crash."""
-    async with Client(url) as client:
+    """The caller: the transparent `call_tool()`, riding through the crash, confirming the
+    one question (step 2's) each time it is asked (`results` gets "asked" each time)."""
+
+    async def confirm(message, response_type, params, context):  # type: ignore[no-untyped-def]
+        results.append(f"asked: {message}")
+        return True
+
+    async with Client(url, elicitation_handler=confirm) as client:
         results.append(str((await client.call_tool("six", {"path": str(log)})).data))
 
 
@@ -134,7 +141,7 @@ async def restarted_server(db: str, log: Path) -> None:
         for server in servers:
             server.stop()
     second = servers[-1].process.pid
-    assert results == [f"21 in {second}"]
+    assert results == ["asked: Run step 2?", f"21 in {second}"]  # asked once, before the crash
     assert_resumed(log, first.process.pid, second)
 
 
@@ -164,5 +171,5 @@ async def workers_take_over(db: str, log: Path) -> None:
         for worker in workers:
             worker.stop()
     (heir,) = [w.process.pid for w in workers if w.process.pid != pids[0]]
-    assert results == [f"21 in {heir}"]
+    assert results == ["asked: Run step 2?", f"21 in {heir}"]  # asked once, before the crash
     assert_resumed(log, pids[0], heir)
