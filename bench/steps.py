@@ -13,8 +13,9 @@ does not is left out and said so), one server over FastMCP's in-memory transport
   of the steps against p50 of the sync calls of the same run.
 - **Resuming.** A tool records `--resume` steps and then fails its first attempt
   (`Retry(attempts=2)`); its second attempt replays every step. Timed inside the tool
-  from the first `step()` of the second attempt to the last: the one read of the recorded
-  steps and the replay of each, in total and per step, against the same sync p50.
+  from the first `step()` of the second attempt to the last (the replay of each, in total
+  and per step, against the same sync p50); and, beside it, the one store read of those
+  steps that a resumed run makes before its body starts (p50 of 21 reads).
 
 Prints a table; writes bench/results/steps.json.
 """
@@ -30,13 +31,16 @@ import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from fastmcp import Client, FastMCP
 
 from bench.calls import pct
 from bench.history import opened, reachable, store_url
 from fastmcp_tasks import Retry, TasksExtension, step, task_options
+from fastmcp_tasks.stores.base import TaskStore
+from fastmcp_tasks.stores.listing import ListableTaskStore
+from fastmcp_tasks.stores.steps import StepStore
 
 RESULTS = Path(__file__).resolve().parent / "results" / "steps.json"
 STORES = ("memory", "sqlite", "redis", "postgres")
@@ -50,11 +54,12 @@ class Failing(Exception):
     """The first attempt of the resume tool ends with it, so a retry replays its steps."""
 
 
-def bench_server(url: str) -> tuple[FastMCP, dict[str, list[int]]]:
+def bench_server(url: str) -> tuple[FastMCP, TasksExtension, dict[str, list[int]]]:
     timings: dict[str, list[int]] = {"step": [], "replay": []}
     attempts: list[int] = []
     mcp = FastMCP("bench-steps")
-    mcp.add_extension(TasksExtension(url=url))
+    tasks = TasksExtension(url=url)
+    mcp.add_extension(tasks)
 
     @mcp.tool
     async def sync() -> str:
@@ -80,11 +85,26 @@ def bench_server(url: str) -> tuple[FastMCP, dict[str, list[int]]]:
         timings["replay"].append(time.perf_counter_ns() - start)
         return count
 
-    return mcp, timings
+    return mcp, tasks, timings
+
+
+async def read_p50(store: TaskStore, count: int, samples: int = 21) -> float:
+    """p50 (microseconds) of reading the `count` recorded steps of the resumed task: the
+    one store read a resumed run makes before it replays them."""
+    listing = cast(ListableTaskStore, store)
+    [task] = [t for t in await listing.list_tasks(limit=10) if t.tool == "resumed"]
+    steps = cast(StepStore, store)
+    took = []
+    for _ in range(samples):
+        start = time.perf_counter_ns()
+        found = await steps.steps(task.task_id)
+        took.append(time.perf_counter_ns() - start)
+        assert len(found) == count, len(found)
+    return pct(took, 50)
 
 
 async def measure(url: str, rounds: int, per_round: int, resume: int) -> dict[str, float]:
-    mcp, timings = bench_server(url)
+    mcp, tasks, timings = bench_server(url)
     sync: list[int] = []
     async with Client(mcp) as client:
         for round_number in range(rounds + 2):  # two warm-up rounds
@@ -101,6 +121,7 @@ async def measure(url: str, rounds: int, per_round: int, resume: int) -> dict[st
                 timings["step"].clear()
         result = await client.call_tool("resumed", {"count": resume})
         assert result.data == resume, result
+        read = await read_p50(tasks.store, resume)
     [replay] = timings["replay"]
     sync_p50 = pct(sync, 50)  # microseconds
     step_p50 = pct(timings["step"], 50)
@@ -110,6 +131,7 @@ async def measure(url: str, rounds: int, per_round: int, resume: int) -> dict[st
         "step_mean_us": statistics.fmean(timings["step"]) / 1000,
         "step_over_sync": step_p50 / sync_p50,
         "resume_steps": resume,
+        "resume_read_ms": read / 1000,
         "resume_ms": replay / 1e6,
         "resume_per_step_us": replay / 1000 / resume,
         "resume_over_sync": replay / 1000 / sync_p50,
@@ -143,15 +165,16 @@ async def main(args: argparse.Namespace) -> None:
     print()
     print(
         "| store | sync p50 µs | one step p50 µs (/ sync) "
-        f"| resume over {args.resume:,} steps: ms (per step µs, / sync) |"
+        f"| resume over {args.resume:,} steps: ms (per step µs, / sync) "
+        "| reading them, ms |"
     )
-    print("|---|---|---|---|")
+    print("|---|---|---|---|---|")
     for name, row in report["stores"].items():
         print(
             f"| {name} | {row['sync_p50_us']:.0f} "
             f"| {row['step_p50_us']:.0f} ({row['step_over_sync']:.2f}) "
             f"| {row['resume_ms']:.1f} ({row['resume_per_step_us']:.1f} µs, "
-            f"{row['resume_over_sync']:.2f}) |"
+            f"{row['resume_over_sync']:.2f}) | {row['resume_read_ms']:.1f} |"
         )
     for line in skipped:
         print(f"*** SKIPPED {line} ***")
