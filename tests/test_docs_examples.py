@@ -19,7 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import uvicorn  # what the examples import, imported once: their processes fork this one
+from fastmcp import Client, FastMCP  # (tests/spawn.py) and start with it in memory
 
+import fastmcp_tasks.cli
+import fastmcp_tasks.dashboard
+import fastmcp_tasks.testing
 from tests import docs_examples
 from tests.docs_examples import Block
 
@@ -28,6 +33,14 @@ POSTGRES_URL = os.environ.get("POSTGRES_URL", "postgresql://postgres@127.0.0.1:5
 DOC_REDIS = "redis://localhost:6379/0"
 DOC_POSTGRES = "postgresql://postgres@localhost:5432/app"
 BIN = Path(sys.executable).parent
+PRELOADED = (
+    fastmcp_tasks.cli,
+    fastmcp_tasks.dashboard,
+    fastmcp_tasks.testing,
+    uvicorn,
+    Client,
+    FastMCP,
+)
 _SHELLISH = re.compile(r"[|&;<>()`$*]")
 
 PAGES = [page for page in docs_examples.pages() if docs_examples.blocks(page)]
