@@ -27,7 +27,10 @@ error, so no block is forgotten.
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -135,6 +138,36 @@ def console_commands(block: Block) -> list[str]:
     return commands
 
 
+CLI_PAGE = ROOT / "docs" / "reference" / "cli.md"
+CLI_COMMANDS = (
+    "call get wait ls show cancel purge pause resume paused workers audit ui worker".split()
+)
+_CLI_SECTION = re.compile(r"^## `fastmcp-tasks (\w+)`\n\n```text\n(.*?)```\n", re.M | re.S)
+
+
+def cli_help(command: str) -> str:
+    """`fastmcp-tasks COMMAND --help` as the reference page shows it (90 columns)."""
+    env = {**os.environ, "COLUMNS": "90", "PYTHONPATH": str(ROOT)}
+    argv = [sys.executable, "-m", "fastmcp_tasks", command, "--help"]
+    return subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout
+
+
+def cli_sections(text: str) -> dict[str, str]:
+    """The help text each `fastmcp-tasks X` section of the CLI page shows."""
+    return {match.group(1): match.group(2) for match in _CLI_SECTION.finditer(text)}
+
+
+def write_cli_page() -> None:
+    """Refresh the help texts of docs/reference/cli.md from the commands themselves."""
+    text = CLI_PAGE.read_text(encoding="utf-8")
+    for command in CLI_COMMANDS:
+        heading = f"## `fastmcp-tasks {command}`\n\n```text\n"
+        start = text.index(heading) + len(heading)
+        end = text.index("```\n", start)
+        text = text[:start] + cli_help(command) + text[end:]
+    CLI_PAGE.write_text(text, encoding="utf-8")
+
+
 def count() -> dict[str, int]:
     """How many blocks of each kind the pages have, and how many run."""
     every = all_blocks()
@@ -149,5 +182,7 @@ def count() -> dict[str, int]:
     }
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # python -m tests.docs_examples [--write-cli]
+    if "--write-cli" in sys.argv:
+        write_cli_page()
     print(count())

@@ -223,3 +223,10 @@ def test_every_block_is_run_or_marked() -> None:
     assert counts["python"] > 0
     assert counts["python_run"] == counts["python"]
     assert counts["shell_run"] + counts["shell_not_run"] == counts["shell"]
+
+
+def test_the_cli_reference_shows_each_command_s_own_help() -> None:
+    shown = docs_examples.cli_sections(docs_examples.CLI_PAGE.read_text(encoding="utf-8"))
+    assert sorted(shown) == sorted(docs_examples.CLI_COMMANDS)
+    stale = [c for c in docs_examples.CLI_COMMANDS if shown[c] != docs_examples.cli_help(c)]
+    assert not stale, f"refresh with `python -m tests.docs_examples --write-cli`: {stale}"
