@@ -230,3 +230,10 @@ def test_the_cli_reference_shows_each_command_s_own_help() -> None:
     assert sorted(shown) == sorted(docs_examples.CLI_COMMANDS)
     stale = [c for c in docs_examples.CLI_COMMANDS if shown[c] != docs_examples.cli_help(c)]
     assert not stale, f"refresh with `python -m tests.docs_examples --write-cli`: {stale}"
+
+
+def test_the_api_reference_has_every_public_name() -> None:
+    page = (docs_examples.ROOT / "docs" / "reference" / "api.md").read_text(encoding="utf-8")
+    shown = set(re.findall(r"^::: fastmcp_tasks\.(\w+)$", page, re.M))
+    missing = set(fastmcp_tasks.__all__) - shown - {"__version__"}
+    assert not missing, f"docs/reference/api.md lacks `::: fastmcp_tasks.NAME` for {missing}"
