@@ -4,21 +4,23 @@
 #   1. ruff check, ruff format --check       (the whole repo)
 #   2. mypy                                  (fastmcp_tasks; config: pyproject [tool.mypy])
 #   3. scripts/check_imports.py              (every third-party import is declared)
-#   4. the pytest suite                      (newest FastMCP, .venv; in parallel)
-#   5. scripts/lowest.sh                     (a subset on the lowest declared FastMCP)
-#   6. scripts/conformance.sh                (the official MCP conformance tasks-* scenarios)
+#   4. scripts/docs.sh build                 (mkdocs build --strict into site/, git-ignored)
+#   5. the pytest suite                      (newest FastMCP, .venv; in parallel; it runs
+#                                             every example of README.md and docs/ too)
+#   6. scripts/lowest.sh                     (a subset on the lowest declared FastMCP)
+#   7. scripts/conformance.sh                (the official MCP conformance tasks-* scenarios)
 #
 # The suite runs in CHECK_WORKERS pytest-xdist workers (default 4: its tests wait on
 # processes, servers and deadlines more than they compute, so twice the cores of a
 # 2-core machine); tests/conftest.py's scheduler keeps a module that shares a server in
 # one worker.
 #
-# `scripts/check.sh --quick`: steps 1-3, then only the tests marked `quick` (no real
+# `scripts/check.sh --quick`: steps 1-4, then only the tests marked `quick` (no real
 # faults, no processes of ours, no browser, no other SDKs' clients), for use while
 # working; about 2 minutes. CI always runs the whole check.
 #
 # Creates .venv with the `dev` extra when it is missing or lacks the dev tools.
-# Environment: CHECK_WORKERS (default 4), CHECK_SKIP_LOWEST=1 leaves step 5 out.
+# Environment: CHECK_WORKERS (default 4), CHECK_SKIP_LOWEST=1 leaves step 6 out.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -35,7 +37,7 @@ esac
 WORKERS="${CHECK_WORKERS:-4}"
 PARALLEL=(-n "$WORKERS")
 
-if ! "$PY" -c 'import mypy, ruff, pytest, xdist' 2>/dev/null; then
+if ! "$PY" -c 'import mypy, ruff, pytest, xdist, mkdocs, mkdocstrings, material' 2>/dev/null; then
   echo "check: installing .venv with the dev extra"
   python3 -m venv .venv
   "$PY" -m pip install --quiet --upgrade pip
@@ -61,6 +63,7 @@ step "ruff check" "$PY" -m ruff check .
 step "ruff format" "$PY" -m ruff format --check .
 step "mypy" "$PY" -m mypy
 step "imports" "$PY" scripts/check_imports.py
+step "docs" env DOCS_PYTHON="$PY" scripts/docs.sh build
 if (( QUICK )); then
   step "pytest quick" "$PY" -m pytest "${PARALLEL[@]}" -m quick
   echo

@@ -80,7 +80,8 @@ SLOW_MODULES = {
     ).split(),
     "processes": (
         "test_cli.py test_cli_operator.py test_cli_store_actions.py test_cli_terminal.py "
-        "test_dashboard_cli.py test_dashboard_hardening_cli.py test_handles.py "
+        "test_docs_examples.py "
+        "test_dashboard_cli.py test_dashboard_hardening_cli.py test_handles.py test_newcomer.py "
         "test_operations_processes.py test_postgres_misconfigured.py test_related.py "
         "test_sealed_caller.py test_sqlite_contention.py"
     ).split(),

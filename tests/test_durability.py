@@ -349,8 +349,9 @@ def test_a_worker_refuses_the_memory_store(tmp_path: Path) -> None:
 async def test_a_worker_of_a_front_end_server_file_runs_with_the_default_concurrency(
     tmp_path: Path,
 ) -> None:
-    """The README's scale-out recipe as written: one server file, `concurrency=0`, serves as
-    the front end and, unchanged, as `fastmcp-tasks worker server.py`."""
+    """The scale-out recipe as written (docs/how-to/scaling-out.md): one server file,
+    `concurrency=0`, serves as the front end and, unchanged, as `fastmcp-tasks worker
+    server.py`."""
     markers, db = tmp_path / "markers", tmp_path / "tasks.db"
     with servers(tmp_path, 1, concurrency=0, db=db) as (front,):
         worker = Worker(db, markers, server_concurrency=0)

@@ -491,7 +491,8 @@ async def test_masked_error_parity(
 
 async def test_tool_timeout_is_the_documented_exception(transport: str) -> None:
     """FastMCP's own `timeout=` raises MCPError(-32000). A blocking call masks it into
-    `isError`; a task ends `failed` with that JSON-RPC error (C28), as the README says."""
+    `isError`; a task ends `failed` with that JSON-RPC error (C28), as
+    docs/explanation/task-flow.md says."""
     async with connect(make_parity_server(), transport) as wire:
         sync = await wire.call_tool("tool_timeout", {}, opt_in=False)
         created = await wire.call_tool("tool_timeout", {}, opt_in=True)

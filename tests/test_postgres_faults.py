@@ -188,8 +188,9 @@ def test_a_server_started_while_postgres_is_down_runs_tasks_once_it_is_up(
 
 
 def test_requests_answer_within_store_timeout_while_postgres_is_down(tmp_path: Path) -> None:
-    """README, "When the store fails": task requests answer -32603 "Task store unavailable"
-    within `store_timeout`, every one of them, not only the first after the stop."""
+    """docs/how-to/durability.md, "When the store fails": task requests answer -32603 "Task
+    store unavailable" within `store_timeout`, every one of them, not only the first after
+    the stop."""
     server = PrivatePostgres(tmp_path / "pg")
     store_timeout = timedelta(seconds=1)
     bound = store_timeout.total_seconds() + 0.5

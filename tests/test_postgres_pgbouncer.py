@@ -1,6 +1,6 @@
 """The PostgreSQL store behind a real PgBouncer in transaction pooling mode.
 
-What README's "Scaling out" says, tested: with `?prepare=false&listen_url=<a session
+What docs/how-to/proxies.md says, tested: with `?prepare=false&listen_url=<a session
 address>` the pool's connections go through PgBouncer `pool_mode = transaction`
 (`tests/pgbouncer.py`: a private PgBouncer in front of the shared server, `test` with
 3 server connections shared by more clients), while the change feed LISTENs on the

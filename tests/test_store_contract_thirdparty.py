@@ -1,4 +1,4 @@
-"""The README's "Writing your own store" example, run: a third-party store takes the contract.
+"""docs/how-to/custom-store.md's example, run: a third-party store takes the contract.
 
 `WrappedStore` stands for a store written outside this package: it delegates to a
 `MemoryTaskStore` through `__getattr__`, so it is not one, and subclassing

@@ -103,7 +103,8 @@ class PostgresTaskStore(
             `None` keeps none.
         timeout: seconds any one call may take before `StoreTimeout` (pool wait,
             connecting and statements); also the connect timeout.
-        pool_min, pool_max: connections the pool keeps open, at most.
+        pool_min: connections the pool keeps open.
+        pool_max: connections the pool opens at most.
         prepare: prepare hot statements (default); off for a pooler that cannot.
         change_retention: seconds a change-feed row is kept by `purge_expired`.
         max_changes: most change-feed rows kept by `purge_expired`.
