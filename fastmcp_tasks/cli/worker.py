@@ -5,12 +5,12 @@ the shared store and runs them; SIGTERM or SIGINT stops taking work, lets
 running tasks finish for `--grace` seconds, then hands the rest back.
 
 Its concurrency is `--concurrency`, else the extension's; an extension with
-`concurrency=0` is a front end's (the README's scale-out recipe serves one server
-file both ways), so the worker then runs `DEFAULT_CONCURRENCY` (the extension's own
-default) and its startup line says so. An explicit `--concurrency` below 1 is refused.
-A store found misconfigured as it opens (a database that does not exist) ends the
-worker with its message and exit status 2, as a usage error does; a store that is
-down is waited for.
+`concurrency=0` is a front end's (the scale-out guide, docs/how-to/scaling-out.md,
+serves one server file both ways), so the worker then runs `DEFAULT_CONCURRENCY` (the
+extension's own default) and its startup line says so. An explicit `--concurrency` below
+1 is refused. A store found misconfigured as it opens (a database that does not exist)
+ends the worker with its message and exit status 2, as a usage error does; a store that
+is down is waited for.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 - `settings()` advertises `capabilities.extensions["io.modelcontextprotocol/tasks"] = {}` (C1).
 - `methods()` binds `tasks/get`, `tasks/update`, `tasks/cancel` (see `handlers`).
 - `intercept_tool_call()` decides, per `tools/call`, between the synchronous
-  path and a task (the mode table in the README), creates the task in the store
+  path and a task (the mode table in docs/explanation/task-flow.md), creates the task in the store
   and hands it to the runner. It checks the call's idempotency `_meta` first
   (`server.idempotency`), and refuses a resent call it would run synchronously.
 - `lifespan()` also advertises `capabilities.experimental["fastmcp-tasks"] =
