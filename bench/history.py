@@ -265,6 +265,15 @@ async def latency(url_on: str, url_off: str, rounds: int) -> dict[str, float]:
     return {kind: pct(values, 50) for kind, values in samples.items()}
 
 
+def write_report(report: dict[str, Any], skipped: list[str], path: Path) -> None:
+    """Say loudly which stores were left out, and write `report` (with them) to `path`."""
+    for line in skipped:
+        print(f"*** SKIPPED {line} ***")
+    report["skipped"] = skipped
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")
+
+
 async def reachable(name: str, url: str) -> str | None:
     """Why a store cannot be benchmarked (`None`: it answers)."""
     try:
@@ -301,11 +310,7 @@ async def main(args: argparse.Namespace) -> None:
             f"{p['create_on'] / sync:.2f} / {p['create_off'] / sync:.2f} | "
             f"{p['get_on'] / sync:.2f} / {p['get_off'] / sync:.2f} |"
         )
-    for line in skipped:
-        print(f"*** SKIPPED {line} ***")
-    report["skipped"] = skipped
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
+    write_report(report, skipped, RESULTS)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import tempfile
 import time
@@ -48,7 +47,7 @@ from fastmcp.server.auth.providers.jwt import StaticTokenVerifier
 
 from bench import transports
 from bench.calls import pct
-from bench.history import opened, reachable, sample_servers, store_url
+from bench.history import opened, reachable, sample_servers, store_url, write_report
 from fastmcp_tasks import TasksExtension
 from fastmcp_tasks.server.engine.caller import Caller
 from fastmcp_tasks.server.engine.sealed import open_caller, seal_caller
@@ -237,11 +236,7 @@ async def main(args: argparse.Namespace) -> None:
             + " / ".join(f"{p[f'get_{m}'] / sync:.2f}" for m in MODES)
             + f" | {m['seal_open_us'] / sync:.3f} |"
         )
-    for line in skipped:
-        print(f"*** SKIPPED {line} ***")
-    report["skipped"] = skipped
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
+    write_report(report, skipped, RESULTS)
 
 
 if __name__ == "__main__":

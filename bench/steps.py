@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import tempfile
@@ -36,7 +35,7 @@ from typing import Any, cast
 from fastmcp import Client, FastMCP
 
 from bench.calls import pct
-from bench.history import opened, reachable, store_url
+from bench.history import opened, reachable, store_url, write_report
 from fastmcp_tasks import Retry, TasksExtension, step, task_options
 from fastmcp_tasks.stores.base import TaskStore
 from fastmcp_tasks.stores.listing import ListableTaskStore
@@ -176,11 +175,7 @@ async def main(args: argparse.Namespace) -> None:
             f"| {row['resume_ms']:.1f} ({row['resume_per_step_us']:.1f} µs, "
             f"{row['resume_over_sync']:.2f}) | {row['resume_read_ms']:.1f} |"
         )
-    for line in skipped:
-        print(f"*** SKIPPED {line} ***")
-    report["skipped"] = skipped
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
+    write_report(report, skipped, RESULTS)
 
 
 if __name__ == "__main__":
