@@ -31,6 +31,10 @@ terminated, keepalives giving up on a dead peer) is reconnected with capped
 backoff, logged once per outage; after LISTEN succeeds again the reader reads
 from its watermark, so what was committed meanwhile is delivered exactly once.
 
+While every subscriber wants only waking kinds (a worker's runner), reads are at
+least `WAKE_SPACING` apart: the first notification after a pause is read at once,
+those of a burst share a read.
+
 Subscribing. A new subscription waits (up to the store's `timeout`) for the reader
 to be listening, then reads the newest `seq` through the pool and receives exactly
 the rows past it. Filtering is in-process; each subscriber has an unbounded queue,
@@ -69,6 +73,10 @@ BATCH = 500
 #: (less with a `change_retention` under twice this: they are read before the trim).
 QUIET_LAG = 1.0
 _WAKING = frozenset(WAKING_KINDS)
+#: The shortest time between two reads while every subscriber wants only waking kinds
+#: (a worker's runner, which lets wake-ups gather 10 ms before it claims anyway): the
+#: notifications of a burst of creates then cost one read, not one each (seconds).
+WAKE_SPACING = 0.01
 #: The longest wait between reconnection attempts (seconds).
 RETRY_LONGEST = 2.0
 #: The first and the longest wait before a pending gap is checked again (seconds).
@@ -290,6 +298,8 @@ class PostgresChangeFeed:
             ):
                 newest = max(newest, quiet)
             if pending or newest > self.watermark:
+                if not pending and not self._wants_quiet():  # a runner's: coalesce the wakes
+                    await asyncio.sleep(WAKE_SPACING - (time.monotonic() - self._last_read))
                 pending = await self._catch_up(conn)
                 if not pending:
                     wait = GAP_FIRST
