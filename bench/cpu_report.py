@@ -116,7 +116,7 @@ def table(runs: list[dict[str, Any]]) -> str:
     return "\n".join(rows)
 
 
-def write_profiles(directory: Path, label: str, n: int, top: int = 45) -> None:
+def write_profiles(directory: Path, label: str, n: int, top: int = 90) -> None:
     """Merge the `*.prof` files just written (by role) into `label-<role>.txt`: the
     functions by own time and by cumulative time, in microseconds and calls per task."""
     fresh = sorted(p for p in directory.glob("*.prof") if p.name.count("-") == 1)
