@@ -218,6 +218,8 @@ class LeaseKeeper:
             free = runner.free_slots()
             if not free:  # full: look again as soon as a slot frees
                 runner.watcher.more_queued = True
+                if taken:
+                    runner.watcher.claimed(taken)  # it took tasks: the next window is short
                 return
             records = await self.store.claim_queued(self.owner, self.until(), free, app=runner.app)
             runner.watcher.more_queued = len(records) == free
