@@ -45,10 +45,18 @@ def _kill_leftover_workers() -> None:
 
 class Worker:
     """One `python -m fastmcp_tasks worker bench/redis_app.py:mcp` process (the worker
-    command, as deployed) on the store at `url` (Redis or PostgreSQL), its output in
-    `log`; `stop()` sends SIGTERM, then SIGKILL."""
+    command, as deployed; another server file with `app`, more environment with `env`)
+    on the store at `url`, its output in `log`; `stop()` sends SIGTERM, then SIGKILL."""
 
-    def __init__(self, url: str, concurrency: int, sleep_ms: float, log: Path) -> None:
+    def __init__(
+        self,
+        url: str,
+        concurrency: int,
+        sleep_ms: float,
+        log: Path,
+        app: Path = REDIS_APP,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.log = log
         self.signalled = False
         root = Path(__file__).resolve().parent.parent
@@ -57,13 +65,18 @@ class Worker:
             "-m",
             "fastmcp_tasks",
             "worker",
-            f"{REDIS_APP}:mcp",
+            f"{app}:mcp",
             "--concurrency",
             str(concurrency),
             "--grace",
             "5",
         ]
-        env = {**os.environ, "BENCH_REDIS_URL": url, "BENCH_SLEEP_MS": str(sleep_ms)}
+        env = {
+            **os.environ,
+            "BENCH_REDIS_URL": url,
+            "BENCH_SLEEP_MS": str(sleep_ms),
+            **(env or {}),
+        }
         with open(log, "wb") as out:  # the child keeps its own descriptor
             self.proc = subprocess.Popen(
                 cmd,

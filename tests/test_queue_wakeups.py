@@ -49,3 +49,23 @@ async def test_a_saturated_worker_takes_the_next_task_as_a_slot_frees(
             for task_id, text in zip(queued, "abc", strict=True):
                 done = await wire.wait(task_id)
                 assert done["result"]["content"][0]["text"] == f"quick {text}", done
+
+
+def test_a_claim_window_grows_while_claims_find_nothing_and_resets_on_a_take() -> None:
+    """Several workers hear every `queued` change: the ones that keep losing the race
+    claim less often (the window doubles up to its cap), a take sets it back."""
+    from fastmcp_tasks.server.engine.watcher import (
+        QUEUE_BATCH_MAX_SECONDS,
+        QUEUE_BATCH_SECONDS,
+        ChangeWatcher,
+    )
+
+    watcher = ChangeWatcher(object())  # type: ignore[arg-type]  # the window needs no runner
+    assert watcher.window == QUEUE_BATCH_SECONDS
+    watcher.claimed(0)
+    assert watcher.window == 2 * QUEUE_BATCH_SECONDS
+    for _ in range(10):
+        watcher.claimed(0)
+    assert watcher.window == QUEUE_BATCH_MAX_SECONDS
+    watcher.claimed(3)
+    assert watcher.window == QUEUE_BATCH_SECONDS

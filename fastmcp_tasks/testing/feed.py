@@ -15,6 +15,10 @@ import anyio
 from fastmcp_tasks.stores.base import TaskChange, TaskStore
 from fastmcp_tasks.testing.base import ContractBase, make_record
 
+#: The kinds a task engine's runner subscribes to (`engine.watcher.WATCHED`); a store may
+#: serve such a subscription from a narrower feed (Redis: its wake stream).
+RUNNER_KINDS = frozenset({"cancel_requested", "answered", "queued"})
+
 #: Seconds to wait for a change that must arrive.
 FEED_WAIT = 5.0
 
@@ -125,3 +129,26 @@ class FeedContract(ContractBase):
             got_every = await next_change(every)
         assert got_one.kind == got_every.kind == "cancel_requested"
         assert got_one.task_id == got_every.task_id == task.task_id
+
+    async def test_a_runners_kinds_arrive_alone_in_order_as_on_the_whole_feed(
+        self, store: TaskStore
+    ) -> None:
+        async with store.changes(kinds=RUNNER_KINDS) as runner, store.changes() as every:
+            task = make_record()
+            await store.create(task)  # `queued` (unleased)
+            await store.set_status_message(task.task_id, "not for a runner")
+            await store.request_input(task.task_id, {"k": {"method": "elicitation/create"}})
+            await store.answer_input(task.task_id, {"k": {"action": "accept"}})
+            await store.request_cancel(task.task_id)
+            got = [await next_change(runner) for _ in range(3)]
+            seen: list[TaskChange] = []
+            while not seen or seen[-1].kind != "cancel_requested":
+                change = await next_change(every)
+                if change.task_id == task.task_id:
+                    seen.append(change)
+        assert [c.kind for c in got] == ["queued", "answered", "cancel_requested"]
+        assert all(c.task_id == task.task_id for c in got)
+        whole = [c for c in seen if c.kind in RUNNER_KINDS]
+        assert [(c.kind, c.status, c.details) for c in whole] == [
+            (c.kind, c.status, c.details) for c in got
+        ]

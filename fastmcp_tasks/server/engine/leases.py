@@ -219,13 +219,19 @@ class LeaseKeeper:
     async def take_queued(self) -> None:
         """Lease tasks of this application nobody runs yet (a front end's, or requeued)."""
         runner = self.runner
+        taken = 0
         while not runner.stopping:  # shutting down: leave them for a live process
             free = runner.free_slots()
             if not free:  # full: look again as soon as a slot frees
                 runner.watcher.more_queued = True
+                if taken:
+                    runner.watcher.claimed(taken)  # it took tasks: the next window is short
                 return
             records = await self.store.claim_queued(self.owner, self.until(), free, app=runner.app)
             runner.watcher.more_queued = len(records) == free
+            taken += len(records)
+            if len(records) < free:
+                runner.watcher.claimed(taken)  # the round's last claim: its window
             claimed = {record.task_id for record in records}
             runner.claiming |= claimed  # a cancel heard before they are submitted is kept
             try:

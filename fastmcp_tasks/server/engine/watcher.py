@@ -14,7 +14,13 @@ The queue loop waits in `queue_wait`: woken by a `queued` change, by a slot
 freeing while more tasks may be waiting, or after `queue_poll` seconds at the
 latest (the safety net for a change the feed trimmed), or when a retry's
 backoff (`not_before` in a `queued` change, or one this process scheduled) is
-due; wake-ups within `QUEUE_BATCH_SECONDS` of each other share one claim.
+due; wake-ups within `QUEUE_BATCH_SECONDS` of each other share one claim. Every
+worker hears every `queued` change, so with several workers most claims of a burst
+find the task taken already: after a claim round that took nothing the window doubles
+(up to `QUEUE_BATCH_MAX_SECONDS`), and one that took a task sets it back. The
+workers that keep losing then claim less often, so the claims per task stay about
+flat however many workers there are; a task still waits at most one window for
+whichever worker claims next, and the safety poll is unchanged.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ WATCHED = frozenset({"cancel_requested", "answered", "queued"})
 
 #: How long the queue loop lets wake-ups gather before it claims (see `queue_wait`).
 QUEUE_BATCH_SECONDS = 0.01
+#: The longest such window after claims that found nothing (see `claimed`).
+QUEUE_BATCH_MAX_SECONDS = 0.08
 
 
 class ChangeWatcher:
@@ -46,6 +54,7 @@ class ChangeWatcher:
         self.more_queued = False  # the last claim filled every free slot
         self._due: list[float] = []  # when queued retries become claimable (a heap)
         self._wanted = False  # a wake-up that asks for a claim now
+        self.window = QUEUE_BATCH_SECONDS  # how long wake-ups gather (see `claimed`)
 
     async def follow(self) -> None:
         """One subscription: reconcile, then apply changes until the feed ends or fails."""
@@ -105,6 +114,15 @@ class ChangeWatcher:
             heapq.heappush(self._due, due)
         self._wake.set()  # the loop recomputes how long it sleeps
 
+    def claimed(self, taken: int) -> None:
+        """A claim round took `taken` tasks: the next window starts short again, or,
+        when it took none (another worker was quicker), is twice as long, up to
+        `QUEUE_BATCH_MAX_SECONDS`."""
+        if taken:
+            self.window = QUEUE_BATCH_SECONDS
+        else:
+            self.window = min(self.window * 2, QUEUE_BATCH_MAX_SECONDS)
+
     def slot_freed(self) -> None:
         if self.more_queued:
             self.wake_queue()
@@ -126,4 +144,4 @@ class ChangeWatcher:
         self._wanted = False
         # wake-ups that come together (a burst of creates, slots freeing one by one)
         # share one claim: at most one claim per window instead of one per change
-        await anyio.sleep(QUEUE_BATCH_SECONDS)
+        await anyio.sleep(self.window)

@@ -31,6 +31,10 @@ terminated, keepalives giving up on a dead peer) is reconnected with capped
 backoff, logged once per outage; after LISTEN succeeds again the reader reads
 from its watermark, so what was committed meanwhile is delivered exactly once.
 
+While every subscriber wants only waking kinds (a worker's runner), the reader waits
+for notifications at most once per `WAKE_SPACING`: the first notification after a
+pause is handled at once, those of a burst together.
+
 Subscribing. A new subscription waits (up to the store's `timeout`) for the reader
 to be listening, then reads the newest `seq` through the pool and receives exactly
 the rows past it. Filtering is in-process; each subscriber has an unbounded queue,
@@ -69,6 +73,11 @@ BATCH = 500
 #: (less with a `change_retention` under twice this: they are read before the trim).
 QUIET_LAG = 1.0
 _WAKING = frozenset(WAKING_KINDS)
+#: The shortest time between two waits for notifications while every subscriber wants
+#: only waking kinds (a worker's runner, which lets wake-ups gather 10 ms before it claims
+#: anyway): the notifications of a burst, quiet ones included, then cost one wake-up
+#: and at most one read, not one each (seconds).
+WAKE_SPACING = 0.01
 #: The longest wait between reconnection attempts (seconds).
 RETRY_LONGEST = 2.0
 #: The first and the longest wait before a pending gap is checked again (seconds).
@@ -268,6 +277,7 @@ class PostgresChangeFeed:
         wait = GAP_FIRST
         pending = await self._catch_up(conn)
         quiet = 0  # the highest quiet seq heard (read once the watermark passes it)
+        woke = 0.0  # `time.monotonic()` when the last wait ended
         while True:
             assert self.watermark is not None
             timeout = None
@@ -276,9 +286,12 @@ class PostgresChangeFeed:
             if quiet > self.watermark:  # read them by `QUIET_LAG` after the last read
                 due = max(0.0, self.quiet_lag - (time.monotonic() - self._last_read))
                 timeout = due if timeout is None else min(timeout, due)
+            if not self._wants_quiet():  # a runner's: a burst's notifications gather
+                await asyncio.sleep(WAKE_SPACING - (time.monotonic() - woke))
             newest = 0
             async for notify in conn.notifies(timeout=timeout, stop_after=1):
                 newest, quiet = _heard(notify.payload, newest, quiet)
+            woke = time.monotonic()
             async for notify in conn.notifies(timeout=0):  # whatever else has arrived
                 newest, quiet = _heard(notify.payload, newest, quiet)
             if not self._subscribers:  # nobody to hand rows to: the next one starts later

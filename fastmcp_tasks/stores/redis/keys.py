@@ -34,6 +34,8 @@ The keys of the prefix `P`:
   task count (`max_tasks`) is `ZCARD active + ZCARD terminal`.
 - `{P}:changes`          the change feed: one Redis Stream, fields `t` (task id),
   `k` (kind), `s` (status, empty for none), `d` (details JSON).
+- `{P}:changes:wake`     the same entries for the kinds a task engine waits for only
+  (`redis.scripts.WAKE_KINDS`), read by subscriptions to those kinds alone.
 
 Flow control (`stores.flow`; kept by the scripts of `redis.flow_scripts`, whose
 helpers in `redis.flow_lua` build these names in Lua) adds:
@@ -175,6 +177,11 @@ class RedisKeys:
     def changes(self) -> str:
         """Stream: the change feed."""
         return f"{self.base}changes"
+
+    @property
+    def wakes(self) -> str:
+        """Stream: the changes a task engine waits for (the scripts append `:wake`)."""
+        return f"{self.changes}:wake"
 
     @property
     def delayed(self) -> str:

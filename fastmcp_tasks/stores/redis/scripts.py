@@ -4,7 +4,9 @@ Redis runs a script to its end before serving any other command, so each script 
 the compare-and-set (or the insert with its cap check) that the store contract asks
 for, whichever process or instance calls it. Each script also keeps the indexes of
 `redis.keys` consistent and appends its change to the change-feed stream in the same
-step, so the feed never disagrees with the data.
+step, so the feed never disagrees with the data; a change a task engine waits for
+(`WAKE_KINDS`: a task queued, a cancel request, an answer) also goes to the wake
+stream (`{P}:changes:wake`), which a worker's runner reads instead of every change.
 
 This module owns `PRELUDE` (the helpers every script shares), `SCRIPTS` (every
 script of the store) and the scripts that change a task without queueing, leasing,
@@ -34,12 +36,19 @@ from fastmcp_tasks.stores.redis.flow_scripts import FLOW_SCRIPTS
 from fastmcp_tasks.stores.redis.operations_lua import OPERATION_SCRIPTS
 from fastmcp_tasks.stores.redis.steps import STEP_SCRIPTS
 
+#: The change kinds `emit` also appends to the wake stream (keep in step with its Lua).
+WAKE_KINDS = frozenset({"queued", "cancel_requested", "answered"})
+
 PRELUDE = """
 local function is_active(s) return s == 'working' or s == 'input_required' end
 
 local function emit(stream, maxlen, id, kind, status, details)
   redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*',
     't', id, 'k', kind, 's', status or '', 'd', details or '{}')
+  if kind == 'queued' or kind == 'cancel_requested' or kind == 'answered' then
+    redis.call('XADD', stream .. ':wake', 'MAXLEN', '~', maxlen, '*',
+      't', id, 'k', kind, 's', status or '', 'd', details or '{}')
+  end
 end
 
 local function fields_with(key, mark)

@@ -9,7 +9,8 @@ each its own `prefix`, and applications sharing one store are told apart by
 waits, dedupe, tombstones: `stores.flow`) `redis.flow`, the operator records
 (histories, workers, pauses, audit: `stores.operations`) `redis.operations`, the
 durable steps (`stores.steps`) `redis.steps`; the change feed (one Redis Stream per
-store) is read by `redis.feed`.
+store, and the wake stream of the kinds a runner waits for: a subscription to those
+kinds alone reads it, so a worker does not read every change) is read by `redis.feed`.
 
 Connections. `open()` creates a blocking connection pool for commands and checks
 that Redis answers. Every call is bounded as a whole by `timeout` (pool wait,
@@ -82,7 +83,7 @@ from fastmcp_tasks.stores.redis.keys import (
 from fastmcp_tasks.stores.redis.leases import RedisLeases
 from fastmcp_tasks.stores.redis.listing import RedisListing
 from fastmcp_tasks.stores.redis.operations import RedisOperations
-from fastmcp_tasks.stores.redis.scripts import SCRIPTS
+from fastmcp_tasks.stores.redis.scripts import SCRIPTS, WAKE_KINDS
 from fastmcp_tasks.stores.redis.steps import RedisSteps
 from fastmcp_tasks.stores.urls import masked
 from fastmcp_tasks.wire.names import TERMINAL_STATUSES, TaskStatus
@@ -156,16 +157,22 @@ class RedisTaskStore(RedisFlow, RedisLeases, RedisListing, RedisOperations, Redi
         self._scripts: dict[str, AsyncScript] = {}
         #: Counters for benchmarks: `round_trips` sent to Redis (module doc).
         self.stats: dict[str, int] = {"round_trips": 0}
-        self._feed = RedisChangeFeed(
-            stream=self.keys.changes,
-            feed_url=feed_url,
-            connect_timeout=timeout,
-            block_ms=block_ms,
-            client_name=f"fastmcp-tasks-feed:{self.keys.prefix}",
-            newest=self._newest_change,
-            label=repr(self),
-            read_margin=timeout,
-            stats=self.stats,
+        self._feed, self._wake_feed = (
+            RedisChangeFeed(
+                stream=stream,
+                feed_url=feed_url,
+                connect_timeout=timeout,
+                block_ms=block_ms,
+                client_name=f"fastmcp-tasks-feed:{self.keys.prefix}",
+                newest=newest,
+                label=repr(self),
+                read_margin=timeout,
+                stats=self.stats,
+            )
+            for stream, newest in (
+                (self.keys.changes, self._newest_change),
+                (self.keys.wakes, self._newest_wake),  # only `WAKE_KINDS` (`redis.scripts`)
+            )
         )
 
     # --- lifecycle ----------------------------------------------------------------
@@ -200,6 +207,7 @@ class RedisTaskStore(RedisFlow, RedisLeases, RedisListing, RedisOperations, Redi
     async def close(self) -> None:
         """End every subscription, stop the feed reader and close the pool. Idempotent."""
         await self._feed.close()
+        await self._wake_feed.close()
         client, self._client = self._client, None
         if client is not None:
             await client.connection_pool.disconnect()
@@ -349,11 +357,17 @@ class RedisTaskStore(RedisFlow, RedisLeases, RedisListing, RedisOperations, Redi
         self, task_ids: frozenset[str] | None = None, kinds: frozenset[str] | None = None
     ) -> AbstractAsyncContextManager[AsyncIterator[TaskChange]]:
         self._require()
+        if kinds is not None and kinds <= WAKE_KINDS:  # a runner's: not every change
+            return self._wake_feed.subscribe(task_ids, kinds)
         return self._feed.subscribe(task_ids, kinds)
 
-    async def _newest_change(self) -> list[Any]:
-        newest = await self._guard(self._require().xrevrange(self.keys.changes, count=1))
+    async def _newest_change(self, stream: str | None = None) -> list[Any]:
+        client = self._require()
+        newest = await self._guard(client.xrevrange(stream or self.keys.changes, count=1))
         return cast("list[Any]", newest)
+
+    async def _newest_wake(self) -> list[Any]:
+        return await self._newest_change(self.keys.wakes)
 
     # --- retention ----------------------------------------------------------------
 

@@ -1,0 +1,88 @@
+"""The CPU bench's server (`bench/cpu.py`): one tool, `echo(text) -> text`, declared
+`@mcp.tool(task=True)`, on the store named by the environment; served over Streamable
+HTTP by `python -m bench.cpu_app PORT` (the front end) or run by the worker command
+(`python -m fastmcp_tasks worker bench/cpu_app.py:mcp`).
+
+Environment: `BENCH_CPU_URL` (the store URL; required for `mcp` to exist),
+`BENCH_CPU_CONCURRENCY` (the extension's concurrency: 0 for a front end in front of
+workers, > 0 for one that runs its tasks itself), `BENCH_CPU_PROFILE` (a directory: then
+SIGUSR1 starts a `cProfile` of the main thread and SIGUSR2 stops it and writes
+`<role>-<pid>.<k>.prof` there, so the harness profiles exactly its measured window).
+"""
+
+from __future__ import annotations
+
+import cProfile
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+
+from fastmcp import FastMCP
+
+from fastmcp_tasks import TasksExtension
+
+TOOL = "echo"
+
+
+def build(url: str, concurrency: int) -> FastMCP:
+    """The bench server: `echo` only, `max_tasks` high enough for any run."""
+    mcp = FastMCP("bench-cpu")
+    mcp.add_extension(TasksExtension(url=url, concurrency=concurrency, max_tasks=1_000_000))
+
+    @mcp.tool(task=True)
+    async def echo(text: str) -> str:
+        return text
+
+    return mcp
+
+
+_profiler: cProfile.Profile | None = None
+_dumps = 0
+
+
+def _install_profile_hook(directory: Path, role: str) -> None:
+    """SIGUSR1: start profiling the main thread; SIGUSR2: stop and write the profile."""
+
+    def start(signum: int, frame: FrameType | None) -> None:
+        global _profiler
+        _profiler = cProfile.Profile(time.process_time)  # CPU, not wall, time
+        _profiler.enable()
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        global _profiler, _dumps
+        if _profiler is not None:
+            _profiler.disable()
+            _dumps += 1
+            _profiler.dump_stats(str(directory / f"{role}-{os.getpid()}.{_dumps}.prof"))
+            _profiler = None
+
+    signal.signal(signal.SIGUSR1, start)
+    signal.signal(signal.SIGUSR2, stop)
+
+
+def serve(port: int) -> None:
+    """The front end: `mcp` over Streamable HTTP on 127.0.0.1:`port` until SIGTERM."""
+    import uvicorn
+
+    config = uvicorn.Config(
+        mcp.http_app(),
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        lifespan="on",
+        timeout_keep_alive=600,
+    )
+    uvicorn.Server(config).run()
+
+
+if "BENCH_CPU_URL" in os.environ:
+    mcp = build(os.environ["BENCH_CPU_URL"], int(os.environ.get("BENCH_CPU_CONCURRENCY", "0")))
+    if os.environ.get("BENCH_CPU_PROFILE"):
+        _role = "front_end" if __name__ == "__main__" else "worker"
+        _install_profile_hook(Path(os.environ["BENCH_CPU_PROFILE"]), _role)
+
+if __name__ == "__main__":
+    serve(int(sys.argv[1]))
