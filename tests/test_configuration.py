@@ -24,6 +24,7 @@ from fastmcp.server.auth.providers.jwt import StaticTokenVerifier
 from fastmcp_tasks import Retry, TasksExtension, _compat, task_options
 from fastmcp_tasks.errors import ConfigurationError
 from fastmcp_tasks.server.options import options_of
+from fastmcp_tasks.stores.memory import MemoryTaskStore
 
 pytestmark = pytest.mark.anyio
 
@@ -204,6 +205,32 @@ async def test_dedupe_on_an_authenticated_server_is_not_warned_about(
         pass
     warned = [r.getMessage() for r in caplog.records if r.name == "fastmcp_tasks.configuration"]
     assert [w.split(" has ")[0] for w in warned] == ["tool 'not_a_task'"]
+
+
+async def test_resumable_on_a_store_without_steps_is_warned_about(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class NoSteps(MemoryTaskStore):
+        """A store of one's own that keeps no durable steps."""
+
+        save_step = None  # type: ignore[assignment]  # (blocks the StepStore protocol)
+
+    caplog.set_level(logging.WARNING, logger="fastmcp_tasks")
+    for store, warned_of in ((NoSteps(), ["tool 'migrate'"]), (MemoryTaskStore(), [])):
+        caplog.clear()
+        mcp = FastMCP("resumable")
+        mcp.add_extension(TasksExtension(store=store))
+
+        @mcp.tool(task=True)
+        @task_options(resumable=True)
+        async def migrate(x: int) -> int:
+            return x
+
+        async with _compat.server_lifespan(mcp):
+            pass
+        warned = [r.getMessage() for r in caplog.records if r.name == "fastmcp_tasks.configuration"]
+        assert [w.split(" has ")[0] for w in warned] == warned_of
+        assert all("keeps no durable steps" in w for w in warned)
 
 
 # --- hints --------------------------------------------------------------------------------

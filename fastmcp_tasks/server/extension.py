@@ -251,7 +251,7 @@ class TasksExtension(ServerExtension):
     async def _run(self) -> AsyncIterator[None]:
         observability.log_full_ids(getattr(self.server, "auth", None) is not None)
         _compat.check_server(self.server)
-        await warn_about(self.server)  # options that do nothing here, once per start
+        await warn_about(self.server, self.store)  # options that do nothing here, once
         opened = await self._open_store()
         self.listen.install(_compat.low_level_server(self.server))
         self._advertise_idempotency()

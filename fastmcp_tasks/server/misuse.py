@@ -25,6 +25,8 @@ from typing import Any
 from fastmcp.tools.base import Tool
 
 from fastmcp_tasks.server.options import NO_OPTIONS, TaskOptions, options_of
+from fastmcp_tasks.stores.base import TaskStore
+from fastmcp_tasks.stores.steps import stepped
 
 logger = logging.getLogger("fastmcp_tasks.configuration")
 
@@ -38,7 +40,7 @@ def set_options(options: TaskOptions) -> list[str]:
     ]
 
 
-async def warn_about(server: Any) -> None:
+async def warn_about(server: Any, store: TaskStore | None = None) -> None:
     """Log a WARNING for each tool whose task options do nothing here (module doc)."""
     try:
         own = await server.local_provider.list_tools()
@@ -55,11 +57,17 @@ async def warn_about(server: Any) -> None:
                 name,
                 ", ".join(set_options(options)),
             )
-    if getattr(server, "auth", None) is not None:
-        return
     for name in sorted({t.name for t in tasks}):
         options = options_of(next(t for t in tasks if t.name == name))
-        if options.dedupe is not None:
+        if options.resumable and store is not None and stepped(store) is None:
+            logger.warning(
+                "tool %r has task_options(resumable=True), but the %s store keeps no "
+                "durable steps: step() records nothing there, so a crashed task runs again "
+                "from the top: use a store that implements StepStore",
+                name,
+                getattr(store, "scheme", type(store).__name__),
+            )
+        if options.dedupe is not None and getattr(server, "auth", None) is None:
             logger.warning(
                 "tool %r has task_options(dedupe=%gs), but this server has no "
                 "authentication, so its calls are never deduplicated (dedupe tells callers "
