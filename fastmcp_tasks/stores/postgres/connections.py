@@ -46,7 +46,7 @@ from fastmcp_tasks.stores.flow import DEFAULT_TOMBSTONE_RETENTION
 from fastmcp_tasks.stores.postgres import refusals, sessions
 from fastmcp_tasks.stores.postgres import schema as tables
 from fastmcp_tasks.stores.postgres.feed import QUIET_LAG, PostgresChangeFeed
-from fastmcp_tasks.stores.postgres.liveness import Reach, session_defaults, setter
+from fastmcp_tasks.stores.postgres.liveness import Reach, returns_rows, session_defaults, setter
 from fastmcp_tasks.stores.postgres.sql import Statements, save_params
 from fastmcp_tasks.stores.postgres.urls import parse_store_url, redact, secrets
 
@@ -308,7 +308,7 @@ class PostgresConnections:
                     self.stats["statements"] += 1
                     try:
                         cur = await conn.execute(query, params, prepare=self._prepare)
-                        return await cur.fetchall() if cur.description is not None else []
+                        return await cur.fetchall() if returns_rows(cur) else []
                     except psycopg.OperationalError:
                         if not (read and attempt < self.pool_max and conn.closed):
                             raise

@@ -61,6 +61,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from fastmcp_tasks.errors import StoreError
 from fastmcp_tasks.stores.base import TaskChange
+from fastmcp_tasks.stores.postgres.liveness import returns_rows
 from fastmcp_tasks.stores.postgres.sql import QUIET, WAKING_KINDS
 
 if TYPE_CHECKING:
@@ -264,7 +265,7 @@ class PostgresChangeFeed:
     async def _execute(self, conn: psycopg.AsyncConnection[Any], query: str, *args: Any) -> Any:
         self.stats["feed_statements"] += 1
         cur = await conn.execute(query, args or None)
-        return await cur.fetchall() if cur.description is not None else []
+        return await cur.fetchall() if returns_rows(cur) else []
 
     async def _follow(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """Catch up, then wait for notifications (or a pending gap's recheck) forever.
