@@ -45,17 +45,22 @@ def task(n: int, **fields: object) -> TaskRecord:
 async def timed(store: PostgresTaskStore, name: str, rounds: int, call: Call) -> None:
     samples: list[float] = []
     before = store.stats["statements"]
+    cpu = time.process_time()
     for n in range(rounds):
         start = time.perf_counter()
         await call(n)
         samples.append((time.perf_counter() - start) * 1e6)
-    report(name, samples, (store.stats["statements"] - before) / rounds)
+    cpu_us = (time.process_time() - cpu) / rounds * 1e6
+    report(name, samples, (store.stats["statements"] - before) / rounds, cpu_us)
 
 
-def report(name: str, samples: list[float], per_call: float) -> None:
+def report(name: str, samples: list[float], per_call: float, cpu_us: float | None = None) -> None:
+    """One line: wall p50 / p90, statements per call, and this process's CPU per call (the
+    client side: psycopg and the store's Python; the server's is not in it)."""
     samples.sort()
     p50, p90 = statistics.median(samples), samples[int(len(samples) * 0.9)]
-    print(f"{name:<28} p50 {p50:7.0f} us   p90 {p90:7.0f} us   statements/call {per_call:.2f}")
+    cpu = "" if cpu_us is None else f"   client CPU/call {cpu_us:5.0f} us"
+    print(f"{name:<28} p50 {p50:7.0f} us   p90 {p90:7.0f} us   statements/call {per_call:.2f}{cpu}")
 
 
 async def main(url: str, rounds: int) -> None:
