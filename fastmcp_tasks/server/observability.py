@@ -90,13 +90,14 @@ def task_span(task_id: str, tool: str, attempt: int, store: str = "") -> Iterato
 
 def transition(task_id: str, tool: str, status: str, attempt: int = 1, **details: Any) -> None:
     """Record one status change: the log line, and `finished` for terminal ones."""
-    shown = shown_id(task_id)
-    transition_logger.info(
-        "task %s (%s) -> %s",
-        shown,
-        tool,
-        status,
-        extra={"task_id": shown, "tool": tool, "status": status, "attempt": attempt, **details},
-    )
+    if transition_logger.isEnabledFor(logging.INFO):  # else no fingerprint to compute
+        shown = shown_id(task_id)
+        transition_logger.info(
+            "task %s (%s) -> %s",
+            shown,
+            tool,
+            status,
+            extra={"task_id": shown, "tool": tool, "status": status, "attempt": attempt, **details},
+        )
     if status in ("completed", "failed", "cancelled"):
         finished.add(1, {"status": status, "tool": tool})

@@ -220,6 +220,7 @@ class LeaseKeeper:
         """Lease tasks of this application nobody runs yet (a front end's, or requeued)."""
         runner = self.runner
         taken = 0
+        tools: dict[tuple[str, str | None], Any] = {}  # this round's lookups (`find_tool`)
         while not runner.stopping:  # shutting down: leave them for a live process
             free = runner.free_slots()
             if not free:  # full: look again as soon as a slot frees
@@ -236,7 +237,7 @@ class LeaseKeeper:
             runner.claiming |= claimed  # a cancel heard before they are submitted is kept
             try:
                 for record in records:
-                    await self._start(record)
+                    await self._start(record, tools)
             finally:
                 runner.claiming -= claimed
                 for task_id in claimed & runner.missed_cancels:
@@ -245,14 +246,14 @@ class LeaseKeeper:
             if len(records) < free:
                 return
 
-    async def _start(self, record: TaskRecord) -> None:
+    async def _start(self, record: TaskRecord, tools: dict[tuple[str, str | None], Any]) -> None:
         history = self.runner.history
         history.note(record.task_id, "taken", worker=self.owner)
         if record.cancel_requested:  # cancelled while it waited in the store
             self.runner.forget(record.task_id)
             await self.end(record.task_id, "cancelled", status_message=CANCELLED_BEFORE_START)
             return
-        tool = await self.find_tool(record)
+        tool = await self.find_tool(record, tools)
         if tool is None:
             error = interrupted(f"tool {record.tool!r} does not exist on this worker")
             await self.end(record.task_id, "failed", error=error, status_message=error["message"])
@@ -267,14 +268,24 @@ class LeaseKeeper:
             input_timeout=options.timeout_seconds(self.runner.input_timeout),
         )
 
-    async def find_tool(self, record: TaskRecord) -> Any:
-        """The tool a stored task runs, as its creating call resolved it, or `None`."""
+    async def find_tool(
+        self, record: TaskRecord, seen: dict[tuple[str, str | None], Any] | None = None
+    ) -> Any:
+        """The tool a stored task runs, as its creating call resolved it, or `None`. With
+        `seen` (one claim round's lookups), a tool and version looked up in the same round
+        is not looked up again: the round's tasks all start within it."""
         version = DurableContext.of(record).version
+        key = (record.tool, version)
+        if seen is not None and key in seen:
+            return seen[key]
         try:
-            return await resolve_tool(self.runner.server, record.tool, version)
+            tool = await resolve_tool(self.runner.server, record.tool, version)
         except Exception:
             logger.exception("Looking up tool %r for a stored task failed", record.tool)
             return None
+        if seen is not None:
+            seen[key] = tool
+        return tool
 
     async def scan_wait(self) -> None:
         await anyio.sleep(self.lease_seconds / 2)
