@@ -161,6 +161,20 @@ async def sync_call(caller: Caller, i: int) -> None:
     assert result.get("resultType") != "task" and not result.get("isError"), result
 
 
+#: The floor request: a method no server has, answered -32601 by the MCP SDK before any
+#: FastMCP handler, middleware, tool or extension code runs; what any request costs.
+FLOOR_METHOD = "bench/unknown-method"
+
+
+async def floor_call(caller: Caller, i: int) -> None:
+    try:
+        await caller.call(FLOOR_METHOD, {}, False)
+    except RpcError as error:
+        assert "-32601" in str(error), error
+        return
+    raise AssertionError(f"{FLOOR_METHOD} answered")
+
+
 async def active_count(store: str, url: str) -> int:
     """Untimed: the store's active tasks, read on a connection of the harness's own."""
     if store == "sqlite":
@@ -293,16 +307,22 @@ async def run_config(
             await fan(callers, list(range(warm)), sync_call)
             await task_phase(callers, warm, store, url, meter, None)
             halves = [n // 2, n - n // 2]
-            sync_ns, syncs, parts = [], [], []
-            order = [("sync", halves[0]), ("task", halves[0]), ("task", halves[1])]
-            for kind, half in [*order, ("sync", halves[1])]:  # a palindrome: drift cancels
+            sync_ns: list[int] = []
+            syncs, floors, parts = [], [], []
+            first = [("sync", halves[0]), ("floor", halves[0]), ("task", halves[0])]
+            second = [("task", halves[1]), ("floor", halves[1]), ("sync", halves[1])]
+            for kind, half in [*first, *second]:  # a palindrome: drift cancels
                 if kind == "task":
                     parts.append(await task_phase(callers, half, store, url, meter, prof))
                     continue
                 s0 = meter.sample()
-                sync_ns += await fan(callers, list(range(half)), sync_call)
-                syncs.append(meter.delta(s0, meter.sample()))
+                ns = await fan(
+                    callers, list(range(half)), floor_call if kind == "floor" else sync_call
+                )
+                (floors if kind == "floor" else syncs).append(meter.delta(s0, meter.sample()))
+                sync_ns += ns if kind == "sync" else []
             sync, tasks = merge(syncs), merge(parts)
+            tasks["floor"] = merge(floors)["front_end"]
             tasks["create_p50_us"] = pct(tasks.pop("create_ns"), 50)
             tasks["get_p50_us"] = pct(tasks.pop("get_ns"), 50)
         finally:

@@ -50,6 +50,11 @@ def per_task(
         out["pg_background_ms"] = ms(total["pg_background"])
     out["task_ms"] = round(out["front_end_ms"] + out["workers_ms"] + out["store_server_ms"], 3)
     out["ratio"] = round(out["task_ms"] / out["sync_ms"], 2)
+    # the least a task can cost over this transport: the work of the sync call plus one
+    # more request (its `tasks/get`), at the cost of the cheapest request (`FLOOR_METHOD`)
+    out["request_ms"] = ms(tasks["floor"])
+    out["floor"] = round((out["sync_ms"] + out["request_ms"]) / out["sync_ms"], 2)
+    out["over_floor_ms"] = round(out["task_ms"] - out["sync_ms"] - out["request_ms"], 3)
     out["sync_p50_us"] = sync_p50_us
     out["create_p50_us"] = tasks["create_p50_us"]
     out["get_p50_us"] = tasks["get_p50_us"]
@@ -61,7 +66,9 @@ def line(run: dict[str, Any]) -> str:
     return (
         f"{run['store']} {run['workers']}w: task {run['task_ms']:.2f} ms "
         f"(front {run['front_end_ms']:.2f}, workers {run['workers_ms']:.2f}, "
-        f"store {run['store_server_ms']:.2f}) / sync {run['sync_ms']:.2f} = {run['ratio']:.2f}"
+        f"store {run['store_server_ms']:.2f}) / sync {run['sync_ms']:.2f} = {run['ratio']:.2f} "
+        f"(floor {run['floor']:.2f}: a request {run['request_ms']:.2f} ms; "
+        f"{run['over_floor_ms']:.2f} ms over it)"
     )
 
 
@@ -78,10 +85,11 @@ def table(runs: list[dict[str, Any]]) -> str:
     for run in runs:
         groups.setdefault((run["store"], run["workers"]), []).append(run)
     head = (
-        "| store | workers | sync ms | front end ms (create + wait + get) | workers ms "
-        "| store server ms | task ms | task / sync | target | create p50 us | get p50 us |"
+        "| store | workers | sync ms | request ms | front end ms (create + wait + get) "
+        "| workers ms | store server ms | task ms | task / sync | floor | over floor ms "
+        "| target | create p50 us | get p50 us |"
     )
-    rows = [head, "|" + "---|" * 11]
+    rows = [head, "|" + "---|" * 14]
     for (store, workers), mine in groups.items():
 
         def col(key: str, mine: list[dict[str, Any]] = mine) -> list[float]:
@@ -96,9 +104,11 @@ def table(runs: list[dict[str, Any]]) -> str:
         verdict = "" if target is None else f"<= {target} {'PASS' if ratio <= target else 'MISS'}"
         store_cell = _cell(col("store_server_ms")) if store in ("redis", "postgres") else "-"
         rows.append(
-            f"| {store} | {workers or '-'} | {_cell(col('sync_ms'))} | {front} "
+            f"| {store} | {workers or '-'} | {_cell(col('sync_ms'))} "
+            f"| {_cell(col('request_ms'))} | {front} "
             f"| {_cell(col('workers_ms')) if workers else '-'} | {store_cell} "
-            f"| {_cell(col('task_ms'))} | {_cell(col('ratio'))} | {verdict} "
+            f"| {_cell(col('task_ms'))} | {_cell(col('ratio'))} | {_cell(col('floor'))} "
+            f"| {_cell(col('over_floor_ms'))} | {verdict} "
             f"| {_cell(col('create_p50_us'), 0)} | {_cell(col('get_p50_us'), 0)} |"
         )
     flat = []
