@@ -7,7 +7,7 @@ import time
 import anyio
 import pytest
 
-from fastmcp_tasks.stores.base import TaskStore
+from fastmcp_tasks.stores.base import TaskRecord, TaskStore
 from fastmcp_tasks.testing.base import ContractBase, make_record
 
 
@@ -94,6 +94,32 @@ class LeaseContract(ContractBase):
         assert await store.claim_queued("w3", later, 5) == []
         got = await store.get(unleased[0].task_id)
         assert got is not None and got.lease_owner == "w1"
+
+    async def test_contending_claim_queued_hand_out_each_task_once(self, store: TaskStore) -> None:
+        """Eight workers claiming at once, in small batches, until the queue is empty:
+        every task goes to exactly one of them, leased to it, and no run is counted
+        twice (a store whose claim begins the run counts one attempt per task)."""
+        tasks = [
+            make_record(phase="queued", status_message="Queued: for a worker") for _ in range(40)
+        ]
+        for task in tasks:
+            await store.create(task)
+        later = time.time() + 60
+        taken: dict[str, list[TaskRecord]] = {}
+
+        async def worker(owner: str) -> None:
+            while records := await store.claim_queued(owner, later, 3):
+                taken.setdefault(owner, []).extend(records)
+
+        async with anyio.create_task_group() as group:
+            for owner in ("w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8"):
+                group.start_soon(worker, owner)
+        handed = [(owner, r.task_id) for owner, records in taken.items() for r in records]
+        assert sorted(task_id for _, task_id in handed) == sorted(t.task_id for t in tasks)
+        for owner, task_id in handed:
+            got = await store.get(task_id)
+            assert got is not None and got.lease_owner == owner
+            assert got.attempts <= 1 and (got.phase == "running") == (got.attempts == 1)
 
     async def test_requeue_gives_a_held_task_back(self, store: TaskStore) -> None:
         task = make_record()
