@@ -356,8 +356,7 @@ async def test_another_store_hears_a_retry_and_its_time(tmp_path: Path) -> None:
         await anyio.sleep(due - time.time() + 0.01)
         (taken,) = await b.claim_queued("v", later(), 5)
         assert taken.retries == 1 and taken.not_before is None
-        # its run begins with the claim (`stores.phases`), the retry's message cleared
-        assert (taken.phase, taken.attempts, taken.status_message) == ("running", 1, None)
+        assert (taken.phase, taken.attempts, taken.status_message) == ("running", 1, None)  # begun
 
 
 # --- the ungated claim's cost -----------------------------------------------------
