@@ -23,6 +23,7 @@ import redis.asyncio as aioredis
 from fastmcp_tasks import MemoryTaskStore
 from fastmcp_tasks.stores.base import TaskRecord
 from fastmcp_tasks.stores.flow import gates_of, tombstone_key
+from fastmcp_tasks.stores.phases import start_message
 from fastmcp_tasks.stores.redis import RedisTaskStore
 from tests.test_redis_store import pair, raw
 from tests.test_store_contract import record, redis_store
@@ -259,9 +260,16 @@ async def test_the_gate_bookkeeping_matches_the_memory_store(
                 await both_create(gate=gate, gate_limit=size, owner=owner)
             elif roll < 0.6:
                 most, until = rng.randint(1, 4), time.time() + 600
-                want = [r.task_id for r in await memory.claim_queued("w", until, most, app=app)]
-                got = [r.task_id for r in await redis.claim_queued("w", until, most, app=app)]
-                assert got == want
+                mine = await memory.claim_queued("w", until, most, app=app)
+                theirs = await redis.claim_queued("w", until, most, app=app)
+                assert [r.task_id for r in theirs] == [r.task_id for r in mine]
+                for waiting_run, taken in zip(mine, theirs, strict=True):
+                    # Redis's claim began each ungated run; the engine begins the memory
+                    # store's (and every gated one) with `start_run` (`stores.phases`)
+                    assert (taken.phase == "running") == (taken.gate is None)
+                    if taken.gate is None:
+                        message = start_message(waiting_run)
+                        await memory.start_run(taken.task_id, "w", message)
             elif roll < 0.72 and leased:
                 chosen = rng.choice(leased)
                 for store in (memory, redis):

@@ -171,7 +171,8 @@ async def test_two_instances_share_pauses_workers_audit_and_histories(pair: Pair
     assert await b.paused() == []
     (again,) = await a.claim_queued("w-a", time.time() + 60, 5)
     assert again.task_id == task.task_id and again.not_before is None
-    assert again.phase == "restart"  # a run that may have begun (`rules.give_back`)
+    # held, its begun run waited to restart (`rules.give_back`); this claim begins it again
+    assert (again.phase, again.attempts) == ("running", 2)
     await a.beat(worker("w-a", app="app"))
     await b.beat(worker("w-b", app=None))
     assert {w.worker_id for w in await a.workers()} == {"w-a", "w-b"}

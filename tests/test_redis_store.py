@@ -214,7 +214,7 @@ async def test_claim_queued_from_two_instances_hands_each_task_to_one(
         for task_id in taken[name]:
             got = await store.get(task_id)
             assert got is not None and got.lease_owner == name
-            assert got.attempts == 0  # a claim is a lease; the engine's `start_run` counts
+            assert got.attempts == 1  # the ungated claim began its run, once (`stores.phases`)
 
 
 async def test_close_ends_open_feeds(

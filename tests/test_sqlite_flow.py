@@ -356,7 +356,7 @@ async def test_another_store_hears_a_retry_and_its_time(tmp_path: Path) -> None:
         await anyio.sleep(due - time.time() + 0.01)
         (taken,) = await b.claim_queued("v", later(), 5)
         assert taken.retries == 1 and taken.not_before is None
-        assert (taken.phase, taken.attempts) == ("retry", 0)  # its run begins when it starts
+        assert (taken.phase, taken.attempts, taken.status_message) == ("running", 1, None)  # begun
 
 
 # --- the ungated claim's cost -----------------------------------------------------

@@ -81,7 +81,8 @@ class TaskRecord:
     task is too); `None` on a record written before phases existed (an unleased one
     waits, a leased one counts as started). `attempts`: how many runs of the tool body
     began, counted as the phase becomes `running` just before the body starts (at
-    creation for a task that starts at once, by `start_run`, or by PostgreSQL's claim).
+    creation for a task that starts at once, by `start_run`, or by the ungated claim of
+    a durable built-in store: SQLite, Redis, PostgreSQL).
     Only a process that dies or stops in that instant leaves a run counted whose body
     never began; a claim, a recovery or a requeue counts none.
     """
@@ -372,7 +373,7 @@ class TaskStore(Protocol):
         Front ends that run nothing themselves (`concurrency=0`) create tasks
         unleased; worker processes take them here. Each task is handed to exactly
         one caller; its `not_before` is cleared (a store may also begin its run, as
-        `start_run` does: PostgreSQL's ungated claim, `stores.phases`).
+        `start_run` does: the ungated claim of SQLite, Redis and PostgreSQL, `stores.phases`).
         With `app`, only tasks whose `record.app` equals it are taken (`None`: any
         application's). A task whose `not_before` is still ahead is skipped; a gated
         task is taken only while its gate has a free slot, in the gate's fair order,

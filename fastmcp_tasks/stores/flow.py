@@ -26,8 +26,9 @@ follows) means the same thing:
   shows a status message saying why, for people; whether it waits or runs is its
   `phase` (`stores.phases`), which `retry_later` sets to `retry` and a run's start to
   `running`. A store may begin the runs of the tasks it hands out in `claim_queued`
-  (the PostgreSQL store does, in its one-statement ungated claim, with the `message`
-  change a cleared message makes); the engine then writes nothing to start them.
+  (the SQLite, Redis and PostgreSQL stores do in their ungated claim, in the same atomic
+  step, with the `message` change a cleared message makes; never a gated task's); the
+  engine then writes nothing to start them.
 - **Tombstones.** A task removed by retention (`expired`) or an operator purge
   (`purged`) leaves a `Tombstone` (a hash of its id, its owner, when, why) for the
   store's `tombstone_retention` (default 24 h), so `tasks/get` can tell its owner

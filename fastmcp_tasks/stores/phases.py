@@ -17,11 +17,13 @@ message): it is `TaskRecord.phase`, with `TaskRecord.attempts` counting the runs
 Who writes it: creation (`running` for a task this process starts at once, with
 `attempts` 1; otherwise `queued`), `start_run` (the engine, just before the tool body
 of a task that waited: `running`, `attempts` + 1, the status message it starts with),
-`retry_later` (`retry`), `requeue` (`running` becomes `restart`). PostgreSQL's
-ungated `claim_queued` begins the run of each task it hands out in the claim's own
-statement, as `start_run` would (so a worker writes nothing to start a task); a task
-whose worker dies between that claim and the tool body counts as started.
-A `claim` (a recovery taking a lease) changes neither field.
+`retry_later` (`retry`), `requeue` (`running` becomes `restart`). The ungated
+`claim_queued` of every durable built-in store (SQLite, Redis, PostgreSQL) begins the
+run of each task it hands out in the claim's own atomic step (transaction, script or
+statement), as `start_run` would (so a worker writes nothing to start a task); a task
+whose worker dies between that claim and the tool body counts as started. A gated
+task's claim never begins its run (the engine's `start_run` does), nor does the memory
+store's claim. A `claim` (a recovery taking a lease) changes neither field.
 
 `start_run` is a method a store may offer; the four built-in stores do (memory,
 SQLite, Redis, PostgreSQL, each atomically: compare-and-set on the lease). A store

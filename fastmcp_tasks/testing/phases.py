@@ -2,8 +2,9 @@
 
 `TaskRecord.phase` and `TaskRecord.attempts` are what recovery decides on
 (`stores.phases`): a store keeps them through every read, changes them only as the
-contract says (a claim is a lease, not a run; `start_run` begins a run once; a
-`requeue` of a begun run makes it wait to restart) and never from a status message,
+contract says (a claim is a lease, not a run, but an ungated `claim_queued` may begin
+each run it hands out as `start_run` would, never a gated one's; `start_run` begins a
+run once; a `requeue` of a begun run makes it wait to restart) and never from a status message,
 whatever text a tool writes there.
 """
 
@@ -13,9 +14,11 @@ import time
 from collections.abc import AsyncIterator
 
 import anyio
+import pytest
 
 from fastmcp_tasks.stores.base import TaskChange, TaskStore, active_leases, get_many
-from fastmcp_tasks.stores.phases import start_run
+from fastmcp_tasks.stores.flow import keeps_flow_control
+from fastmcp_tasks.stores.phases import start_message, start_run
 from fastmcp_tasks.testing.base import ContractBase, make_record
 
 #: What a tool may write as its own status message: the engine's waiting messages.
@@ -121,6 +124,56 @@ class PhaseContract(ContractBase):
         begun = await start_run(store, task.task_id, "w", None)
         assert begun is not None and (begun.phase, begun.attempts) == ("running", 1)
         assert begun.status_message is None
+
+    async def test_a_claim_that_begins_a_run_begins_it_as_start_run_would(
+        self, store: TaskStore
+    ) -> None:
+        """A store's ungated claim may begin each run (`stores.phases`; the memory store's
+        does not): then one more attempt, the waiting message cleared with its change,
+        unless the task waits to restart, whose message says which attempt it is."""
+        message = "Restarted after an interruption (attempt 2)"
+        queued = make_record(phase="queued", status_message=LOOKALIKE)
+        restart = make_record(phase="restart", attempts=1, status_message=message)
+        for task in (queued, restart):
+            await store.create(task)
+        async with store.changes(frozenset({queued.task_id})) as feed:
+            taken = {r.task_id: r for r in await store.claim_queued("w", time.time() + 60, 5)}
+            assert taken.keys() == {queued.task_id, restart.task_id}
+            first, again = taken[queued.task_id], taken[restart.task_id]
+            if first.phase == "running":
+                assert (first.attempts, first.status_message) == (1, None)
+                await _message_change(feed, queued.task_id)
+            else:
+                assert (first.phase, first.attempts, first.status_message) == (
+                    "queued",
+                    0,
+                    LOOKALIKE,
+                )
+        if again.phase == "running":
+            assert (again.attempts, again.status_message) == (2, message)
+        else:
+            assert (again.phase, again.attempts, again.status_message) == ("restart", 1, message)
+        for task, got in ((queued, first), (restart, again)):
+            stored = await store.get(task.task_id)
+            assert stored is not None and stored.lease_owner == "w"
+            assert (stored.phase, stored.attempts) == (got.phase, got.attempts)
+            assert stored.status_message == got.status_message
+            begun = await start_run(store, task.task_id, "w", start_message(got))
+            assert begun is not None and begun.phase == "running"
+            assert begun.attempts == task.attempts + 1  # the claim and the start: one run
+
+    async def test_a_claim_never_begins_a_gated_run(self, store: TaskStore) -> None:
+        """A gated task's run begins with the engine's `start_run`, on every store."""
+        if not keeps_flow_control(store):
+            pytest.skip("the store under test keeps no flow control (no gates)")
+        task = make_record(phase="queued", gate="deploy", gate_limit=1, status_message=LOOKALIKE)
+        await store.create(task)
+        (taken,) = await store.claim_queued("w", time.time() + 60, 5)
+        assert (taken.phase, taken.attempts, taken.status_message) == ("queued", 0, LOOKALIKE)
+        stored = await store.get(task.task_id)
+        assert stored is not None and (stored.phase, stored.attempts) == ("queued", 0)
+        begun = await start_run(store, task.task_id, "w", None)
+        assert begun is not None and (begun.phase, begun.attempts) == ("running", 1)
 
     async def test_a_message_never_changes_the_phase(self, store: TaskStore) -> None:
         """A tool may write the engine's own words as its status: the phase stays."""

@@ -56,7 +56,7 @@ class Job:
     tool: Tool | None = None
     #: the record waits (`stores.phases`): its run begins in the store (`start_run`, with
     #: `message`) before the tool body; otherwise it began already (created to start at
-    #: once, or begun by PostgreSQL's claim)
+    #: once, or begun by the ungated claim of SQLite, Redis or PostgreSQL)
     queued: bool = False
     message: str | None = None  # the statusMessage the task shows as its run starts
     attempt: int = 1  # the run's number: `attempts` once it has begun

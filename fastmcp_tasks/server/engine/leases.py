@@ -258,7 +258,7 @@ class LeaseKeeper:
             error = interrupted(f"tool {record.tool!r} does not exist on this worker")
             await self.end(record.task_id, "failed", error=error, status_message=error["message"])
             return
-        begun = has_begun(record)  # PostgreSQL's claim begins the run; else its start does
+        begun = has_begun(record)  # a durable store's ungated claim began it; else its start does
         options = options_of(await leaf_of(tool))  # a mounted tool's options live on the child's
         self.runner.resubmit(
             record,

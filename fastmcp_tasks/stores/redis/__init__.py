@@ -2,7 +2,8 @@
 
 `store` owns `RedisTaskStore`; `keys` the key layout, `scripts` the Lua
 scripts (`flow_scripts` those that queue, lease, end and remove tasks, with the
-helpers of `flow_lua`, `operations_lua` those of the operator records), `feed` the
+helpers of `flow_lua` and the claim of `claim_lua`, `operations_lua` those of the
+operator records), `feed` the
 change stream, `leases`, `listing`, `flow` (creation, retry waits, tombstones) and
 `operations` (histories, workers, pauses, audit) those parts of the store API. Imported lazily
 by `fastmcp_tasks.stores` for `redis://` URLs.

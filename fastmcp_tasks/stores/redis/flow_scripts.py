@@ -1,8 +1,9 @@
 """The Redis store's scripts that queue, lease, end and remove tasks, keeping flow control.
 
 This module owns every script that makes a task claimable or not: `CREATE` (with the
-dedupe check), `TRANSITION`, `CLAIM`, `REQUEUE`, `RETRY_LATER`, `CLAIM_QUEUED`,
-`PURGE` and `PURGE_FINISHED`. Each keeps the places of `redis.flow_lua` (queued
+dedupe check), `TRANSITION`, `CLAIM`, `REQUEUE`, `RETRY_LATER`, `CLAIM_QUEUED` (in
+`redis.claim_lua`: its ungated claim also begins each task's run), `PURGE` and
+`PURGE_FINISHED`. Each keeps the places of `redis.flow_lua` (queued
 sets, the delayed set, gate waiting and running sets) in step with the task hash in
 the same atomic step, so a gate's running set is exactly its leased active tasks:
 `CREATE` (a leased gated task), `CLAIM`, `CLAIM_QUEUED` add to it; `REQUEUE`,
@@ -17,11 +18,13 @@ Calling conventions are those of `redis.scripts`: per-task scripts take the keys
 `[task id, now, feed max length]`. Each runs as `redis.scripts.PRELUDE` +
 `redis.flow_lua.FLOW_PRELUDE` + its body; `CLAIM_QUEUED` makes the flow helpers
 only when a gate is ready or a retry is due, so a claim of ungated tasks costs what
-it cost before gates (a check of two keys).
+it cost before gates (a check of two keys), and takes the keys `[the set taken
+from, queued, changes]`.
 """
 
 from __future__ import annotations
 
+from fastmcp_tasks.stores.redis.claim_lua import CLAIM_QUEUED
 from fastmcp_tasks.stores.redis.flow_lua import FLOW_PRELUDE
 
 #: KEYS[6]: the queued set of the task's application (`KEYS[3]` when it has none).
@@ -241,111 +244,6 @@ if v[6] then  -- its gate's slot is free while it waits: waiters claim at once
 end
 return redis.call('HGETALL', key)
 """
-
-#: KEYS: [the set to take from, queued]: `queued` itself for any application's tasks,
-#: or one application's set. ARGV: task key base, owner, until, limit, one application
-#: '1'|'0', its name, now. Due retries first go back to their queue or gate. Then the
-#: oldest of the ungated head and the best ready gate's next task (`plan_claims`) is
-#: taken, again and again. Returns {id, hash} pairs. Every ungated id looked at leaves
-#: the set taken from; a task taken also leaves the other set.
-CLAIM_QUEUED = (
-    """
-local base, owner, till = ARGV[1], ARGV[2], ARGV[3]
-local limit, one_app, wanted, now = tonumber(ARGV[4]), ARGV[5] == '1', ARGV[6], ARGV[7]
-local taken = {}
-local function lease(key, id, waited)
-  redis.call('HSET', key, 'lease_owner', owner, 'lease_expires', till)
-  if waited then redis.call('HDEL', key, 'not_before') end
-  taken[#taken + 1] = {id, redis.call('HGETALL', key)}
-end
--- the ungated task `id` leaves the set taken from (and, taken, the other); taken if free
-local function take_queued(id)
-  redis.call('ZREM', KEYS[1], id)
-  local key = base .. id
-  local v = redis.call('HMGET', key, 'status', 'lease_owner', 'app', 'not_before')
-  if one_app then
-    if v[3] == wanted then redis.call('ZREM', KEYS[2], id) else v[1] = false end
-  elseif v[3] then
-    redis.call('ZREM', KEYS[2] .. ':' .. v[3], id)
-  end
-  if is_active(v[1]) and not v[2] then lease(key, id, v[4]) end
-end
--- with a gate ready or a retry due: the helpers of `redis.flow_lua` are made only then
-local function claim_with_flow()
-"""
-    + FLOW_PRELUDE
-    + """
-  for _, id in ipairs(redis.call('ZRANGEBYSCORE', DELAYED, '-inf', now, 'LIMIT', 0, 500)) do
-    redis.call('ZREM', DELAYED, id)
-    local v = redis.call('HMGET', base .. id, 'status', 'lease_owner')
-    if is_active(v[1]) and not v[2] then enqueue(KEYS[2], base .. id, id, now) end
-  end
-  local lanes = one_app and {lane_of(wanted)} or redis.call('SMEMBERS', READY_LANES)
-  local gl, gg, gs
-  local function best_gate()
-    gl, gg, gs = nil, nil, nil
-    for _, l in ipairs(lanes) do
-      local top = redis.call('ZRANGE', ready_key(l), 0, 0, 'WITHSCORES')
-      local score = tonumber(top[2] or '')
-      if score and (not gs or score < gs) then gl, gg, gs = l, top[1], score end
-    end
-  end
-  local budget = 100000  -- never loop forever in Redis, whatever the data
-  local function take_gated()
-    budget = budget - 1
-    local o, id = fair_head(gl, gg)
-    if id then
-      redis.call('ZREM', wait_key(gl, gg, o), id)
-      local key = base .. id
-      local v = redis.call('HMGET', key, 'status', 'lease_owner', 'gate', 'not_before')
-      if is_active(v[1]) and not v[2] and v[3] == gg then
-        lease(key, id, v[4])
-        redis.call('SADD', run_key(gg), id)
-        local turn = redis.call('HINCRBY', gate_key(gg), 'turn', 1)
-        redis.call('HSET', gate_key(gg), 't:' .. o, turn)
-        for _, l in ipairs(redis.call('SMEMBERS', lanes_key(gg))) do place_owner(l, gg, o) end
-      else
-        place_owner(gl, gg, o)  -- its next task, if any, leads now
-      end
-    else
-      rank_gate(gl, gg)  -- nothing waits: unlisted
-    end
-    settle_gate(gg)
-    best_gate()
-  end
-  best_gate()
-  while #taken < limit and budget > 0 do
-    local ids = redis.call('ZRANGE', KEYS[1], 0, limit - #taken - 1, 'WITHSCORES')
-    if #ids == 0 then
-      if not gl then break end
-      take_gated()
-    end
-    for i = 1, #ids, 2 do
-      local score = tonumber(ids[i + 1])
-      while gl and gs < score and #taken < limit and budget > 0 do take_gated() end
-      if #taken >= limit or budget <= 0 then break end
-      take_queued(ids[i])
-    end
-  end
-end
-local P = string.match(KEYS[1], '^%b{}:')
-local flow = redis.call('EXISTS', P .. 'gate-ready', P .. 'delayed') > 0
-if flow and redis.call('EXISTS', P .. 'gate-ready') == 0 then  -- retries wait: any due?
-  local due = redis.call('ZRANGE', P .. 'delayed', 0, 0, 'WITHSCORES')[2]
-  flow = tonumber(due) <= tonumber(now)
-end
-if flow then
-  claim_with_flow()
-else
-  while #taken < limit do  -- ungated tasks only: what a claim cost before gates
-    local ids = redis.call('ZRANGE', KEYS[1], 0, limit - #taken - 1)
-    if #ids == 0 then break end
-    for _, id in ipairs(ids) do take_queued(id) end
-  end
-end
-return taken
-"""
-)
 
 #: KEYS: [terminal]; ARGV: task key base, now, batch size. Returns how many were removed.
 PURGE = """

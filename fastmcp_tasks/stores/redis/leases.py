@@ -5,7 +5,9 @@ given back by the `claim`, `requeue` and `claim_queued` scripts of `redis.flow_s
 (`renew`, and `start_run`, a waiting task's run beginning (`stores.phases`):
 `redis.scripts`), which keep the queued sets of `redis.keys` in step: an active task
 nobody holds is in `{P}:queued` and, when it has an `app`, in `{P}:queued:<app>`,
-unless it is gated or waits out a retry (`redis.flow_lua`).
+unless it is gated or waits out a retry (`redis.flow_lua`). The ungated
+`claim_queued` begins each task's run in the same script (`redis.claim_lua`), as
+PostgreSQL's and SQLite's claims do, so a worker writes nothing to start one.
 
 Reads for recovery are narrow: `active_leases` walks `{P}:active` and reads only
 the lease fields of each task (pipelined `HMGET`s, `BATCH` per round trip), never
@@ -70,6 +72,7 @@ class RedisLeases:
 
     if TYPE_CHECKING:
         keys: RedisKeys
+        max_changes: int
 
         def _require(self) -> aioredis.Redis: ...
 
@@ -151,14 +154,16 @@ class RedisLeases:
         any application's (tasks without an app included), from `{P}:queued`, the key
         that predates applications, so a store written before them is claimed as it was.
         Gated tasks and retry waits are kept apart (`redis.flow_lua`), so the ungated
-        tasks cost what they cost without them.
+        tasks cost what they cost without them. Each ungated task's run begins with its
+        claim (`redis.claim_lua`), with its `message` change on the feed.
         """
         if limit < 1:
             return []
         one_app = ("0", "") if app is None else ("1", app)
         now = repr(time.time())
         args = [self.keys.task_base, owner, repr(float(until)), limit, *one_app, now]
-        keys = [self.keys.queued_for(app), self.keys.queued]
+        args.append(self.max_changes)
+        keys = [self.keys.queued_for(app), self.keys.queued, self.keys.changes]
         taken = await self._script("claim_queued", keys, args)
         return [decode_task(task_id, pairs(flat)) for task_id, flat in taken]
 

@@ -23,6 +23,12 @@ With gated tasks queued, the claim also reads, in the same transaction:
 
 `stores.flow.plan_claims` then chooses; the chosen tasks are leased, their turns
 stored and the turn counter (`meta.next_turn`) moved on, before the commit.
+
+Each ungated task's run begins in the same transaction, as `start_run` would
+(`stores.phases`, `rules.begin`): `phase` running, one more attempt, its waiting
+message cleared with a `message` change unless it waits to restart (whose message says
+which attempt it is), as PostgreSQL's claim does, so a worker writes nothing to start
+it. A gated task's run begins with the engine's `start_run`, as on every store.
 """
 
 from __future__ import annotations
@@ -30,8 +36,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from fastmcp_tasks.stores import rules
 from fastmcp_tasks.stores.base import TaskRecord
 from fastmcp_tasks.stores.flow import Candidate, plan_claims
+from fastmcp_tasks.stores.phases import RUNNING, start_message
 from fastmcp_tasks.stores.sqlite.listing import load_many
 from fastmcp_tasks.stores.sqlite.schema import (
     DUE,
@@ -87,8 +95,14 @@ _OLDEST = (
     f"{{app}}AND {DUE} ORDER BY created_at LIMIT ?"
 )
 
-#: A claim is a lease, not a run: `phase` and `attempts` stay (`stores.phases`).
 _LEASE = "UPDATE tasks SET lease_owner = ?, lease_expires = ?, not_before = NULL WHERE task_id = ?"
+
+#: An ungated task's run begun with its claim (`rules.begin`). Parameters: the message it
+#: starts with, `updated_at`, task id.
+_BEGIN = (
+    "UPDATE tasks SET phase = 'running', attempts = attempts + 1, status_message = ?, "
+    "updated_at = ? WHERE task_id = ?"
+)
 
 
 def _app_term(app: str | None) -> tuple[str, tuple[Any, ...]]:
@@ -178,9 +192,17 @@ def claim(tx: Tx, owner: str, until: float, limit: int, app: str | None) -> list
         taken = _plan(tx, taken, limit, app, now)
     if taken:
         tx.conn.executemany(_LEASE, [(owner, until, r.task_id) for r in taken])
+    begun: list[TaskRecord] = []
     for record in taken:
         record.lease_owner, record.lease_expires = owner, until
         record.not_before = None
+        if record.gate is None and record.phase != RUNNING:
+            for kind in rules.begin(record, owner, start_message(record)) or ():
+                tx.emit(record.task_id, kind, record.status)
+            begun.append(record)
+    if begun:
+        rows = [(r.status_message, r.updated_at, r.task_id) for r in begun]
+        tx.conn.executemany(_BEGIN, rows)
     return taken
 
 

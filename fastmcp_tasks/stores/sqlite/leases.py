@@ -10,7 +10,9 @@ the write lock only when there is something to take: workers calling it
 periodically on an empty queue (or one whose gates are all full) never lock the file.
 The scans (`active_tasks`, `active_leases`) are reads on that connection too.
 `start_run` (the engine starting a waiting task's run, `stores.phases`) and `requeue`
-change the `phase` column with the rules of `rules.begin` / `rules.give_back`.
+change the `phase` column with the rules of `rules.begin` / `rules.give_back`; the
+ungated `claim_queued` begins each task's run in its own transaction with `rules.begin`
+too (`sqlite.gates`), so a worker writes nothing to start one.
 """
 
 from __future__ import annotations
