@@ -145,6 +145,9 @@ class LeaseKeeper:
         self.store = runner.store
         self.owner = owner
         self.lease_seconds = lease_seconds
+        #: A claim failed: its reply may be lost after the store leased tasks here (and
+        #: began their runs). The next round first takes those back (`scan`).
+        self.claim_unsure = False
 
     def until(self) -> float:
         return time.time() + self.lease_seconds
@@ -228,7 +231,15 @@ class LeaseKeeper:
                 if taken:
                     runner.watcher.claimed(taken)  # it took tasks: the next window is short
                 return
-            records = await self.store.claim_queued(self.owner, self.until(), free, app=runner.app)
+            if self.claim_unsure:
+                await self.scan()
+            try:
+                records = await self.store.claim_queued(
+                    self.owner, self.until(), free, app=runner.app
+                )
+            except BaseException:
+                self.claim_unsure = True
+                raise
             runner.watcher.more_queued = len(records) == free
             taken += len(records)
             if len(records) < free:
@@ -293,16 +304,29 @@ class LeaseKeeper:
     async def scan(self) -> int:
         """Recover every orphaned task of this application found now; return how many.
 
-        The scan reads lease fields only (`active_leases`), not arguments or results.
+        After a failed claim (`claim_unsure`), a task leased here that this process does not
+        hold is taken back at once, before its lease runs out: the claim leased it and its
+        reply was lost, so it never started here, and no other process may recover it as
+        interrupted first. The scan reads lease fields only (`active_leases`), not
+        arguments or results.
         """
         now = time.time()
         recovered = 0
         mine = self.runner.job_ids()
         app = self.runner.app
-        for record in await active_leases(self.store, None):
+        unsure, self.claim_unsure = self.claim_unsure, False  # a claim failing meanwhile sets it
+        try:
+            leases = await active_leases(self.store, None)
+        except BaseException:
+            self.claim_unsure |= unsure
+            raise
+        for record in leases:
             if record.app not in (None, app):  # another application's (None: before apps)
                 continue
-            if record.task_id in mine or not is_orphan(record, now, self.owner, mine):
+            lost_claim = unsure and record.lease_owner == self.owner
+            if record.task_id in mine or not (
+                lost_claim or is_orphan(record, now, self.owner, mine)
+            ):
                 continue
             if await self.recover(record):
                 recovered += 1
