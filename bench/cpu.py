@@ -135,23 +135,6 @@ async def fan(callers: list[Caller], items: list[Any], job: Any) -> list[int]:
     return samples
 
 
-def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    """The sum of phase results (numbers and lists element-wise; latency samples joined)."""
-    out: dict[str, Any] = {}
-    for part in parts:
-        for key, value in part.items():
-            if key.endswith("_ns"):
-                out[key] = out.get(key, []) + value
-            elif isinstance(value, dict):
-                out[key] = merge([out.get(key, {}), value]) if key in out else dict(value)
-            elif isinstance(value, list):
-                old = out.get(key, [0.0] * len(value))
-                out[key] = [a + b for a, b in zip(old, value, strict=True)]
-            else:
-                out[key] = out.get(key, 0) + value
-    return out
-
-
 def args_of(i: int) -> dict[str, Any]:
     return {"name": "echo", "arguments": {"text": f"hello {i}"}}
 
@@ -321,8 +304,8 @@ async def run_config(
                 )
                 (floors if kind == "floor" else syncs).append(meter.delta(s0, meter.sample()))
                 sync_ns += ns if kind == "sync" else []
-            sync, tasks = merge(syncs), merge(parts)
-            tasks["floor"] = merge(floors)["front_end"]
+            sync, tasks = cpu_report.merge(syncs), cpu_report.merge(parts)
+            tasks["floor"] = cpu_report.merge(floors)["front_end"]
             tasks["create_p50_us"] = pct(tasks.pop("create_ns"), 50)
             tasks["get_p50_us"] = pct(tasks.pop("get_ns"), 50)
         finally:

@@ -1,7 +1,8 @@
 """The CPU bench's numbers (`bench/cpu.py`): one run's CPU per task by process
-(`per_task`), its one-line summary (`line`), the markdown table of all runs (`table`,
-median and range of each configuration's runs) and the profiles of a `--profile` run
-(`write_profiles`: per role, the functions by own and by cumulative time, per task).
+(`per_task`, from the phases' sums: `merge`), its one-line summary (`line`), the
+markdown table of all runs (`table`, median and range of each configuration's runs) and
+the profiles of a `--profile` run (`write_profiles`: per role, the functions by own and
+by cumulative time, per task).
 """
 
 from __future__ import annotations
@@ -15,6 +16,23 @@ from typing import Any
 TARGETS = {"memory": 1.3, "sqlite": 2.0, "redis": 2.0, "postgres": 2.5}
 #: Per-task CPU with the most workers at most this times that with one worker.
 FLAT = 1.15
+
+
+def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The sum of phase results (numbers and lists element-wise; latency samples joined)."""
+    out: dict[str, Any] = {}
+    for part in parts:
+        for key, value in part.items():
+            if key.endswith("_ns"):
+                out[key] = out.get(key, []) + value
+            elif isinstance(value, dict):
+                out[key] = merge([out.get(key, {}), value]) if key in out else dict(value)
+            elif isinstance(value, list):
+                old = out.get(key, [0.0] * len(value))
+                out[key] = [a + b for a, b in zip(old, value, strict=True)]
+            else:
+                out[key] = out.get(key, 0) + value
+    return out
 
 
 def per_task(

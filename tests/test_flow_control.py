@@ -473,10 +473,10 @@ async def test_a_cancel_heard_while_the_task_is_being_claimed_is_kept(
     entered, go = anyio.Event(), anyio.Event()
     find_tool = leases.LeaseKeeper.find_tool
 
-    async def held_lookup(self: Any, record: Any) -> Any:  # a lookup that awaits (a mount)
+    async def held_lookup(self: Any, record: Any, *seen: Any) -> Any:  # awaits (a mount)
         entered.set()
         await go.wait()
-        return await find_tool(self, record)
+        return await find_tool(self, record, *seen)
 
     monkeypatch.setattr(leases.LeaseKeeper, "find_tool", held_lookup)
     with anyio.fail_after(20):
