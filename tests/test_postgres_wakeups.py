@@ -2,12 +2,14 @@
 on the machine's real server (skipped without one; failing with `CI=true`).
 
 A task's life on a worker writes several changes; only a claimable task, a cancel
-request and an answer (`sql.WAKING_KINDS`) need every process to read the change
+request and an answer (`feed_parts.WAKING_KINDS`) need every process to read the change
 rows. A status or message change notifies ` quiet`: a reader whose subscribers want
 only the waking kinds reads nothing then, and its next read still delivers every row
-in order. The ungated claim begins each task's run in its own statement
-(`stores.phases`: `phase` running, one more attempt, the waiting message cleared with
-its `message` change), so the worker writes nothing more to start the task.
+in order. A creation notifies with a marker (`feed_parts.QUEUED_ONLY`): such a reader
+wakes its runners without reading the rows. The ungated claim begins each task's run in
+its own statement (`stores.phases`: `phase` running, one more attempt, the waiting
+message cleared with its `message` change), so the worker writes nothing more to start
+the task.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from fastmcp_tasks.server.engine.leases import QUEUED_MESSAGE
 from fastmcp_tasks.server.engine.watcher import WATCHED
 from fastmcp_tasks.server.flow import retry_message
 from fastmcp_tasks.stores.postgres import PostgresTaskStore
-from fastmcp_tasks.stores.postgres.sql import WAKING_KINDS
+from fastmcp_tasks.stores.postgres.feed_parts import NEW_TASKS, QUEUED_ONLY, WAKING_KINDS, Heard
 from tests import test_postgres_store
 from tests.test_postgres_store import WAIT, next_change
 from tests.test_store_contract import postgres_store, record
@@ -158,3 +160,42 @@ async def test_the_reader_outlives_its_last_subscriber(
             await writer.request_cancel(task.task_id)
             change = await next_change(feed)
             assert (change.kind, change.task_id) == ("cancel_requested", task.task_id)
+
+
+def test_a_notification_says_what_it_announces() -> None:
+    """A creation's payload ends with a space, which `int()` (every reader from before
+    it) ignores: an older reader takes it as any waking notification."""
+    heard = Heard()
+    for payload in ("5", "9 quiet", "7 ", "not a seq", "3"):
+        heard.add(payload)
+    assert (heard.waking, heard.quiet, heard.created) == (5, 9, 7)
+    assert int(f"7{QUEUED_ONLY}") == 7
+
+
+async def test_a_creation_wakes_an_engine_only_reader_without_a_read(
+    pair: tuple[PostgresTaskStore, PostgresTaskStore],
+) -> None:
+    """A worker's reader hands its runners "new tasks" on a creation's notification and
+    reads the rows later (the next waking read, or `quiet_lag`): no row read per task."""
+    engine, other = pair
+    engine._feed.quiet_lag = 60.0  # no timed read within the test
+    task = record(app="app")
+    with anyio.fail_after(WAIT):
+        async with (
+            engine.changes(kinds=frozenset(WATCHED)) as engine_feed,
+            other.changes() as witness,
+        ):
+            reads = engine.stats["feed_reads"]
+            await other.create(task)  # unleased: a `queued` row, notified as a creation
+            seen = await next_change(witness)  # a reader that wants every kind reads it
+            assert (seen.kind, seen.task_id) == ("queued", task.task_id)
+            woken = await next_change(engine_feed)
+            assert woken == NEW_TASKS
+            assert engine.stats["feed_reads"] == reads  # woken without reading a row
+            await other.request_cancel(task.task_id)  # waking: read, with what waited
+            rows = [await next_change(engine_feed) for _ in range(2)]
+            assert [(c.kind, c.task_id) for c in rows] == [
+                ("queued", task.task_id),
+                ("cancel_requested", task.task_id),
+            ]
+            assert engine.stats["feed_reads"] - reads == 1

@@ -9,7 +9,7 @@ that LISTENs and,
 on each notification whose `seq` is past its watermark, reads the rows past the
 watermark in `seq` order and hands them to every in-process subscriber whose
 filters select them. A quiet notification (its rows are all of kinds no task
-engine waits for: `sql.WAKING_KINDS`) is read only while a subscriber wants
+engine waits for: `feed_parts.WAKING_KINDS`) is read only while a subscriber wants
 such kinds; its rows are read with the next notification that is, or
 `QUIET_LAG` after the last read at the latest. A notification only says "read":
 one lost or coalesced loses nothing, since the rows are read by watermark. While
@@ -31,6 +31,13 @@ terminated, keepalives giving up on a dead peer) is reconnected with capped
 backoff, logged once per outage; after LISTEN succeeds again the reader reads
 from its watermark, so what was committed meanwhile is delivered exactly once.
 
+A creation's notification (only new tasks' `queued` rows: `feed_parts.QUEUED_ONLY`)
+is not read at once by a reader whose subscribers all want only waking kinds (a
+worker's runners): they get `feed_parts.NEW_TASKS` ("something was queued", which is all
+a runner does with it: a claim round) and the rows are read like quiet ones, with the
+next notification that is read or `QUIET_LAG` later, so a worker reads no row per new
+task; a `queued` change then arrives twice, which a runner takes as one more claim round.
+
 While every subscriber wants only waking kinds (a worker's runner), the reader waits
 for notifications at most once per `WAKE_SPACING`: the first notification after a
 pause is handled at once, those of a burst together.
@@ -47,7 +54,6 @@ watermark past what it is notified of, which the next subscriber starts after.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import math
 import time
@@ -57,12 +63,18 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import psycopg
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from fastmcp_tasks.errors import StoreError
 from fastmcp_tasks.stores.base import TaskChange
+from fastmcp_tasks.stores.postgres.feed_parts import (
+    NEW_TASKS,
+    WAKING_KINDS,
+    Feed,
+    Heard,
+    Subscriber,
+    details_of,
+)
 from fastmcp_tasks.stores.postgres.liveness import returns_rows
-from fastmcp_tasks.stores.postgres.sql import QUIET, WAKING_KINDS
 
 if TYPE_CHECKING:
     from fastmcp_tasks.stores.postgres.sql import Statements
@@ -83,45 +95,6 @@ WAKE_SPACING = 0.01
 RETRY_LONGEST = 2.0
 #: The first and the longest wait before a pending gap is checked again (seconds).
 GAP_FIRST, GAP_LONGEST = 0.005, 0.25
-
-
-class _Subscriber:
-    """One `changes()` subscription: its filters, its queue and the newest seq it skips."""
-
-    __slots__ = ("kinds", "send", "start", "task_ids")
-
-    def __init__(
-        self,
-        task_ids: frozenset[str] | None,
-        kinds: frozenset[str] | None,
-        send: MemoryObjectSendStream[tuple[int, TaskChange]],
-    ) -> None:
-        self.task_ids = task_ids
-        self.kinds = kinds
-        self.send = send
-        self.start = math.inf
-
-
-class _Feed:
-    """The async iterator a subscriber reads: its queued changes past `start`."""
-
-    def __init__(
-        self, receive: MemoryObjectReceiveStream[tuple[int, TaskChange]], sub: _Subscriber
-    ) -> None:
-        self._receive = receive
-        self._sub = sub
-
-    def __aiter__(self) -> _Feed:
-        return self
-
-    async def __anext__(self) -> TaskChange:
-        while True:
-            try:
-                seq, change = await self._receive.receive()
-            except (anyio.EndOfStream, anyio.ClosedResourceError):
-                raise StopAsyncIteration from None
-            if seq > self._sub.start:
-                return change
 
 
 class PostgresChangeFeed:
@@ -151,7 +124,7 @@ class PostgresChangeFeed:
         self.quiet_lag = quiet_lag
         self.stats = stats
         self.scrub = scrub
-        self._subscribers: set[_Subscriber] = set()
+        self._subscribers: set[Subscriber] = set()
         self._lock = anyio.Lock()
         self._reader: asyncio.Task[None] | None = None
         self._listening = asyncio.Event()
@@ -176,7 +149,7 @@ class PostgresChangeFeed:
                 `seq` could not be read (nothing is left behind).
         """
         send, receive = anyio.create_memory_object_stream[tuple[int, TaskChange]](math.inf)
-        sub = _Subscriber(task_ids, kinds, send)
+        sub = Subscriber(task_ids, kinds, send)
         try:
             async with self._lock:
                 if self._reader is None:
@@ -195,7 +168,7 @@ class PostgresChangeFeed:
                 ) from None
             sub.start = await newest()
             async with receive:
-                yield _Feed(receive, sub)
+                yield Feed(receive, sub)
         finally:
             send.close()
             receive.close()
@@ -270,7 +243,7 @@ class PostgresChangeFeed:
     async def _follow(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """Catch up, then wait for notifications (or a pending gap's recheck) forever.
 
-        A quiet notification (`sql.WAKING_KINDS`) is read at once only while some
+        A quiet notification (`feed_parts.WAKING_KINDS`) is read at once only while some
         subscriber wants a kind outside those; otherwise its rows wait for the next
         read (which takes every row past the watermark in order), `QUIET_LAG` at most:
         unread rows never grow into a backlog, nor age into the retention trim, which
@@ -289,16 +262,24 @@ class PostgresChangeFeed:
                 timeout = due if timeout is None else min(timeout, due)
             if not self._wants_quiet():  # a runner's: a burst's notifications gather
                 await asyncio.sleep(WAKE_SPACING - (time.monotonic() - woke))
-            newest = 0
+            heard = Heard()
             async for notify in conn.notifies(timeout=timeout, stop_after=1):
-                newest, quiet = _heard(notify.payload, newest, quiet)
+                heard.add(notify.payload)
             woke = time.monotonic()
             async for notify in conn.notifies(timeout=0):  # whatever else has arrived
-                newest, quiet = _heard(notify.payload, newest, quiet)
+                heard.add(notify.payload)
+            newest = heard.waking
+            quiet = max(quiet, heard.quiet)
             if not self._subscribers:  # nobody to hand rows to: the next one starts later
-                self.watermark = max(self.watermark, newest, quiet)
+                self.watermark = max(self.watermark, newest, quiet, heard.created)
                 pending, self._gap_since = False, None
                 continue
+            if heard.created > self.watermark:
+                if self._wants_quiet():  # a listener's: read now
+                    newest = max(newest, heard.created)
+                else:  # runners only: wake them now, read the rows later, as quiet ones
+                    self._announce(heard.created)
+                    quiet = max(quiet, heard.created)
             if quiet > self.watermark and (
                 self._wants_quiet() or time.monotonic() - self._last_read >= self.quiet_lag
             ):
@@ -307,6 +288,16 @@ class PostgresChangeFeed:
                 pending = await self._catch_up(conn)
                 if not pending:
                     wait = GAP_FIRST
+
+    def _announce(self, seq: int) -> None:
+        """New tasks were created (up to `seq`), not read yet: `NEW_TASKS` to every
+        subscriber of `queued` changes to any task."""
+        for sub in list(self._subscribers):
+            if sub.task_ids is None and (sub.kinds is None or "queued" in sub.kinds):
+                try:
+                    sub.send.send_nowait((seq, NEW_TASKS))
+                except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    self._subscribers.discard(sub)
 
     def _wants_quiet(self) -> bool:
         """Whether a subscriber wants a kind a quiet notification may announce."""
@@ -352,7 +343,7 @@ class PostgresChangeFeed:
                 )
             self._gap_since = None
             self.watermark = int(seq)
-            self._dispatch(int(seq), TaskChange(task_id, kind, status, _details(details)))
+            self._dispatch(int(seq), TaskChange(task_id, kind, status, details_of(details)))
         return None
 
     def _stale(self) -> bool:
@@ -368,26 +359,6 @@ class PostgresChangeFeed:
                     sub.send.send_nowait((seq, change))
                 except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                     self._subscribers.discard(sub)
-
-
-def _heard(payload: str, newest: int, quiet: int) -> tuple[int, int]:
-    """`(newest, quiet)`: the highest waking and quiet seqs heard, with `payload`'s.
-
-    A payload that is no seq (the open-time probe of `sessions`) changes neither."""
-    is_quiet = payload.endswith(QUIET)
-    try:
-        seq = int(payload[: -len(QUIET)] if is_quiet else payload)
-    except ValueError:
-        return newest, quiet
-    return (newest, max(quiet, seq)) if is_quiet else (max(newest, seq), quiet)
-
-
-def _details(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 __all__ = ["BATCH", "PostgresChangeFeed"]

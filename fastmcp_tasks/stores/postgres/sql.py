@@ -13,7 +13,8 @@ takes `FOR UPDATE` (a DELETE's), which would conflict with the `FOR KEY SHARE` o
 append to the task's history (`postgres.operations_sql`).
 
 A change statement notifies the store's channel (`channel`) once, with the highest
-`seq` it wrote, followed by ` quiet` when none of its rows is of a `WAKING_KINDS` kind;
+`seq` it wrote, followed by ` quiet` when none of its rows is of a `WAKING_KINDS` kind
+(a creation's by `QUEUED_ONLY`: its rows are only new tasks' `queued` rows);
 the feed reads the rows themselves (`postgres.feed`), and a reader none of whose
 subscribers wants other kinds reads nothing on a quiet notification.
 """
@@ -24,6 +25,7 @@ from typing import Any
 
 from fastmcp_tasks.stores.base import TaskRecord, encode_json
 from fastmcp_tasks.stores.postgres.claims import claim_statements
+from fastmcp_tasks.stores.postgres.feed_parts import QUEUED_ONLY, QUIET, WAKING_KINDS
 from fastmcp_tasks.stores.postgres.schema import (
     ACTIVE,
     COLUMNS,
@@ -55,15 +57,6 @@ _TYPES = {
     "answers": "json",
     "context": "json",
 }
-#: The change kinds whose notification every reader acts on: those a task engine waits
-#: for (`server.engine.watcher.WATCHED`: a claimable task, a cancel request, an answer).
-#: A notification of only other kinds (`status`, `message`, `inputs`) says ` quiet`, and wakes
-#: only the readers whose subscribers want them (a `subscriptions/listen` stream, a
-#: `tasks/result` waiter, the dashboard): a worker does not read the change rows of
-#: every status change made anywhere.
-WAKING_KINDS = ("queued", "cancel_requested", "answered")
-#: What a quiet notification's payload ends with, after the seq.
-QUIET = " quiet"
 LIVE = "(expires_at IS NULL OR expires_at > %(now)s)"
 #: The tombstone key of a task id in SQL (`stores.flow.tombstone_key`).
 TOMB_KEY = "left(encode(sha256(convert_to(task_id, 'UTF8')), 'hex'), 32)"
@@ -81,6 +74,8 @@ class Statements:
         quiet = f"CASE WHEN bool_or(kind IN ({waking})) THEN '' ELSE '{QUIET}' END"
         notify = f"pg_notify('{self.channel}', max(seq)::text || {quiet})"
         note = f"note AS (SELECT {notify} FROM ch HAVING count(*) > 0)"
+        created = f"pg_notify('{self.channel}', max(seq)::text || '{QUEUED_ONLY}')"
+        created_note = f"note AS (SELECT {created} FROM ch HAVING count(*) > 0)"
         change = f"INSERT INTO {s}.changes (task_id, kind, status, details, created_at)"
         #: For the statements of other modules: the change-row INSERT and the notify CTE.
         self.change, self.note = change, note
@@ -119,7 +114,7 @@ cnt AS ({count.format(n="count(*)", src="ins")}),
 act AS ({actives.format(n="1", src="ins", where=f"ins.{ACTIVE}")}),
 ch AS ({change} SELECT task_id, 'queued', status, %(details)s, %(now)s FROM ins
     WHERE %(queued)s RETURNING seq, kind),
-{note}"""
+{created_note}"""
         room = f"room AS (SELECT COALESCE(sum(n), 0) AS n FROM {s}.task_counts)"
         self.create = (
             f"WITH {room}, {insert.format(caps='')}\n"

@@ -1,0 +1,125 @@
+"""The PostgreSQL change feed's parts that hold no connection: a subscription
+(`Subscriber`) and what its subscriber reads (`Feed`), and how a notification's payload
+is read (`Heard`, `details_of`, and the kinds and markers: `WAKING_KINDS`, `QUIET`,
+`QUEUED_ONLY`).
+
+A change statement notifies with the highest `seq` it wrote (`postgres.sql`), followed by
+` quiet` when none of its rows is of a waking kind, or by a single space when its rows
+are only new tasks' `queued` rows (a creation's: `QUEUED_ONLY`). `int()` ignores that
+space, so a reader from before it takes such a notification as any waking one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from fastmcp_tasks.stores.base import TaskChange
+
+#: The change kinds whose notification every reader acts on: those a task engine waits
+#: for (`server.engine.watcher.WATCHED`: a claimable task, a cancel request, an answer).
+#: A notification of only other kinds (`status`, `message`, `inputs`) says ` quiet`, and wakes
+#: only the readers whose subscribers want them (a `subscriptions/listen` stream, a
+#: `tasks/result` waiter, the dashboard): a worker does not read the change rows of
+#: every status change made anywhere.
+WAKING_KINDS = ("queued", "cancel_requested", "answered")
+#: What a quiet notification's payload ends with, after the seq.
+QUIET = " quiet"
+#: What a creation's notification ends with (its rows are only new tasks' `queued`
+#: rows): a reader whose subscribers are all runners wakes them without reading the rows
+#: (`postgres.feed`). `int()` ignores it: an older reader reads the seq as before.
+QUEUED_ONLY = " "
+#: What a reader hands its runners for a creation it has not read yet: "something was
+#: queued" (its rows, task ids and application included, come with a later read).
+NEW_TASKS = TaskChange("", "queued", "working", {})
+
+
+class Subscriber:
+    """One `changes()` subscription: its filters, its queue and the newest seq it skips."""
+
+    __slots__ = ("kinds", "send", "start", "task_ids")
+
+    def __init__(
+        self,
+        task_ids: frozenset[str] | None,
+        kinds: frozenset[str] | None,
+        send: MemoryObjectSendStream[tuple[int, TaskChange]],
+    ) -> None:
+        self.task_ids = task_ids
+        self.kinds = kinds
+        self.send = send
+        self.start = math.inf
+
+
+class Feed:
+    """The async iterator a subscriber reads: its queued changes past `start`."""
+
+    def __init__(
+        self, receive: MemoryObjectReceiveStream[tuple[int, TaskChange]], sub: Subscriber
+    ) -> None:
+        self._receive = receive
+        self._sub = sub
+
+    def __aiter__(self) -> Feed:
+        return self
+
+    async def __anext__(self) -> TaskChange:
+        while True:
+            try:
+                seq, change = await self._receive.receive()
+            except (anyio.EndOfStream, anyio.ClosedResourceError):
+                raise StopAsyncIteration from None
+            if seq > self._sub.start:
+                return change
+
+
+@dataclass(slots=True)
+class Heard:
+    """The highest seqs the notifications of one wait announced, by what they announce."""
+
+    #: of a notification with a waking row other than a creation's
+    waking: int = 0
+    #: of one with no waking row (` quiet`)
+    quiet: int = 0
+    #: of one whose rows are only new tasks' `queued` rows
+    created: int = 0
+
+    def add(self, payload: str) -> None:
+        """Count `payload`; one that is no seq (the open-time probe of `sessions`) is not."""
+        is_quiet = payload.endswith(QUIET)
+        text = payload[: -len(QUIET)] if is_quiet else payload
+        try:
+            seq = int(text)
+        except ValueError:
+            return
+        if is_quiet:
+            self.quiet = max(self.quiet, seq)
+        elif text.endswith(QUEUED_ONLY):
+            self.created = max(self.created, seq)
+        else:
+            self.waking = max(self.waking, seq)
+
+
+def details_of(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+__all__ = [
+    "NEW_TASKS",
+    "QUEUED_ONLY",
+    "QUIET",
+    "WAKING_KINDS",
+    "Feed",
+    "Heard",
+    "Subscriber",
+    "details_of",
+]
