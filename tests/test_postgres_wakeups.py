@@ -22,6 +22,7 @@ import pytest
 from fastmcp_tasks.server.engine.leases import QUEUED_MESSAGE
 from fastmcp_tasks.server.engine.watcher import WATCHED
 from fastmcp_tasks.server.flow import retry_message
+from fastmcp_tasks.stores.base import NEW_TASKS_KIND
 from fastmcp_tasks.stores.postgres import PostgresTaskStore
 from fastmcp_tasks.stores.postgres.feed_parts import NEW_TASKS, QUEUED_ONLY, WAKING_KINDS, Heard
 from tests import test_postgres_store
@@ -175,14 +176,15 @@ def test_a_notification_says_what_it_announces() -> None:
 async def test_a_creation_wakes_an_engine_only_reader_without_a_read(
     pair: tuple[PostgresTaskStore, PostgresTaskStore],
 ) -> None:
-    """A worker's reader hands its runners "new tasks" on a creation's notification and
-    reads the rows later (the next waking read, or `quiet_lag`): no row read per task."""
+    """A worker's reader hands its runners (`NEW_TASKS_KIND`) "new tasks" on a creation's
+    notification and reads the rows later (the next waking read, or `quiet_lag`): no row
+    read per task."""
     engine, other = pair
     engine._feed.quiet_lag = 60.0  # no timed read within the test
     task = record(app="app")
     with anyio.fail_after(WAIT):
         async with (
-            engine.changes(kinds=frozenset(WATCHED)) as engine_feed,
+            engine.changes(kinds=frozenset({*WATCHED, NEW_TASKS_KIND})) as engine_feed,
             other.changes() as witness,
         ):
             reads = engine.stats["feed_reads"]
@@ -199,3 +201,18 @@ async def test_a_creation_wakes_an_engine_only_reader_without_a_read(
                 ("cancel_requested", task.task_id),
             ]
             assert engine.stats["feed_reads"] - reads == 1
+
+
+async def test_a_creation_is_read_for_a_subscriber_that_takes_no_announcements(
+    pair: tuple[PostgresTaskStore, PostgresTaskStore],
+) -> None:
+    """Without `NEW_TASKS_KIND` a subscriber of the same kinds gets the row itself, as the
+    store contract says: every change in order, each with its task."""
+    engine, other = pair
+    engine._feed.quiet_lag = 60.0
+    task = record(app="app")
+    with anyio.fail_after(WAIT):
+        async with engine.changes(kinds=frozenset(WATCHED)) as plain:
+            await other.create(task)
+            change = await next_change(plain)
+            assert (change.kind, change.task_id) == ("queued", task.task_id)

@@ -167,6 +167,12 @@ class ActiveCaps:
         return None
 
 
+#: A kind no change has: a subscriber that adds it to its `kinds` takes a `queued` change
+#: with an empty `task_id` as "new tasks were queued" (a store may announce creations so,
+#: and deliver their rows later; a worker's runner only runs a claim round on either).
+NEW_TASKS_KIND = "new_tasks"
+
+
 @dataclass(frozen=True, slots=True)
 class TaskChange:
     """One entry of a store's change feed."""
@@ -328,7 +334,9 @@ class TaskStore(Protocol):
         """Subscribe to the change feed: the changes of these kinds to these tasks (default: all).
 
         Changes made after the context is entered are delivered in order; the
-        subscription never blocks the writer (a slow reader only delays itself).
+        subscription never blocks the writer (a slow reader only delays itself). Only a
+        subscriber whose `kinds` include `NEW_TASKS_KIND` may also get `queued` changes
+        without a task id, ahead of the rows they announce.
         """
         ...
 

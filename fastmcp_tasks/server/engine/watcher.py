@@ -32,7 +32,7 @@ import time
 import anyio
 
 from fastmcp_tasks.server.engine.jobs import WatchedRunner
-from fastmcp_tasks.stores.base import TaskChange, get_many
+from fastmcp_tasks.stores.base import NEW_TASKS_KIND, TaskChange, get_many
 
 logger = logging.getLogger("fastmcp_tasks.runner")
 
@@ -59,7 +59,7 @@ class ChangeWatcher:
     async def follow(self) -> None:
         """One subscription: reconcile, then apply changes until the feed ends or fails."""
         runner = self.runner
-        async with runner.store.changes(kinds=WATCHED) as feed:
+        async with runner.store.changes(kinds=WATCHED | {NEW_TASKS_KIND}) as feed:
             self.subscribed.set()
             await self.reconcile()
             runner.health.loop_ok("feed")

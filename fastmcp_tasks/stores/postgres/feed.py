@@ -65,10 +65,10 @@ import anyio
 import psycopg
 
 from fastmcp_tasks.errors import StoreError
-from fastmcp_tasks.stores.base import TaskChange
+from fastmcp_tasks.stores.base import NEW_TASKS_KIND, TaskChange
 from fastmcp_tasks.stores.postgres.feed_parts import (
     NEW_TASKS,
-    WAKING_KINDS,
+    WAKING_ONLY,
     Feed,
     Heard,
     Subscriber,
@@ -85,7 +85,6 @@ BATCH = 500
 #: The longest quiet rows wait unread (seconds) by a reader that does not want them
 #: (less with a `change_retention` under twice this: they are read before the trim).
 QUIET_LAG = 1.0
-_WAKING = frozenset(WAKING_KINDS)
 #: The shortest time between two waits for notifications while every subscriber wants
 #: only waking kinds (a worker's runner, which lets wake-ups gather 10 ms before it claims
 #: anyway): the notifications of a burst, quiet ones included, then cost one wake-up
@@ -275,11 +274,11 @@ class PostgresChangeFeed:
                 pending, self._gap_since = False, None
                 continue
             if heard.created > self.watermark:
-                if self._wants_quiet():  # a listener's: read now
-                    newest = max(newest, heard.created)
-                else:  # runners only: wake them now, read the rows later, as quiet ones
-                    self._announce(heard.created)
+                if self._takes_announcements():  # runners only: wake them now, read the
+                    self._announce(heard.created)  # rows later, as quiet ones
                     quiet = max(quiet, heard.created)
+                else:
+                    newest = max(newest, heard.created)
             if quiet > self.watermark and (
                 self._wants_quiet() or time.monotonic() - self._last_read >= self.quiet_lag
             ):
@@ -289,11 +288,19 @@ class PostgresChangeFeed:
                 if not pending:
                     wait = GAP_FIRST
 
+    def _takes_announcements(self) -> bool:
+        """Whether every subscriber wants only waking kinds and each that wants `queued`
+        rows takes `NEW_TASKS` for them (`NEW_TASKS_KIND`): a creation need not be read."""
+        return not self._wants_quiet() and all(
+            sub.kinds is not None and ("queued" not in sub.kinds or NEW_TASKS_KIND in sub.kinds)
+            for sub in self._subscribers
+        )
+
     def _announce(self, seq: int) -> None:
         """New tasks were created (up to `seq`), not read yet: `NEW_TASKS` to every
-        subscriber of `queued` changes to any task."""
+        subscriber that takes it."""
         for sub in list(self._subscribers):
-            if sub.task_ids is None and (sub.kinds is None or "queued" in sub.kinds):
+            if sub.kinds is not None and NEW_TASKS_KIND in sub.kinds:
                 try:
                     sub.send.send_nowait((seq, NEW_TASKS))
                 except (anyio.ClosedResourceError, anyio.BrokenResourceError):
@@ -301,7 +308,7 @@ class PostgresChangeFeed:
 
     def _wants_quiet(self) -> bool:
         """Whether a subscriber wants a kind a quiet notification may announce."""
-        return any(sub.kinds is None or not sub.kinds <= _WAKING for sub in self._subscribers)
+        return any(sub.kinds is None or not sub.kinds <= WAKING_ONLY for sub in self._subscribers)
 
     async def _catch_up(self, conn: psycopg.AsyncConnection[Any]) -> bool:
         """Dispatch the rows past the watermark, in order; True when stopped at a gap."""

@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from fastmcp_tasks.stores.base import TaskChange
+from fastmcp_tasks.stores.base import NEW_TASKS_KIND, TaskChange
 
 #: The change kinds whose notification every reader acts on: those a task engine waits
 #: for (`server.engine.watcher.WATCHED`: a claimable task, a cancel request, an answer).
@@ -34,9 +34,12 @@ QUIET = " quiet"
 #: rows): a reader whose subscribers are all runners wakes them without reading the rows
 #: (`postgres.feed`). `int()` ignores it: an older reader reads the seq as before.
 QUEUED_ONLY = " "
-#: What a reader hands its runners for a creation it has not read yet: "something was
-#: queued" (its rows, task ids and application included, come with a later read).
+#: What a reader hands a subscriber of `NEW_TASKS_KIND` for a creation it has not read
+#: yet: "something was queued" (its rows, task ids and application included, come with a
+#: later read).
 NEW_TASKS = TaskChange("", "queued", "working", {})
+#: The kinds of a subscriber that is woken by notifications alone (a worker's runner).
+WAKING_ONLY = frozenset({*WAKING_KINDS, NEW_TASKS_KIND})
 
 
 class Subscriber:
@@ -118,6 +121,7 @@ __all__ = [
     "QUEUED_ONLY",
     "QUIET",
     "WAKING_KINDS",
+    "WAKING_ONLY",
     "Feed",
     "Heard",
     "Subscriber",

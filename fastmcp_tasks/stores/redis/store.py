@@ -63,6 +63,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from fastmcp_tasks.errors import ConfigurationError, StoreError
 from fastmcp_tasks.stores import rules
 from fastmcp_tasks.stores.base import (
+    NEW_TASKS_KIND,
     UNCHANGED,
     TaskChange,
     TaskRecord,
@@ -357,7 +358,7 @@ class RedisTaskStore(RedisFlow, RedisLeases, RedisListing, RedisOperations, Redi
         self, task_ids: frozenset[str] | None = None, kinds: frozenset[str] | None = None
     ) -> AbstractAsyncContextManager[AsyncIterator[TaskChange]]:
         self._require()
-        if kinds is not None and kinds <= WAKE_KINDS:  # a runner's: not every change
+        if kinds is not None and kinds - {NEW_TASKS_KIND} <= WAKE_KINDS:  # a runner's
             return self._wake_feed.subscribe(task_ids, kinds)
         return self._feed.subscribe(task_ids, kinds)
 
