@@ -106,6 +106,9 @@ async def test_a_paused_tool_waits_across_processes_until_resumed(tmp_path: Path
                 assert done["status"] == "completed"
             # created, taken, paused (the worker claimed it), taken, started, finished
             events = await history(store, waiting[0], count=6)
+            # the claim that was held had begun a run (`stores.phases`): it was taken back
+            ended = [await store.get(task_id) for task_id in waiting]
+            assert [record.attempts for record in ended if record is not None] == [1, 1]
     finally:
         worker.stop()
         front.stop()

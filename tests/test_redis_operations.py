@@ -171,8 +171,9 @@ async def test_two_instances_share_pauses_workers_audit_and_histories(pair: Pair
     assert await b.paused() == []
     (again,) = await a.claim_queued("w-a", time.time() + 60, 5)
     assert again.task_id == task.task_id and again.not_before is None
-    # held, its begun run waited to restart (`rules.give_back`); this claim begins it again
-    assert (again.phase, again.attempts) == ("running", 2)
+    # held before its body, the run its claim began was taken back (`rules.hold_back`):
+    # this claim begins its first run again
+    assert (again.phase, again.attempts) == ("running", 1)
     await a.beat(worker("w-a", app="app"))
     await b.beat(worker("w-b", app=None))
     assert {w.worker_id for w in await a.workers()} == {"w-a", "w-b"}
@@ -198,7 +199,9 @@ async def test_a_held_gated_task_frees_its_slot_and_returns_to_its_gate(
     await store.pause(Pause("", "tool", time.time(), "cli"))
     async with store.changes(frozenset({first.task_id}), frozenset({"queued"})) as feed:
         held = await store.hold_paused(first.task_id, "w1", "Paused by an operator")
-        assert held is not None and held.phase == "restart" and held.attempts == 1
+        # held before its body (the engine holds before the tool starts): the run begun is
+        # taken back (`rules.hold_back`)
+        assert held is not None and held.phase == "queued" and held.attempts == 0
         with anyio.fail_after(2):
             freed = await anext(aiter(feed))
         assert freed.details == {"gate": "g"}  # the gate's waiters may claim now

@@ -132,7 +132,7 @@ class MemoryOperations:
             or (pause_key(record.app), record.tool) not in self._pauses
         ):
             return None
-        rules.give_back(record)
+        rules.hold_back(record)
         record.not_before = PAUSED_UNTIL
         self._flow.leased(record, owner)
         if record.gate is not None:  # its slot is free while it waits: waiters claim now

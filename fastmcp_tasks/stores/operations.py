@@ -241,8 +241,10 @@ class OperableTaskStore(TaskStore, Protocol):
         Compare-and-set: refused (`None`) when its tool is not paused (for
         `pause_key(record.app)`), the task is absent, terminal, leased to another, or a
         cancel was requested. Otherwise: unleased, `not_before = PAUSED_UNTIL`,
-        `status_message` shown, a parked task stays parked; the phase follows
-        `requeue` (a begun run waits to restart). The feed carries a `message` change.
+        `status_message` shown, a parked task stays parked. A task is held before its tool
+        body starts, so a run its claim began (`phase` running) is taken back, one
+        attempt less (`rules.hold_back`: `queued` again for a first run, else `restart`);
+        a task without a phase waits to restart. The feed carries a `message` change.
         """
         ...
 

@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from fastmcp_tasks.stores.base import ALLOWED_TRANSITIONS, ChangeKind, TaskRecord, storable_text
-from fastmcp_tasks.stores.phases import RESTART, RETRY, RUNNING, WAITING_PHASES
+from fastmcp_tasks.stores.phases import QUEUED, RESTART, RETRY, RUNNING, WAITING_PHASES
 from fastmcp_tasks.wire.names import ACTIVE_STATUSES, TaskStatus
 
 
@@ -100,6 +100,19 @@ def give_back(record: TaskRecord) -> None:
     record.lease_expires = None
     if record.phase not in WAITING_PHASES:
         record.phase = RESTART
+
+
+def hold_back(record: TaskRecord) -> None:
+    """`hold_paused`: as `give_back`, except that a run begun by the claim that leased the
+    task (`phase` running: a held task's tool body never started) is taken back, one
+    attempt less, waiting as before it (`queued` for a first run, else `restart`)."""
+    if record.phase != RUNNING:
+        give_back(record)
+        return
+    record.lease_owner = None
+    record.lease_expires = None
+    record.attempts = max(0, record.attempts - 1)
+    record.phase = QUEUED if record.attempts == 0 else RESTART
 
 
 def begin(record: TaskRecord, owner: str, message: str | None) -> list[ChangeKind] | None:

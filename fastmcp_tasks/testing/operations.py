@@ -175,6 +175,7 @@ class OperationsContract(ContractBase):
         assert held is not None and held.lease_owner is None and held.status == "working"
         assert held.not_before == PAUSED_UNTIL
         assert held.status_message == "Paused by an operator"
+        assert held.attempts == 0  # held before its tool body: no run counted (`hold_back`)
         assert await store.claim_queued("w2", time.time() + 60, 10) == []
         wanted = frozenset({paused.task_id})
         async with store.changes(wanted, frozenset({"message"})) as feed:
@@ -188,6 +189,19 @@ class OperationsContract(ContractBase):
         assert released.updated_at > held.updated_at
         (again,) = await store.claim_queued("w2", time.time() + 60, 10)
         assert again.task_id == paused.task_id and again.lease_owner == "w2"
+        assert again.attempts <= 1  # one run at most, counted once
+
+    async def test_a_held_restart_keeps_its_count_of_runs(self, store: TaskStore) -> None:
+        """A task that waits to restart after one run, claimed (whose claim may begin the
+        second run) and held for a pause: one run counted, still waiting to restart."""
+        ops = _operable(store)
+        task = make_record(app="app", phase="restart", attempts=1)
+        await store.create(task)
+        (taken,) = await store.claim_queued("w1", time.time() + 60, 10)
+        assert taken.attempts in (1, 2)
+        await ops.pause(Pause("app", "tool", time.time(), "cli"))
+        held = await ops.hold_paused(task.task_id, "w1", "Paused")
+        assert held is not None and (held.phase, held.attempts) == ("restart", 1)
 
     async def test_a_cancelled_task_is_not_held(self, store: TaskStore) -> None:
         ops = _operable(store)

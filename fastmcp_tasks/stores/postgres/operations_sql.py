@@ -106,7 +106,7 @@ ch AS (
 ),
 {note}
 SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM note)"""
-        #: `rules.give_back`, `not_before` PAUSED_UNTIL and the message, on a task leased to
+        #: `rules.hold_back`, `not_before` PAUSED_UNTIL and the message, on a task leased to
         #: `owner`, active, not cancelled, whose tool is paused (for its application).
         self.hold = f"""
 WITH old AS (
@@ -118,8 +118,11 @@ WITH old AS (
 ),
 u AS (
     UPDATE {t} SET lease_owner = NULL, lease_expires = NULL, not_before = %(held)s,
-        phase = CASE WHEN {t}.phase IS NULL OR {t}.phase = 'running' THEN 'restart'
+        phase = CASE WHEN {t}.phase = 'running' AND {t}.attempts <= 1 THEN 'queued'
+            WHEN {t}.phase IS NULL OR {t}.phase = 'running' THEN 'restart'
             ELSE {t}.phase END,
+        attempts = CASE WHEN {t}.phase = 'running' THEN GREATEST({t}.attempts - 1, 0)
+            ELSE {t}.attempts END,
         status_message = %(message)s::text,
         updated_at = CASE WHEN old.changed THEN %(now)s ELSE {t}.updated_at END
     FROM old WHERE {t}.task_id = old.task_id

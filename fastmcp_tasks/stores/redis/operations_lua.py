@@ -67,7 +67,12 @@ if redis.call('HEXISTS', KEYS[6], (v[5] or '') .. string.char(9) .. v[8]) == 0 t
   return false
 end
 redis.call('HDEL', key, 'lease_owner', 'lease_expires')
-if not v[7] or v[7] == 'running' then redis.call('HSET', key, 'phase', 'restart') end
+if v[7] == 'running' then  -- `rules.hold_back`: the claim's begun run is taken back
+  local left = math.max(0, (tonumber(redis.call('HGET', key, 'attempts') or '') or 0) - 1)
+  redis.call('HSET', key, 'attempts', left, 'phase', left == 0 and 'queued' or 'restart')
+elseif not v[7] then
+  redis.call('HSET', key, 'phase', 'restart')
+end
 redis.call('HSET', key, 'not_before', ARGV[7])
 enqueue(KEYS[3], key, id, now)
 free_slot(v[6], id)

@@ -11,7 +11,7 @@ chosen set of tasks, on the tables of schema version 6 (`sqlite.schema`):
   `tasks_forget_events` trigger, whatever deletes the row (expiry, `purge_finished`,
   `delete_finished`, the `max_tasks` sweep of `create`); `events` reads a live task's.
 - `hold_paused` is one write transaction: the task loaded, its pause looked up,
-  `rules.give_back` applied and `not_before` set to `PAUSED_UNTIL`, which every claim's
+  `rules.hold_back` applied and `not_before` set to `PAUSED_UNTIL`, which every claim's
   `DUE` term skips. A gate's slots are its leased tasks (`schema.HOLDING`), so a held
   gated task holds none; as `retry_later` does, a `queued` change for its gate wakes
   the processes waiting on it.
@@ -84,7 +84,7 @@ def hold(tx: Tx, task_id: str, owner: str, message: str | None) -> TaskRecord | 
     query = "SELECT 1 FROM pauses WHERE app = ? AND tool = ?"
     if not tx.conn.execute(query, (pause_key(record.app), record.tool)).fetchall():
         return None
-    rules.give_back(record)
+    rules.hold_back(record)
     record.not_before = PAUSED_UNTIL
     changed = record.status_message != message
     if changed:
