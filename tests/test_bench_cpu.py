@@ -1,0 +1,63 @@
+"""`bench.cpu` runs end to end, and its report adds up.
+
+A tiny run (20 tasks, memory and SQLite, one worker: about 10 s) through the real command,
+so the benchmark the docs quote keeps working; and the report's arithmetic on fixed
+numbers: task = front end + workers + store server, the ratio to the sync call, the floor
+(the sync call's work plus one more request) and how far above it the task is.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import cpu_report
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_a_tiny_run_measures_every_process_and_the_floor(tmp_path: Path) -> None:
+    out = tmp_path / "cpu.json"
+    tiny = ["--tasks", "20", "--callers", "4", "--stores", "memory,sqlite", "--workers", "1"]
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.cpu", *tiny, "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = json.loads(out.read_text())["runs"]
+    assert [(r["store"], r["workers"]) for r in runs] == [("memory", 0), ("sqlite", 1)]
+    for run in runs:
+        assert run["sync_ms"] > 0 and run["task_ms"] > 0 and run["request_ms"] >= 0
+        assert run["floor"] >= 1.0
+        assert run["regets"] >= 0
+    assert runs[1]["workers_ms"] > 0  # the worker process ran the tasks
+    assert "| sqlite | 1 |" in done.stdout and "floor" in done.stdout
+
+
+def test_the_report_adds_up() -> None:
+    seconds = {"front_end": 2.0, "workers": [0.5, 0.25], "store_server": 0.25}
+    tasks = {
+        "total": seconds,
+        "front_end_create": 1.25,
+        "front_end_wait": 0.0,
+        "front_end_get": 0.75,
+        "create_p50_us": 900.0,
+        "get_p50_us": 400.0,
+        "regets": 0,
+        "floor": 0.5,  # 1,000 cheapest requests: 0.5 ms each
+    }
+    sync = {"front_end": 1.0, "workers": [0.0, 0.0], "store_server": 0.0}
+    run = cpu_report.per_task("redis", 2, 1000, sync, 800.0, tasks)
+    assert run["task_ms"] == 3.0 and run["sync_ms"] == 1.0 and run["ratio"] == 3.0
+    assert run["request_ms"] == 0.5 and run["floor"] == 1.5
+    assert run["over_floor_ms"] == pytest.approx(1.5)
+    assert run["each_worker_ms"] == [0.5, 0.25]
+    merged = cpu_report.merge([{"a": 1.0, "b": [1.0], "x_ns": [1]}, {"a": 2.0, "b": [2.0]}])
+    assert merged == {"a": 3.0, "b": [3.0], "x_ns": [1]}
