@@ -1,6 +1,7 @@
 """The operator commands of `fastmcp-tasks` that look into a task store: `ls` and `show`.
 
-    fastmcp-tasks ls [--url URL] [--status STATUS ...] [--owner KEY] [--limit N] [--json]
+    fastmcp-tasks ls [--url URL] [--status STATUS ...] [--owner KEY] [--tool NAME]
+        [--app NAME] [--limit N] [--json]
     fastmcp-tasks show TASK_ID [--url URL] [--json]
 
 They open the store itself, not a server: `--url` is a store URL (`sqlite:///...`,
@@ -15,7 +16,8 @@ error (the tool raised: `completed` on the MCP wire, with an `isError` result) i
 shown, and filtered, as its own outcome `error` (`stores.outcomes`): `--status error`
 lists them, and `--status completed` lists the clean successes only (`finished`
 includes both). The store lists statuses, so these two are told apart here, paging
-through its `completed` tasks until `--limit` is filled. `show` prints one task:
+through its `completed` tasks until `--limit` is filled; `--tool` and `--app` are
+filtered here the same way. `show` prints one task:
 times, message, owner, attempts (the runs of the tool body begun), where an active
 task's run stands (its `phase`), lease, input requests, error and a summary of
 the result (arguments shortened), then its history where the store keeps one
@@ -119,6 +121,8 @@ def add_operator_commands(commands: Any) -> None:
         "tool error), failed, cancelled, active or finished (comma separated or repeated)"
     ))  # fmt: skip
     ls.add_argument("--owner", help="only tasks of this principal key (client_id|sub)")
+    ls.add_argument("--tool", help="only tasks of this tool")
+    ls.add_argument("--app", help="only tasks of this application (the server's name)")
     ls.add_argument("--limit", type=int, default=50, help="most tasks shown (default 50)")
     show = commands.add_parser("show", help="print one task of a task store")
     show.add_argument("task_id", help="the task's id")
@@ -185,7 +189,9 @@ async def _ls(store: ListableTaskStore, args: argparse.Namespace) -> int:
     outcomes = frozenset().union(*args.status) if args.status else None
     if not 1 <= args.limit <= MAX_PAGE:
         raise OperatorError(f"--limit must be 1..{MAX_PAGE}, got {args.limit}", 2)
-    tasks = await list_outcomes(store, outcomes, args.owner, args.limit)
+    tasks = await list_outcomes(
+        store, outcomes, args.owner, args.limit, tool=args.tool, app=args.app
+    )
     if args.json:
         print(json.dumps([summary_json(for_operators(task)) for task in tasks], indent=2))
         return 0
@@ -223,21 +229,35 @@ async def _ls(store: ListableTaskStore, args: argparse.Namespace) -> int:
 
 
 async def list_outcomes(
-    store: ListableTaskStore, outcomes: frozenset[str] | None, owner: str | None, limit: int
+    store: ListableTaskStore,
+    outcomes: frozenset[str] | None,
+    owner: str | None,
+    limit: int,
+    *,
+    tool: str | None = None,
+    app: str | None = None,
 ) -> list[TaskRecord]:
-    """The newest `limit` tasks of these outcomes (`None`: all): the store's listing of
-    their statuses, filtered by `outcome_of` when it holds outcomes not wanted (`completed`
-    without `error`, or back), paging with `before` until `limit` tasks are found."""
+    """The newest `limit` tasks of these outcomes (`None`: all), of `tool` and `app` when
+    given: the store's listing of their statuses, filtered by `outcome_of` when it holds
+    outcomes not wanted (`completed` without `error`, or back) and by tool and
+    application, paging with `before` until `limit` tasks are found."""
     statuses = None if outcomes is None else store_statuses(outcomes)
-    if not split_needed(outcomes):
+    if not split_needed(outcomes) and tool is None and app is None:
         return await store.list_tasks(status=statuses, owner=owner, limit=limit)
-    assert outcomes is not None
+
+    def wanted(task: TaskRecord) -> bool:
+        return (
+            (outcomes is None or outcome_of(task) in outcomes)
+            and (tool is None or task.tool == tool)
+            and (app is None or task.app == app)
+        )
+
     found: list[TaskRecord] = []
     before: PageKey | None = None
     size = min(MAX_PAGE, max(limit, 200))
     while len(found) < limit:
         page = await store.list_tasks(status=statuses, owner=owner, limit=size, before=before)
-        found += [task for task in page if outcome_of(task) in outcomes]
+        found += [task for task in page if wanted(task)]
         if len(page) < size:
             break
         before = (page[-1].created_at, page[-1].task_id)
