@@ -58,6 +58,9 @@ from fastmcp_tasks.stores.phases import has_begun, start_message, start_run
 
 QUEUED_MESSAGE = f"{QUEUED_PREFIX}waiting for a free worker slot"
 CANCELLED_BEFORE_START = "Cancelled before it started"
+#: Failed claims remembered until the next round takes back what they leased (an outage
+#: fails many rounds; their leases run out anyway, this only bounds the memory).
+MAX_LOST_CLAIMS = 1000
 
 logger = logging.getLogger("fastmcp_tasks.recovery")
 
@@ -145,9 +148,10 @@ class LeaseKeeper:
         self.store = runner.store
         self.owner = owner
         self.lease_seconds = lease_seconds
-        #: A claim failed: its reply may be lost after the store leased tasks here (and
-        #: began their runs). The next round first takes those back (`scan`).
-        self.claim_unsure = False
+        #: The lease ends (`until`) of claims that failed: the reply of each may be lost
+        #: after the store leased tasks here with that exact lease end (and began their
+        #: runs). The next claim round first takes those back (`reclaim_lost`).
+        self.lost_claims: set[float] = set()
 
     def until(self) -> float:
         return time.time() + self.lease_seconds
@@ -231,14 +235,14 @@ class LeaseKeeper:
                 if taken:
                     runner.watcher.claimed(taken)  # it took tasks: the next window is short
                 return
-            if self.claim_unsure:
-                await self.scan()
+            if self.lost_claims:
+                await self.reclaim_lost()
+            until = self.until()
             try:
-                records = await self.store.claim_queued(
-                    self.owner, self.until(), free, app=runner.app
-                )
+                records = await self.store.claim_queued(self.owner, until, free, app=runner.app)
             except BaseException:
-                self.claim_unsure = True
+                if len(self.lost_claims) < MAX_LOST_CLAIMS:
+                    self.lost_claims.add(until)
                 raise
             runner.watcher.more_queued = len(records) == free
             taken += len(records)
@@ -304,33 +308,40 @@ class LeaseKeeper:
     async def scan(self) -> int:
         """Recover every orphaned task of this application found now; return how many.
 
-        After a failed claim (`claim_unsure`), a task leased here that this process does not
-        hold is taken back at once, before its lease runs out: the claim leased it and its
-        reply was lost, so it never started here, and no other process may recover it as
-        interrupted first. The scan reads lease fields only (`active_leases`), not
-        arguments or results.
+        The scan reads lease fields only (`active_leases`), not arguments or results.
         """
         now = time.time()
         recovered = 0
         mine = self.runner.job_ids()
         app = self.runner.app
-        unsure, self.claim_unsure = self.claim_unsure, False  # a claim failing meanwhile sets it
-        try:
-            leases = await active_leases(self.store, None)
-        except BaseException:
-            self.claim_unsure |= unsure
-            raise
-        for record in leases:
+        for record in await active_leases(self.store, None):
             if record.app not in (None, app):  # another application's (None: before apps)
                 continue
-            lost_claim = unsure and record.lease_owner == self.owner
-            if record.task_id in mine or not (
-                lost_claim or is_orphan(record, now, self.owner, mine)
-            ):
+            if record.task_id in mine or not is_orphan(record, now, self.owner, mine):
                 continue
             if await self.recover(record):
                 recovered += 1
         return recovered
+
+    async def reclaim_lost(self) -> None:
+        """Take back what failed claims may have leased here (`lost_claims`), before their
+        leases run out: a task leased to this process with such a claim's exact lease end,
+        which it does not hold, was leased by a claim whose reply was lost, so it never
+        started here (its claim may have begun its run: no other process may recover it
+        as interrupted first). Only the queue loop claims (`take_queued`), and it calls
+        this before its next claim, so no claim of its own is under way meanwhile; a lease
+        this process took otherwise (a creation, a recovery) has another end."""
+        lost = set(self.lost_claims)
+        leases = await active_leases(self.store, None)
+        self.lost_claims -= lost
+        mine = self.runner.job_ids()
+        for record in leases:
+            if (
+                record.lease_owner == self.owner
+                and record.lease_expires in lost
+                and record.task_id not in mine
+            ):
+                await self.recover(record)
 
     async def recover(self, record: TaskRecord) -> bool:
         claimed = await self.store.claim(
