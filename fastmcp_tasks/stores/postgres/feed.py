@@ -69,12 +69,11 @@ from fastmcp_tasks.stores.base import NEW_TASKS_KIND, TaskChange
 from fastmcp_tasks.stores.postgres.feed_parts import (
     NEW_TASKS,
     WAKING_ONLY,
-    Feed,
     Heard,
-    Subscriber,
     details_of,
 )
 from fastmcp_tasks.stores.postgres.liveness import returns_rows
+from fastmcp_tasks.stores.subscriptions import Subscriber, SubscriberFeed
 
 if TYPE_CHECKING:
     from fastmcp_tasks.stores.postgres.sql import Statements
@@ -123,7 +122,7 @@ class PostgresChangeFeed:
         self.quiet_lag = quiet_lag
         self.stats = stats
         self.scrub = scrub
-        self._subscribers: set[Subscriber] = set()
+        self._subscribers: set[Subscriber[float]] = set()
         self._lock = anyio.Lock()
         self._reader: asyncio.Task[None] | None = None
         self._listening = asyncio.Event()
@@ -147,8 +146,8 @@ class PostgresChangeFeed:
             StoreError: the reader could not LISTEN within the timeout, or the newest
                 `seq` could not be read (nothing is left behind).
         """
-        send, receive = anyio.create_memory_object_stream[tuple[int, TaskChange]](math.inf)
-        sub = Subscriber(task_ids, kinds, send)
+        send, receive = anyio.create_memory_object_stream[tuple[float, TaskChange]](math.inf)
+        sub: Subscriber[float] = Subscriber(task_ids, kinds, send, math.inf)
         try:
             async with self._lock:
                 if self._reader is None:
@@ -167,7 +166,7 @@ class PostgresChangeFeed:
                 ) from None
             sub.start = await newest()
             async with receive:
-                yield Feed(receive, sub)
+                yield SubscriberFeed(receive, sub)
         finally:
             send.close()
             receive.close()

@@ -1,6 +1,5 @@
-"""The PostgreSQL change feed's parts that hold no connection: a subscription
-(`Subscriber`) and what its subscriber reads (`Feed`), and how a notification's payload
-is read (`Heard`, `details_of`, and the kinds and markers: `WAKING_KINDS`, `QUIET`,
+"""The PostgreSQL change feed's parts that hold no connection: how a notification's
+payload is read (`Heard`, `details_of`, and the kinds and markers: `WAKING_KINDS`, `QUIET`,
 `QUEUED_ONLY`).
 
 A change statement notifies with the highest `seq` it wrote (`postgres.sql`), followed by
@@ -12,12 +11,8 @@ space, so a reader from before it takes such a notification as any waking one.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from typing import Any
-
-import anyio
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from fastmcp_tasks.stores.base import NEW_TASKS_KIND, TaskChange
 
@@ -40,45 +35,6 @@ QUEUED_ONLY = " "
 NEW_TASKS = TaskChange("", "queued", "working", {})
 #: The kinds of a subscriber that is woken by notifications alone (a worker's runner).
 WAKING_ONLY = frozenset({*WAKING_KINDS, NEW_TASKS_KIND})
-
-
-class Subscriber:
-    """One `changes()` subscription: its filters, its queue and the newest seq it skips."""
-
-    __slots__ = ("kinds", "send", "start", "task_ids")
-
-    def __init__(
-        self,
-        task_ids: frozenset[str] | None,
-        kinds: frozenset[str] | None,
-        send: MemoryObjectSendStream[tuple[int, TaskChange]],
-    ) -> None:
-        self.task_ids = task_ids
-        self.kinds = kinds
-        self.send = send
-        self.start = math.inf
-
-
-class Feed:
-    """The async iterator a subscriber reads: its queued changes past `start`."""
-
-    def __init__(
-        self, receive: MemoryObjectReceiveStream[tuple[int, TaskChange]], sub: Subscriber
-    ) -> None:
-        self._receive = receive
-        self._sub = sub
-
-    def __aiter__(self) -> Feed:
-        return self
-
-    async def __anext__(self) -> TaskChange:
-        while True:
-            try:
-                seq, change = await self._receive.receive()
-            except (anyio.EndOfStream, anyio.ClosedResourceError):
-                raise StopAsyncIteration from None
-            if seq > self._sub.start:
-                return change
 
 
 @dataclass(slots=True)
@@ -122,8 +78,6 @@ __all__ = [
     "QUIET",
     "WAKING_KINDS",
     "WAKING_ONLY",
-    "Feed",
     "Heard",
-    "Subscriber",
     "details_of",
 ]

@@ -42,11 +42,11 @@ from typing import Any, cast
 
 import anyio
 import redis.asyncio as aioredis
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from fastmcp_tasks.stores.base import TaskChange
+from fastmcp_tasks.stores.subscriptions import Subscriber, SubscriberFeed
 
 StreamId = tuple[int, int]
 
@@ -59,45 +59,6 @@ def stream_id(text: str) -> StreamId:
     """A stream entry id `ms-seq` as a comparable pair."""
     ms, _, seq = text.partition("-")
     return int(ms), int(seq or 0)
-
-
-class _Subscriber:
-    """One `changes()` subscription: its filters, its queue and the newest id it skips."""
-
-    __slots__ = ("kinds", "send", "start", "task_ids")
-
-    def __init__(
-        self,
-        task_ids: frozenset[str] | None,
-        kinds: frozenset[str] | None,
-        send: MemoryObjectSendStream[tuple[StreamId, TaskChange]],
-    ) -> None:
-        self.task_ids = task_ids
-        self.kinds = kinds
-        self.send = send
-        self.start: StreamId = (0, 0)
-
-
-class _Feed:
-    """The async iterator a subscriber reads: its queued changes past `start`."""
-
-    def __init__(
-        self, receive: MemoryObjectReceiveStream[tuple[StreamId, TaskChange]], sub: _Subscriber
-    ) -> None:
-        self._receive = receive
-        self._sub = sub
-
-    def __aiter__(self) -> _Feed:
-        return self
-
-    async def __anext__(self) -> TaskChange:
-        while True:
-            try:
-                entry_id, change = await self._receive.receive()
-            except (anyio.EndOfStream, anyio.ClosedResourceError):
-                raise StopAsyncIteration from None
-            if entry_id > self._sub.start:
-                return change
 
 
 class RedisChangeFeed:
@@ -139,7 +100,7 @@ class RedisChangeFeed:
         self.label = label
         self.read_timeout = block_ms / 1000 + read_margin
         self.stats = stats
-        self._subscribers: set[_Subscriber] = set()
+        self._subscribers: set[Subscriber[StreamId]] = set()
         self._subscribe_lock = anyio.Lock()
         self._reader: asyncio.Task[None] | None = None
         self._cursor = "0-0"
@@ -155,7 +116,7 @@ class RedisChangeFeed:
                 for this subscription; nothing is left behind).
         """
         send, receive = anyio.create_memory_object_stream[tuple[StreamId, TaskChange]](math.inf)
-        sub = _Subscriber(task_ids, kinds, send)
+        sub: Subscriber[StreamId] = Subscriber(task_ids, kinds, send, (0, 0))
         try:
             async with self._subscribe_lock:
                 self._subscribers.add(sub)  # first: the reader queues what comes next
@@ -165,7 +126,7 @@ class RedisChangeFeed:
                     self._cursor = f"{sub.start[0]}-{sub.start[1]}"
                     self._reader = asyncio.get_running_loop().create_task(self._read())
             async with receive:
-                yield _Feed(receive, sub)
+                yield SubscriberFeed(receive, sub)
         finally:
             send.close()
             receive.close()
