@@ -5,7 +5,9 @@ Every process: the sweeper (retention), the lease heartbeat, the history writer
 (`concurrency > 0`) also follows the change feed, takes queued tasks and, on a store
 that keeps workers (`stores.operations`), beats as a worker (`heartbeat`). A front end
 that runs nothing (`concurrency=0`) instead checks that its waiting tasks have a live
-worker (`staffing`). Each loop runs under `supervision.keep_running`.
+worker (`staffing`). On a store that shares queue wake-ups out among workers, a process
+that runs tasks also reads its share (`queue_listener`). Each loop runs under
+`supervision.keep_running`.
 
 `open_then_start` is the degraded start: the store is opened with backoff, then the
 loops start. `after_stop` is what shutdown owes the store once the loops have ended:
@@ -16,6 +18,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any, Protocol
 
 import anyio
@@ -25,12 +29,14 @@ from fastmcp_tasks.server.engine.heartbeat import WorkerHeartbeat
 from fastmcp_tasks.server.engine.history import HistoryWriter
 from fastmcp_tasks.server.engine.leases import LeaseKeeper
 from fastmcp_tasks.server.engine.pauses import Pauses
+from fastmcp_tasks.server.engine.queue_listener import QueueListener
 from fastmcp_tasks.server.engine.staffing import StaffingCheck
 from fastmcp_tasks.server.engine.supervision import keep_running, periodic, retry_store
 from fastmcp_tasks.server.engine.watcher import ChangeWatcher
 from fastmcp_tasks.server.health import HealthMonitor
 from fastmcp_tasks.stores.base import TaskStore
 from fastmcp_tasks.stores.operations import OperableTaskStore
+from fastmcp_tasks.stores.queue_wakes import queue_wakes_of
 
 logger = logging.getLogger("fastmcp_tasks.runner")
 
@@ -56,6 +62,8 @@ class TaskRunner(Protocol):
 
     @property
     def running_now(self) -> int: ...
+
+    def free_slots(self) -> int: ...
 
 
 def operator_parts(
@@ -100,7 +108,13 @@ async def start_loops(runner: TaskRunner, group: TaskGroup) -> None:
             beat = runner.heartbeat
             group.start_soon(periodic, "workers", beat.beat, health, beat.wait)
         group.start_soon(keep_running, "feed", runner.watcher.follow, health)
-        group.start_soon(periodic, "queue", leases.take_queued, health, runner.watcher.queue_wait)
+        take: Callable[[], Awaitable[None]] = leases.take_queued
+        source = queue_wakes_of(runner.store)
+        if source is not None:  # wake-ups shared out among workers (`queue_listener`)
+            listener = QueueListener(runner, source)
+            take = partial(listener.take_queued, leases.take_queued)
+            group.start_soon(keep_running, "queue wake-ups", listener.follow, health)
+        group.start_soon(periodic, "queue", take, health, runner.watcher.queue_wait)
         with anyio.move_on_after(5):  # a cancel right after creation is heard at once
             await runner.watcher.subscribed.wait()
 

@@ -55,6 +55,7 @@ class ChangeWatcher:
         self._due: list[float] = []  # when queued retries become claimable (a heap)
         self._wanted = False  # a wake-up that asks for a claim now
         self.window = QUEUE_BATCH_SECONDS  # how long wake-ups gather (see `claimed`)
+        self._room = anyio.Event()  # set when this worker's room may have changed
 
     async def follow(self) -> None:
         """One subscription: reconcile, then apply changes until the feed ends or fails."""
@@ -68,7 +69,8 @@ class ChangeWatcher:
         if not runner.stopping:  # a feed that ends by itself is a fault: subscribe again
             raise ConnectionError("the change feed ended")
 
-    async def apply(self, change: TaskChange) -> None:
+    async def apply(self, change: TaskChange) -> bool:
+        """Act on one change; `True` when it asks for a claim round now."""
         runner = self.runner
         if change.kind == "queued":
             app = change.details.get("app")
@@ -78,12 +80,14 @@ class ChangeWatcher:
                     self.wake_at(float(due))
                 else:
                     self.wake_queue()
+                    return True
         elif change.task_id not in runner.job_ids():
-            return
+            pass
         elif change.kind == "cancel_requested":
             await runner.cancel(change.task_id)
         elif change.kind == "answered":
             await runner.inputs.answered(change.task_id, change.details.get("keys", []))
+        return False
 
     async def reconcile(self) -> None:
         """Apply what the feed may have missed to every task this process holds."""
@@ -126,6 +130,15 @@ class ChangeWatcher:
     def slot_freed(self) -> None:
         if self.more_queued:
             self.wake_queue()
+        self.room_may_have_changed()
+
+    def room_may_have_changed(self) -> None:
+        """A slot freed or a claim round ended (`room_changed` waiters look again)."""
+        room, self._room = self._room, anyio.Event()
+        room.set()
+
+    async def room_changed(self) -> None:
+        await self._room.wait()
 
     async def queue_wait(self) -> None:
         while True:

@@ -55,6 +55,16 @@ logger = logging.getLogger("fastmcp_tasks.stores.redis")
 BATCH = 500
 
 
+def entry_change(fields: dict[str, str]) -> TaskChange | None:
+    """The change a stream entry holds (fields `t`, `k`, `s`, `d`); `None` when malformed."""
+    try:
+        status: Any = fields.get("s") or None
+        details = json.loads(fields.get("d", "{}"))
+        return TaskChange(fields["t"], fields["k"], status, details)  # type: ignore[arg-type]
+    except (KeyError, ValueError):
+        return None
+
+
 def stream_id(text: str) -> StreamId:
     """A stream entry id `ms-seq` as a comparable pair."""
     ms, _, seq = text.partition("-")
@@ -195,11 +205,8 @@ class RedisChangeFeed:
                 await pool.disconnect()
 
     def _dispatch(self, entry_id: StreamId, fields: dict[str, str]) -> None:
-        try:
-            status: Any = fields.get("s") or None
-            details = json.loads(fields.get("d", "{}"))
-            change = TaskChange(fields["t"], fields["k"], status, details)  # type: ignore[arg-type]
-        except (KeyError, ValueError):
+        change = entry_change(fields)
+        if change is None:
             logger.warning("%s: skipping malformed change feed entry %s", self.label, entry_id)
             return
         for sub in list(self._subscribers):

@@ -34,8 +34,10 @@ The keys of the prefix `P`:
   task count (`max_tasks`) is `ZCARD active + ZCARD terminal`.
 - `{P}:changes`          the change feed: one Redis Stream, fields `t` (task id),
   `k` (kind), `s` (status, empty for none), `d` (details JSON).
-- `{P}:changes:wake`     the same entries for the kinds a task engine waits for only
-  (`redis.scripts.WAKE_KINDS`), read by subscriptions to those kinds alone.
+- `{P}:changes:wake`     the same entries for the cancel requests and answers a task
+  engine waits for (`redis.scripts.WAKE_KINDS`), read by subscriptions to those alone.
+- `{P}:changes:queue`    the same entries for `queued` changes: one consumer group per
+  application hands each to one of its workers (`redis.queue_wakes`).
 
 Flow control (`stores.flow`; kept by the scripts of `redis.flow_scripts`, whose
 helpers in `redis.flow_lua` build these names in Lua) adds:
@@ -182,6 +184,11 @@ class RedisKeys:
     def wakes(self) -> str:
         """Stream: the changes a task engine waits for (the scripts append `:wake`)."""
         return f"{self.changes}:wake"
+
+    @property
+    def queue(self) -> str:
+        """Stream: the `queued` changes, shared out to workers (the scripts append `:queue`)."""
+        return f"{self.changes}:queue"
 
     @property
     def delayed(self) -> str:

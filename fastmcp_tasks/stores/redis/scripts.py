@@ -5,8 +5,10 @@ the compare-and-set (or the insert with its cap check) that the store contract a
 for, whichever process or instance calls it. Each script also keeps the indexes of
 `redis.keys` consistent and appends its change to the change-feed stream in the same
 step, so the feed never disagrees with the data; a change a task engine waits for
-(`WAKE_KINDS`: a task queued, a cancel request, an answer) also goes to the wake
-stream (`{P}:changes:wake`), which a worker's runner reads instead of every change.
+also goes to the wake stream (`{P}:changes:wake`, `WAKE_KINDS`: a cancel request, an
+answer), which a worker's runner reads instead of every change, or, when a task is
+queued, to the queue stream (`{P}:changes:queue`), of which each application's workers
+share the entries (`redis.queue_wakes`).
 
 This module owns `PRELUDE` (the helpers every script shares), `SCRIPTS` (every
 script of the store) and the scripts that change a task without queueing, leasing,
@@ -36,8 +38,10 @@ from fastmcp_tasks.stores.redis.flow_scripts import FLOW_SCRIPTS
 from fastmcp_tasks.stores.redis.operations_lua import OPERATION_SCRIPTS
 from fastmcp_tasks.stores.redis.steps import STEP_SCRIPTS
 
-#: The change kinds `emit` also appends to the wake stream (keep in step with its Lua).
-WAKE_KINDS = frozenset({"queued", "cancel_requested", "answered"})
+#: The change kinds `emit` also appends to the wake stream (keep in step with its Lua);
+#: a `queued` change goes to the queue stream instead (`redis.queue_wakes`). Writers
+#: before the queue stream appended `queued` to the wake stream too.
+WAKE_KINDS = frozenset({"cancel_requested", "answered"})
 
 PRELUDE = """
 local function is_active(s) return s == 'working' or s == 'input_required' end
@@ -45,8 +49,11 @@ local function is_active(s) return s == 'working' or s == 'input_required' end
 local function emit(stream, maxlen, id, kind, status, details)
   redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*',
     't', id, 'k', kind, 's', status or '', 'd', details or '{}')
-  if kind == 'queued' or kind == 'cancel_requested' or kind == 'answered' then
-    redis.call('XADD', stream .. ':wake', 'MAXLEN', '~', maxlen, '*',
+  local also = nil
+  if kind == 'queued' then also = stream .. ':queue'
+  elseif kind == 'cancel_requested' or kind == 'answered' then also = stream .. ':wake' end
+  if also then
+    redis.call('XADD', also, 'MAXLEN', '~', maxlen, '*',
       't', id, 'k', kind, 's', status or '', 'd', details or '{}')
   end
 end

@@ -8,9 +8,9 @@ each its own `prefix`, and applications sharing one store are told apart by
 `redis.leases`, listing `redis.listing`, creation and flow control (gates, retry
 waits, dedupe, tombstones: `stores.flow`) `redis.flow`, the operator records
 (histories, workers, pauses, audit: `stores.operations`) `redis.operations`, the
-durable steps (`stores.steps`) `redis.steps`; the change feed (one Redis Stream per
-store, and the wake stream of the kinds a runner waits for: a subscription to those
-kinds alone reads it, so a worker does not read every change) is read by `redis.feed`.
+durable steps (`stores.steps`) `redis.steps`; the change feed, the wake stream a
+worker's runner reads instead, and the queue wake-ups shared out to workers are
+`redis.feeds`.
 
 Connections. `open()` creates a blocking connection pool for commands and checks
 that Redis answers. Every call is bounded as a whole by `timeout` (pool wait,
@@ -48,7 +48,6 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable
-from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar, cast
 
 import redis.asyncio as aioredis
@@ -63,16 +62,15 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from fastmcp_tasks.errors import ConfigurationError, StoreError
 from fastmcp_tasks.stores import rules
 from fastmcp_tasks.stores.base import (
-    NEW_TASKS_KIND,
     UNCHANGED,
-    TaskChange,
     TaskRecord,
     _Unchanged,
     encode_result,
     storable_text,
 )
 from fastmcp_tasks.stores.flow import DEFAULT_TOMBSTONE_RETENTION
-from fastmcp_tasks.stores.redis.feed import BATCH, RedisChangeFeed
+from fastmcp_tasks.stores.redis.feed import BATCH
+from fastmcp_tasks.stores.redis.feeds import RedisFeeds
 from fastmcp_tasks.stores.redis.flow import RedisFlow
 from fastmcp_tasks.stores.redis.keys import (
     REQUEST_FIELD,
@@ -84,7 +82,7 @@ from fastmcp_tasks.stores.redis.keys import (
 from fastmcp_tasks.stores.redis.leases import RedisLeases
 from fastmcp_tasks.stores.redis.listing import RedisListing
 from fastmcp_tasks.stores.redis.operations import RedisOperations
-from fastmcp_tasks.stores.redis.scripts import SCRIPTS, WAKE_KINDS
+from fastmcp_tasks.stores.redis.scripts import SCRIPTS
 from fastmcp_tasks.stores.redis.steps import RedisSteps
 from fastmcp_tasks.stores.urls import masked
 from fastmcp_tasks.wire.names import TERMINAL_STATUSES, TaskStatus
@@ -95,7 +93,7 @@ T = TypeVar("T")
 DEFAULT_MAX_TASKS = 100_000
 
 
-class RedisTaskStore(RedisFlow, RedisLeases, RedisListing, RedisOperations, RedisSteps):
+class RedisTaskStore(RedisFeeds, RedisFlow, RedisLeases, RedisListing, RedisOperations, RedisSteps):
     """A `TaskStore` in Redis, shared by every process that uses the same URL and prefix.
 
     Args:
@@ -158,23 +156,7 @@ class RedisTaskStore(RedisFlow, RedisLeases, RedisListing, RedisOperations, Redi
         self._scripts: dict[str, AsyncScript] = {}
         #: Counters for benchmarks: `round_trips` sent to Redis (module doc).
         self.stats: dict[str, int] = {"round_trips": 0}
-        self._feed, self._wake_feed = (
-            RedisChangeFeed(
-                stream=stream,
-                feed_url=feed_url,
-                connect_timeout=timeout,
-                block_ms=block_ms,
-                client_name=f"fastmcp-tasks-feed:{self.keys.prefix}",
-                newest=newest,
-                label=repr(self),
-                read_margin=timeout,
-                stats=self.stats,
-            )
-            for stream, newest in (
-                (self.keys.changes, self._newest_change),
-                (self.keys.wakes, self._newest_wake),  # only `WAKE_KINDS` (`redis.scripts`)
-            )
-        )
+        self._start_feeds(feed_url)
 
     # --- lifecycle ----------------------------------------------------------------
 
@@ -207,8 +189,7 @@ class RedisTaskStore(RedisFlow, RedisLeases, RedisListing, RedisOperations, Redi
 
     async def close(self) -> None:
         """End every subscription, stop the feed reader and close the pool. Idempotent."""
-        await self._feed.close()
-        await self._wake_feed.close()
+        await self._close_feeds()
         client, self._client = self._client, None
         if client is not None:
             await client.connection_pool.disconnect()
@@ -353,22 +334,6 @@ class RedisTaskStore(RedisFlow, RedisLeases, RedisListing, RedisOperations, Redi
     async def request_cancel(self, task_id: str) -> TaskRecord | None:
         flat = await self._task_script("request_cancel", task_id)
         return None if not flat else self._live(task_id, pairs(flat))
-
-    def changes(
-        self, task_ids: frozenset[str] | None = None, kinds: frozenset[str] | None = None
-    ) -> AbstractAsyncContextManager[AsyncIterator[TaskChange]]:
-        self._require()
-        if kinds is not None and kinds - {NEW_TASKS_KIND} <= WAKE_KINDS:  # a runner's
-            return self._wake_feed.subscribe(task_ids, kinds)
-        return self._feed.subscribe(task_ids, kinds)
-
-    async def _newest_change(self, stream: str | None = None) -> list[Any]:
-        client = self._require()
-        newest = await self._guard(client.xrevrange(stream or self.keys.changes, count=1))
-        return cast("list[Any]", newest)
-
-    async def _newest_wake(self) -> list[Any]:
-        return await self._newest_change(self.keys.wakes)
 
     # --- retention ----------------------------------------------------------------
 

@@ -1,0 +1,77 @@
+"""Queue wake-ups shared out among workers, on a store that offers them.
+
+On a store with `queue_wakes` (`stores.queue_wakes`: Redis), a worker does not hear
+every `queued` change on its feed; `QueueListener.follow` joins its application's
+consumers instead and reads wake-ups no other worker gets, so each new task wakes one
+worker rather than all of them, and the others run no claim round that would find it
+taken. It asks for no more wake-ups than it has room for: its free slots less the
+wake-ups it holds whose claim round has not run yet (`room`). A full worker reads
+none, so the wake-up goes to a worker that can take the task. Each wake-up is applied
+as the feed's would be (`watcher.ChangeWatcher.apply`: a claim round after the batch
+window, or at a retry's due time).
+
+Wake-ups are hints: the queue loop still claims when a slot frees while more may be
+waiting, when its feed subscription starts again, and on its safety poll, so a
+wake-up lost with a worker that died, or read by one that then filled up, delays a
+task by at most that poll. The listener runs supervised: a store failure ends the
+subscription and the supervisor joins again with backoff.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+import anyio
+
+from fastmcp_tasks.server.engine.watcher import ChangeWatcher
+from fastmcp_tasks.stores.queue_wakes import QueueWakeSource
+
+
+class ListeningRunner(Protocol):
+    """What the listener needs of `runner.TaskRunner`."""
+
+    owner: str
+    app: str | None
+    watcher: ChangeWatcher
+
+    def free_slots(self) -> int: ...
+
+
+class QueueListener:
+    """Reads this worker's share of its application's queue wake-ups (module doc)."""
+
+    def __init__(self, runner: ListeningRunner, source: QueueWakeSource) -> None:
+        self.runner = runner
+        self.source = source
+        self.held = 0  # wake-ups handed to the queue loop whose claim round has not run
+
+    def room(self) -> int:
+        """How many more wake-ups this worker could act on now."""
+        return self.runner.free_slots() - self.held
+
+    async def follow(self) -> None:
+        """One membership: read wake-ups while there is room, until cancelled or failing."""
+        runner = self.runner
+        watcher = runner.watcher
+        async with self.source.queue_wakes(runner.app, runner.owner) as wakes:
+            while True:
+                room = self.room()
+                if room <= 0:
+                    await watcher.room_changed()
+                    continue
+                for change in await wakes.next(room):
+                    if await watcher.apply(change):  # a claim round now: room it will use
+                        self.held += 1
+                await anyio.lowlevel.checkpoint()
+
+    async def take_queued(self, take: Callable[[], Awaitable[None]]) -> None:
+        """Run one claim round (`take`), then count the held wake-ups as spent."""
+        try:
+            await take()
+        finally:
+            self.held = 0
+            self.runner.watcher.room_may_have_changed()
+
+
+__all__ = ["QueueListener"]
