@@ -24,6 +24,7 @@ import pytest
 
 from fastmcp_tasks.stores.operations import PAUSED_UNTIL, Pause, TaskEvent
 from fastmcp_tasks.stores.postgres import PostgresTaskStore
+from fastmcp_tasks.stores.postgres.quiet_readers import UPGRADE_GRACE
 from fastmcp_tasks.stores.postgres.schema import (
     COLUMNS,
     JSON_COLUMNS,
@@ -89,7 +90,7 @@ UNION ALL SELECT 'trigger', t.tgname FROM pg_trigger t JOIN pg_class c ON c.oid 
 
 async def test_a_version_2_schema_is_migrated_keeping_its_tasks() -> None:
     schema = fresh_schema()
-    assert SCHEMA_VERSION == 4 and sorted(MIGRATIONS) == [0, 1, 2, 3]
+    assert SCHEMA_VERSION == 5 and sorted(MIGRATIONS) == [0, 1, 2, 3, 4]
     kept, ended = record(), record()
     async with await psycopg.AsyncConnection.connect(POSTGRES_URL, autocommit=True) as conn:
         await conn.execute(f"CREATE SCHEMA {schema}")
@@ -118,6 +119,9 @@ async def test_a_version_2_schema_is_migrated_keeping_its_tasks() -> None:
         assert await scalar(count) == 1  # the deleted task's history went with it
         version = f"SELECT value FROM {schema}.meta WHERE key = 'schema_version'"
         assert await scalar(version) == str(SCHEMA_VERSION)
+        # older readers may still run: every change notifies them for the upgrade's grace
+        grace = f"SELECT until - extract(epoch FROM now()) FROM {schema}.quiet_readers"
+        assert UPGRADE_GRACE - 60 < await scalar(grace) <= UPGRADE_GRACE
     finally:
         await store.close()
         drop_schema(schema)
@@ -141,6 +145,8 @@ async def test_a_migrated_schema_has_what_a_new_one_has() -> None:
         assert {("r", "task_events"), ("r", "workers"), ("r", "pauses"), ("r", "audit")} <= found
         assert {("trigger", "tasks_forget_events"), ("function", "forget_events")} <= found
         assert {("r", "steps"), ("trigger", "tasks_forget_steps")} <= found  # version 4
+        assert ("r", "quiet_readers") in found  # version 5
+        assert await scalar(f"SELECT count(*) FROM {new}.quiet_readers") == 0  # no grace
     finally:
         drop_schema(old)
         drop_schema(new)

@@ -142,6 +142,7 @@ class PostgresConnections:
             quiet_lag=min(QUIET_LAG, change_retention / 2),  # read before the trim
             stats=self.stats,
             scrub=self._scrub,
+            pooled=self._exec,
         )
 
     # --- lifecycle ----------------------------------------------------------------

@@ -31,6 +31,11 @@ terminated, keepalives giving up on a dead peer) is reconnected with capped
 backoff, logged once per outage; after LISTEN succeeds again the reader reads
 from its watermark, so what was committed meanwhile is delivered exactly once.
 
+Quiet notifications are sent only while some reader wants them (`postgres.quiet_readers`):
+a reader registers before a subscriber of quiet kinds gets its start, and while it has
+one it renews its row every half `QUIET_TTL`, reading the rows past its watermark each
+time (what a statement that began before the registration did not notify).
+
 A creation's notification (only new tasks' `queued` rows: `feed_parts.QUEUED_ONLY`)
 is not read at once by a reader whose subscribers all want only waking kinds (a
 worker's runners): they get `feed_parts.NEW_TASKS` ("something was queued", which is all
@@ -68,11 +73,12 @@ from fastmcp_tasks.errors import StoreError
 from fastmcp_tasks.stores.base import NEW_TASKS_KIND, TaskChange
 from fastmcp_tasks.stores.postgres.feed_parts import (
     NEW_TASKS,
-    WAKING_ONLY,
     Heard,
     details_of,
+    wants_quiet,
 )
 from fastmcp_tasks.stores.postgres.liveness import returns_rows
+from fastmcp_tasks.stores.postgres.quiet_readers import QuietRegistration
 from fastmcp_tasks.stores.subscriptions import Subscriber, SubscriberFeed
 
 if TYPE_CHECKING:
@@ -111,6 +117,7 @@ class PostgresChangeFeed:
         stats: dict[str, int],
         quiet_lag: float = QUIET_LAG,
         scrub: Callable[[str], str],
+        pooled: Callable[[str, tuple[Any, ...]], Awaitable[Any]],
     ) -> None:
         self.url = url
         self.options = options
@@ -122,6 +129,8 @@ class PostgresChangeFeed:
         self.quiet_lag = quiet_lag
         self.stats = stats
         self.scrub = scrub
+        self.pooled = pooled  # one statement through the store's pool
+        self.quiet = QuietRegistration(sql.schema, sql.channel)
         self._subscribers: set[Subscriber[float]] = set()
         self._lock = anyio.Lock()
         self._reader: asyncio.Task[None] | None = None
@@ -164,6 +173,8 @@ class PostgresChangeFeed:
                     f"PostgreSQL task store {self.label}: the change feed could not LISTEN "
                     f"within {self.connect_timeout:g} s"
                 ) from None
+            if wants_quiet(sub) and self.quiet.due():  # notified from here on
+                await self.quiet.register(self.pooled)
             sub.start = await newest()
             async with receive:
                 yield SubscriberFeed(receive, sub)
@@ -178,6 +189,11 @@ class PostgresChangeFeed:
             sub.send.close()
         self._subscribers.clear()
         await self._stop_reader()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(self.connect_timeout):
+            try:
+                await self.quiet.unregister(self.pooled)
+            except StoreError:
+                pass  # it lapses
 
     async def _stop_reader(self) -> None:
         reader, self._reader = self._reader, None
@@ -255,6 +271,12 @@ class PostgresChangeFeed:
             timeout = None
             if pending:
                 timeout, wait = wait, min(wait * 2, GAP_LONGEST)
+            if self._wants_quiet():  # keep quiet changes notified; read what may have
+                if self.quiet.due():  # slipped past the registration (`quiet_readers`)
+                    await self.quiet.register(lambda q, p: self._execute(conn, q, *p))
+                    pending = await self._catch_up(conn)
+                due = max(0.0, self.quiet.renew_at() - time.monotonic())
+                timeout = due if timeout is None else min(timeout, due)
             if quiet > self.watermark:  # read them by `QUIET_LAG` after the last read
                 due = max(0.0, self.quiet_lag - (time.monotonic() - self._last_read))
                 timeout = due if timeout is None else min(timeout, due)
@@ -307,7 +329,7 @@ class PostgresChangeFeed:
 
     def _wants_quiet(self) -> bool:
         """Whether a subscriber wants a kind a quiet notification may announce."""
-        return any(sub.kinds is None or not sub.kinds <= WAKING_ONLY for sub in self._subscribers)
+        return any(wants_quiet(sub) for sub in self._subscribers)
 
     async def _catch_up(self, conn: psycopg.AsyncConnection[Any]) -> bool:
         """Dispatch the rows past the watermark, in order; True when stopped at a gap."""

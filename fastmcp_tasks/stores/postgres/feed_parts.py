@@ -1,6 +1,6 @@
 """The PostgreSQL change feed's parts that hold no connection: how a notification's
 payload is read (`Heard`, `details_of`, and the kinds and markers: `WAKING_KINDS`, `QUIET`,
-`QUEUED_ONLY`).
+`QUEUED_ONLY`) and which subscriber wants quiet ones (`wants_quiet`).
 
 A change statement notifies with the highest `seq` it wrote (`postgres.sql`), followed by
 ` quiet` when none of its rows is of a waking kind, or by a single space when its rows
@@ -15,13 +15,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastmcp_tasks.stores.base import NEW_TASKS_KIND, TaskChange
+from fastmcp_tasks.stores.subscriptions import Subscriber
 
 #: The change kinds whose notification every reader acts on: those a task engine waits
 #: for (`server.engine.watcher.WATCHED`: a claimable task, a cancel request, an answer).
-#: A notification of only other kinds (`status`, `message`, `inputs`) says ` quiet`, and wakes
-#: only the readers whose subscribers want them (a `subscriptions/listen` stream, a
-#: `tasks/result` waiter, the dashboard): a worker does not read the change rows of
-#: every status change made anywhere.
+#: A notification of only other kinds (`status`, `message`, `inputs`) says ` quiet`, is
+#: sent only while some reader wants them (`postgres.quiet_readers`), and wakes only the
+#: readers whose subscribers want them (a `subscriptions/listen` stream, a `tasks/result`
+#: waiter, the dashboard): a worker does not read the change rows of every status
+#: change made anywhere.
 WAKING_KINDS = ("queued", "cancel_requested", "answered")
 #: What a quiet notification's payload ends with, after the seq.
 QUIET = " quiet"
@@ -64,6 +66,11 @@ class Heard:
             self.waking = max(self.waking, seq)
 
 
+def wants_quiet(sub: Subscriber[Any]) -> bool:
+    """Whether `sub` wants a kind a quiet notification may announce."""
+    return sub.kinds is None or not sub.kinds <= WAKING_ONLY
+
+
 def details_of(text: str) -> dict[str, Any]:
     try:
         value = json.loads(text)
@@ -80,4 +87,5 @@ __all__ = [
     "WAKING_ONLY",
     "Heard",
     "details_of",
+    "wants_quiet",
 ]

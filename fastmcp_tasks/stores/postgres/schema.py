@@ -37,6 +37,9 @@ the trigger deleting a task's events with it), `workers`, `pauses` and `audit`
 (`postgres.operations_schema`).
 Version 4: the durable steps (`stores.steps`): the table `steps`, with the trigger
 deleting a task's steps with it (`postgres.steps_schema`).
+Version 5: `quiet_readers`, the readers that want quiet notifications
+(`postgres.quiet_readers`); a schema migrated to it from an older version also gets
+the upgrade's grace row.
 Rows are mapped by `postgres.rows` (re-exported here).
 """
 
@@ -46,6 +49,8 @@ from typing import TYPE_CHECKING, Any
 
 from fastmcp_tasks.errors import ConfigurationError
 from fastmcp_tasks.stores.postgres.operations_schema import V3 as OPERATIONS_V3
+from fastmcp_tasks.stores.postgres.quiet_readers import GRACE as QUIET_GRACE
+from fastmcp_tasks.stores.postgres.quiet_readers import TABLE as QUIET_TABLE
 from fastmcp_tasks.stores.postgres.rows import clean_text as clean_text
 from fastmcp_tasks.stores.postgres.rows import dumps as dumps
 from fastmcp_tasks.stores.postgres.rows import from_row as from_row
@@ -56,7 +61,7 @@ if TYPE_CHECKING:
     from psycopg import AsyncConnection
 
 APPLICATION_NAME = "fastmcp-tasks"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 #: `tasks` columns in `TaskRecord` field order (`expires_at` is kept apart, for the index).
 COLUMNS = (
@@ -178,12 +183,14 @@ INSERT INTO {{s}}.meta (key, value) VALUES ('application', '{APPLICATION_NAME}')
 #: then records the new `schema_version`. Version 2: `phase` (`stores.phases`), NULL on
 #: older rows (an unleased task waits, a leased one counts as started). Version 3: the
 #: operator records' tables (`postgres.operations_schema`). Version 4: the durable
-#: steps' table (`postgres.steps_schema`).
+#: steps' table (`postgres.steps_schema`). Version 5: `quiet_readers`
+#: (`postgres.quiet_readers`).
 MIGRATIONS: dict[int, list[str]] = {
     0: [statement.strip() for statement in _V1.split(";\n") if statement.strip()],
     1: ["ALTER TABLE {s}.tasks ADD COLUMN phase text"],
     2: OPERATIONS_V3,
     3: STEPS_V4,
+    4: [QUIET_TABLE],
 }
 
 #: The caps check of a capped `create` (`sql.create_capped` calls it in its `caps` CTE).
@@ -305,6 +312,8 @@ async def prepare(conn: AsyncConnection[Any], schema: str, where: str) -> None:
             for step in range(version, SCHEMA_VERSION):
                 for statement in MIGRATIONS[step]:
                     await conn.execute(statement.format(s=schema))
+            if 0 < version < 5:  # older readers may be running: notify them all for a while
+                await conn.execute(QUIET_GRACE.format(s=schema))
             await conn.execute(
                 f"INSERT INTO {schema}.meta (key, value) VALUES ('schema_version', %s) "
                 "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
