@@ -48,6 +48,16 @@ async def store() -> AsyncIterator[RedisTaskStore]:
         await opened.close()
 
 
+@pytest.fixture
+async def raw() -> AsyncIterator[aioredis.Redis]:
+    """A plain client of the same Redis, to look at and break what the store keeps."""
+    client = aioredis.Redis.from_url(REDIS_URL, decode_responses=True)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
 async def read_all(wakes: QueueWakes, want: int, count: int = 100) -> list[TaskChange]:
     got: list[TaskChange] = []
     with anyio.fail_after(10):
@@ -96,60 +106,48 @@ async def test_a_read_takes_no_more_than_asked_and_the_rest_waits_for_the_next(
 
 
 async def test_consumers_leave_their_group_and_stale_ones_are_removed(
-    store: RedisTaskStore, monkeypatch: pytest.MonkeyPatch
+    store: RedisTaskStore, raw: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    raw = aioredis.Redis.from_url(REDIS_URL, decode_responses=True)
     stream, group = store.keys.queue, group_name("app")
-    try:
-        async with store.queue_wakes("app", "leaving"):
-            names = [c["name"] for c in await raw.xinfo_consumers(stream, group)]
-            assert names == ["leaving"]
-        assert await raw.xinfo_consumers(stream, group) == []
-        await raw.xgroup_createconsumer(stream, group, "crashed")  # died without leaving
-        monkeypatch.setattr(module, "STALE_CONSUMER_MS", -1)
-        async with store.queue_wakes("app", "joining"):
-            names = [c["name"] for c in await raw.xinfo_consumers(stream, group)]
-            assert names == ["joining"]
-    finally:
-        await raw.aclose()
+    async with store.queue_wakes("app", "leaving"):
+        names = [c["name"] for c in await raw.xinfo_consumers(stream, group)]
+        assert names == ["leaving"]
+    assert await raw.xinfo_consumers(stream, group) == []
+    await raw.xgroup_createconsumer(stream, group, "crashed")  # died without leaving
+    monkeypatch.setattr(module, "STALE_CONSUMER_MS", -1)
+    async with store.queue_wakes("app", "joining"):
+        names = [c["name"] for c in await raw.xinfo_consumers(stream, group)]
+        assert names == ["joining"]
 
 
 async def test_a_lost_group_is_a_store_error_and_joining_again_recreates_it(
-    store: RedisTaskStore,
+    store: RedisTaskStore, raw: aioredis.Redis
 ) -> None:
-    raw = aioredis.Redis.from_url(REDIS_URL, decode_responses=True)
-    try:
-        async with store.queue_wakes(None, "w") as wakes:
-            await raw.delete(store.keys.queue)  # as a Redis restart without persistence
-            with pytest.raises(StoreError, match="queue wake-up read failed"), anyio.fail_after(5):
-                await wakes.next(1)
-        async with store.queue_wakes(None, "w") as wakes:
-            task = make_record()
-            await store.create(task)
-            assert [c.task_id for c in await read_all(wakes, 1)] == [task.task_id]
-    finally:
-        await raw.aclose()
+    async with store.queue_wakes(None, "w") as wakes:
+        await raw.delete(store.keys.queue)  # as a Redis restart without persistence
+        with pytest.raises(StoreError, match="queue wake-up read failed"), anyio.fail_after(5):
+            await wakes.next(1)
+    async with store.queue_wakes(None, "w") as wakes:
+        task = make_record()
+        await store.create(task)
+        assert [c.task_id for c in await read_all(wakes, 1)] == [task.task_id]
 
 
 async def test_a_runners_feed_hears_cancels_but_new_tasks_only_from_older_writers(
-    store: RedisTaskStore,
+    store: RedisTaskStore, raw: aioredis.Redis
 ) -> None:
-    raw = aioredis.Redis.from_url(REDIS_URL, decode_responses=True)
-    try:
-        async with store.changes(kinds=WATCHED | {NEW_TASKS_KIND}) as feed:
-            task = make_record()
-            await store.create(task)  # to the queue stream, not this feed
-            await store.request_cancel(task.task_id)
-            fields = {"t": "old", "k": "queued", "s": "working", "d": "{}"}
-            await raw.xadd(store.keys.wakes, fields)  # what a writer before it appended
-            with anyio.fail_after(5):
-                got = [await feed.__anext__() for _ in range(2)]
-        assert [(c.task_id, c.kind) for c in got] == [
-            (task.task_id, "cancel_requested"),
-            ("old", "queued"),
-        ]
-    finally:
-        await raw.aclose()
+    async with store.changes(kinds=WATCHED | {NEW_TASKS_KIND}) as feed:
+        task = make_record()
+        await store.create(task)  # to the queue stream, not this feed
+        await store.request_cancel(task.task_id)
+        fields = {"t": "old", "k": "queued", "s": "working", "d": "{}"}
+        await raw.xadd(store.keys.wakes, fields)  # what a writer before it appended
+        with anyio.fail_after(5):
+            got = [await feed.__anext__() for _ in range(2)]
+    assert [(c.task_id, c.kind) for c in got] == [
+        (task.task_id, "cancel_requested"),
+        ("old", "queued"),
+    ]
 
 
 # --- through the engine ----------------------------------------------------------------

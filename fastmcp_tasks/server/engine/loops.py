@@ -29,6 +29,7 @@ from fastmcp_tasks.server.engine.heartbeat import WorkerHeartbeat
 from fastmcp_tasks.server.engine.history import HistoryWriter
 from fastmcp_tasks.server.engine.leases import LeaseKeeper
 from fastmcp_tasks.server.engine.pauses import Pauses
+from fastmcp_tasks.server.engine.queue_listener import LOOP as LISTENER_LOOP
 from fastmcp_tasks.server.engine.queue_listener import QueueListener
 from fastmcp_tasks.server.engine.staffing import StaffingCheck
 from fastmcp_tasks.server.engine.supervision import keep_running, periodic, retry_store
@@ -113,7 +114,7 @@ async def start_loops(runner: TaskRunner, group: TaskGroup) -> None:
         if source is not None:  # wake-ups shared out among workers (`queue_listener`)
             listener = QueueListener(runner, source)
             take = partial(listener.take_queued, leases.take_queued)
-            group.start_soon(keep_running, "queue wake-ups", listener.follow, health)
+            group.start_soon(keep_running, LISTENER_LOOP, listener.follow, health)
         group.start_soon(periodic, "queue", take, health, runner.watcher.queue_wait)
         with anyio.move_on_after(5):  # a cancel right after creation is heard at once
             await runner.watcher.subscribed.wait()

@@ -25,12 +25,17 @@ from typing import Protocol
 import anyio
 
 from fastmcp_tasks.server.engine.watcher import ChangeWatcher
+from fastmcp_tasks.server.health import HealthMonitor
 from fastmcp_tasks.stores.queue_wakes import QueueWakeSource
+
+#: The supervised loop's name (`loops.start_loops`, `HealthMonitor`).
+LOOP = "queue wake-ups"
 
 
 class ListeningRunner(Protocol):
     """What the listener needs of `runner.TaskRunner`."""
 
+    health: HealthMonitor
     owner: str
     app: str | None
     watcher: ChangeWatcher
@@ -55,6 +60,7 @@ class QueueListener:
         runner = self.runner
         watcher = runner.watcher
         async with self.source.queue_wakes(runner.app, runner.owner) as wakes:
+            runner.health.loop_ok(LOOP)  # joined: a failure streak (if any) is over
             while True:
                 room = self.room()
                 if room <= 0:
@@ -74,4 +80,4 @@ class QueueListener:
             self.runner.watcher.room_may_have_changed()
 
 
-__all__ = ["QueueListener"]
+__all__ = ["LOOP", "ListeningRunner", "QueueListener"]
