@@ -1,12 +1,12 @@
 """PostgreSQL notifies a quiet change only while some reader wants quiet changes.
 
-Seen from a raw LISTEN connection on the store's channel: with no reader registered,
-a status or message change sends no notification (but one in `QUIET_SAMPLE`), while
-a cancel request still does; a reader with a subscriber of quiet kinds registers
-before that subscriber starts, renews its row while it has one, deletes it when the
-store closes; and a quiet change whose notification was skipped (its statement began
-before the registration) still reaches the subscriber, by the read that comes with
-each renewal.
+Seen from a raw LISTEN connection on the store's channel: with no reader registered, a
+status or message change sends no notification, while a cancel request still does. A
+reader with a subscriber of quiet kinds registers before that subscriber starts (also
+when it joins a reader whose row has not lapsed yet but that nobody renews), renews its
+row while it has one without waking anyone, and deletes it when the store closes. A
+quiet change whose notification was skipped (its statement began before the
+registration) still reaches the subscriber, by the read that comes with each renewal.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import pytest
 
 from fastmcp_tasks.stores.postgres import PostgresTaskStore
 from fastmcp_tasks.stores.postgres.feed_parts import QUIET
-from fastmcp_tasks.stores.postgres.quiet_readers import QUIET_SAMPLE
 from tests import test_postgres_store
 from tests.test_postgres_store import WAIT, next_change
 from tests.test_store_contract import POSTGRES_URL, record
@@ -70,8 +69,7 @@ async def test_no_reader_wants_them_so_a_quiet_change_notifies_nobody(
     await writer.request_cancel(task.task_id)  # waking: notified whoever listens
     newest = await writer._newest_change()
     heard = await payloads_until(raw, str(newest))
-    quiet = [int(p.removesuffix(QUIET)) for p in heard if p.endswith(QUIET)]
-    assert all(seq % QUIET_SAMPLE == 0 for seq in quiet), heard
+    assert not [payload for payload in heard if payload.endswith(QUIET)], heard
     assert heard[-1] == str(newest)
     assert await registered(writer) == []
 
@@ -94,7 +92,7 @@ async def test_a_reader_with_a_quiet_subscriber_registers_renews_and_leaves(
             assert (change.kind, change.task_id) == ("message", task.task_id)
         newest = await writer._newest_change()
         heard = await payloads_until(raw, f"{newest}{QUIET}")
-        assert "quiet-readers" in heard  # a registration wakes readers to renew in time
+        assert heard.count("quiet-readers") == 1  # the registration woke readers; renewals not
     await listener._feed.close()  # as the store's close does first
     assert await registered(listener) == []
 
@@ -130,5 +128,27 @@ async def test_a_quiet_subscriber_joining_a_waiting_worker_reader_hears_at_once(
             await anyio.sleep(0.2)  # its reader now waits, wanting no quiet change
             async with listener.changes(kinds=frozenset({"message"})) as feed:
                 await writer.set_status_message(task.task_id, "now")
+                change = await next_change(feed)
+                assert (change.kind, change.task_id) == ("message", task.task_id)
+
+
+async def test_a_quiet_subscriber_joining_while_the_last_row_has_not_lapsed_registers(
+    pair: tuple[PostgresTaskStore, PostgresTaskStore],
+) -> None:
+    """A row nobody renews any more lapses: the next quiet subscriber registers at once,
+    even though that row's renewal is not due yet."""
+    listener, writer = pair
+    listener._feed.quiet.ttl = 1.0
+    task = record(app="app")
+    await writer.create(task)
+    with anyio.fail_after(WAIT):
+        async with listener.changes(kinds=frozenset({"cancel_requested"})) as cancels:
+            async with listener.changes(kinds=frozenset({"message"})):
+                pass  # registered until 1 s from now; renewal due in 0.5 s
+            await writer.request_cancel(task.task_id)
+            await next_change(cancels)  # its reader has read it, and now waits wanting none
+            async with listener.changes(kinds=frozenset({"message"})) as feed:
+                await anyio.sleep(1.5)  # the first row would have lapsed by now
+                await writer.set_status_message(task.task_id, "late")
                 change = await next_change(feed)
                 assert (change.kind, change.task_id) == ("message", task.task_id)

@@ -25,7 +25,6 @@ from fastmcp_tasks.server.flow import retry_message
 from fastmcp_tasks.stores.base import NEW_TASKS_KIND
 from fastmcp_tasks.stores.postgres import PostgresTaskStore
 from fastmcp_tasks.stores.postgres.feed_parts import NEW_TASKS, QUEUED_ONLY, WAKING_KINDS, Heard
-from fastmcp_tasks.stores.postgres.quiet_readers import QUIET_SAMPLE
 from tests import test_postgres_store
 from tests.test_postgres_store import WAIT, next_change
 from tests.test_store_contract import postgres_store, record
@@ -69,18 +68,34 @@ async def test_quiet_rows_are_read_by_quiet_lag_at_the_latest(
     pair: tuple[PostgresTaskStore, PostgresTaskStore],
 ) -> None:
     """Unread quiet rows do not wait for a waking change that may come only after the
-    retention trim has removed them (a gap to prove): while nobody wants them, one quiet
-    change in `QUIET_SAMPLE` is still notified, and the rows are read `quiet_lag` on
-    (`feed.QUIET_LAG`, or half the `change_retention` when that is shorter)."""
+    retention trim has removed them (a gap to prove): once told of, they are read
+    `quiet_lag` on (`feed.QUIET_LAG`, or half the `change_retention` when that is shorter)."""
     assert postgres_store(change_retention=1.0)._feed.quiet_lag == 0.5  # type: ignore[attr-defined]
     engine, other = pair
     engine._feed.quiet_lag = 0.2
     task = record(app="app")
     await other.create(task)
     with anyio.fail_after(WAIT):
+        async with engine.changes(kinds=frozenset(WATCHED)), other.changes():
+            await other.set_status_message(task.task_id, "step 1")  # quiet, notified (a
+            newest = await other._newest_change()  # reader wants it), nothing after
+            while (engine._feed.watermark or 0) < newest:  # noqa: ASYNC110 - no event to wait on
+                await anyio.sleep(0.02)
+
+
+async def test_a_reader_told_of_nothing_still_reads_before_the_retention_trim(
+    pair: tuple[PostgresTaskStore, PostgresTaskStore],
+) -> None:
+    """With nobody registered for quiet changes, they are not notified at all: a worker's
+    reader reads past them every `keep_up` (a quarter of `change_retention`)."""
+    assert postgres_store(change_retention=100.0)._feed.keep_up == 25.0  # type: ignore[attr-defined]
+    engine, other = pair
+    engine._feed.keep_up = 0.3
+    task = record(app="app")
+    await other.create(task)
+    with anyio.fail_after(WAIT):
         async with engine.changes(kinds=frozenset(WATCHED)):
-            for step in range(QUIET_SAMPLE):  # quiet, nothing after
-                await other.set_status_message(task.task_id, f"step {step}")
+            await other.set_status_message(task.task_id, "step 1")  # quiet, not notified
             newest = await other._newest_change()
             while (engine._feed.watermark or 0) < newest:  # noqa: ASYNC110 - no event to wait on
                 await anyio.sleep(0.02)

@@ -23,7 +23,8 @@ import redis.asyncio as aioredis
 
 from fastmcp_tasks import TaskStore
 from fastmcp_tasks.errors import StoreError
-from fastmcp_tasks.server.engine.watcher import WATCHED
+from fastmcp_tasks.server.engine.queue_listener import QueueListener
+from fastmcp_tasks.server.engine.watcher import WATCHED, ChangeWatcher
 from fastmcp_tasks.stores.base import NEW_TASKS_KIND, TaskChange
 from fastmcp_tasks.stores.queue_wakes import QueueWakes
 from fastmcp_tasks.stores.redis import RedisTaskStore
@@ -84,8 +85,8 @@ async def test_each_queued_change_goes_to_one_worker_of_every_application(
                 for wakes in (one, two):
                     shared += [c.task_id for c in await wakes.next(3)]
         assert sorted(shared) == sorted(ids)  # every one, none twice
-        assert {c.task_id for c in await read_all(other, 10)} == ids  # another group: all
-        everything = await read_all(other, 0)
+        everything = await read_all(other, 10)  # another application's group: all of them
+        assert {c.task_id for c in everything} == ids
         assert all(c.kind == "queued" and c.details.get("app") == "a" for c in everything)
 
 
@@ -225,3 +226,36 @@ async def test_a_full_worker_leaves_the_wake_up_to_a_worker_with_room(
         probes.release("hold")
         with anyio.fail_after(10):
             assert (await wire.wait(blocked))["status"] == "completed"
+
+
+class Runner:
+    """What `QueueListener` reads of a runner, set by hand."""
+
+    def __init__(self, free: int) -> None:
+        self.free, self.stopping = free, False
+        self.health, self.owner, self.app = None, "w", None
+        self.watcher = ChangeWatcher(self)  # type: ignore[arg-type]
+
+    def free_slots(self) -> int:
+        return self.free
+
+
+def test_a_stopping_worker_has_no_room_for_wake_ups() -> None:
+    runner = Runner(free=5)
+    listener = QueueListener(runner, None)  # type: ignore[arg-type]
+    listener.held = 2
+    assert listener.room() == 3
+    runner.stopping = True  # draining: it takes no new task, so it reads none
+    assert listener.room() == 0
+
+
+async def test_a_claim_round_spends_the_wake_ups_held_when_it_began_only() -> None:
+    listener = QueueListener(Runner(free=4), None)  # type: ignore[arg-type]
+    listener.held = 1
+
+    async def round_that_hears_two_more() -> None:
+        listener.held += 2  # read while its claim was under way: the next round's
+
+    with anyio.fail_after(5):
+        await listener.take_queued(round_that_hears_two_more)
+    assert listener.held == 2

@@ -64,6 +64,9 @@ class TaskRunner(Protocol):
     @property
     def running_now(self) -> int: ...
 
+    @property
+    def stopping(self) -> bool: ...
+
     def free_slots(self) -> int: ...
 
 

@@ -6,7 +6,8 @@ consumers instead and reads wake-ups no other worker gets, so each new task wake
 worker rather than all of them, and the others run no claim round that would find it
 taken. It asks for no more wake-ups than it has room for: its free slots less the
 wake-ups it holds whose claim round has not run yet (`room`). A full worker reads
-none, so the wake-up goes to a worker that can take the task. Each wake-up is applied
+none, so the wake-up goes to a worker that can take the task; nor does a worker that
+is stopping (it takes no new task). Each wake-up is applied
 as the feed's would be (`watcher.ChangeWatcher.apply`: a claim round after the batch
 window, or at a retry's due time).
 
@@ -40,6 +41,9 @@ class ListeningRunner(Protocol):
     app: str | None
     watcher: ChangeWatcher
 
+    @property
+    def stopping(self) -> bool: ...
+
     def free_slots(self) -> int: ...
 
 
@@ -52,7 +56,10 @@ class QueueListener:
         self.held = 0  # wake-ups handed to the queue loop whose claim round has not run
 
     def room(self) -> int:
-        """How many more wake-ups this worker could act on now."""
+        """How many more wake-ups this worker could act on now (none while it stops: a
+        draining worker takes no new task, so it leaves the wake-ups to the others)."""
+        if self.runner.stopping:
+            return 0
         return self.runner.free_slots() - self.held
 
     async def follow(self) -> None:
@@ -72,11 +79,13 @@ class QueueListener:
                 await anyio.lowlevel.checkpoint()
 
     async def take_queued(self, take: Callable[[], Awaitable[None]]) -> None:
-        """Run one claim round (`take`), then count the held wake-ups as spent."""
+        """Run one claim round (`take`), then count the wake-ups held when it began as
+        spent (those read meanwhile wait for the next round, which they asked for)."""
+        spent = self.held
         try:
             await take()
         finally:
-            self.held = 0
+            self.held = max(0, self.held - spent)
             self.runner.watcher.room_may_have_changed()
 
 

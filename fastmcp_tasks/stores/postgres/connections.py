@@ -140,6 +140,7 @@ class PostgresConnections:
             label=self.where,
             gap_timeout=gap_timeout,
             quiet_lag=min(QUIET_LAG, change_retention / 2),  # read before the trim
+            keep_up=change_retention / 4,
             stats=self.stats,
             scrub=self._scrub,
             pooled=self._exec,

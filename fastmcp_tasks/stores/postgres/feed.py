@@ -1,20 +1,18 @@
 """The PostgreSQL store's change feed: `changes` rows, woken by LISTEN/NOTIFY, fanned out.
 
-Every change is a row of the `changes` table, inserted by the statement that makes
-the change, which also calls `pg_notify` on the store's channel with the highest
-`seq` it wrote (delivered at commit). `PostgresChangeFeed` keeps ONE reader per
-store instance, from its first subscriber until `close`: a dedicated connection
-(`listen_url`, or the store's URL; a session, never a transaction-mode pooler)
-that LISTENs and,
-on each notification whose `seq` is past its watermark, reads the rows past the
-watermark in `seq` order and hands them to every in-process subscriber whose
-filters select them. A quiet notification (its rows are all of kinds no task
-engine waits for: `feed_parts.WAKING_KINDS`) is read only while a subscriber wants
-such kinds; its rows are read with the next notification that is, or
-`QUIET_LAG` after the last read at the latest. A notification only says "read":
-one lost or coalesced loses nothing, since the rows are read by watermark. While
-nothing happens the reader sends no statement at all (TCP keepalives watch the idle
-connection).
+Every change is a row of the `changes` table, inserted by the statement that makes the
+change, which also calls `pg_notify` on the store's channel with the highest `seq` it
+wrote (delivered at commit). `PostgresChangeFeed` keeps ONE reader per store instance,
+from its first subscriber until `close`: a dedicated connection (`listen_url`, or the
+store's URL; a session, never a transaction-mode pooler) that LISTENs and, on each
+notification whose `seq` is past its watermark, reads the rows past the watermark in
+`seq` order and hands them to every in-process subscriber whose filters select them. A
+quiet notification (its rows are all of kinds no task engine waits for:
+`feed_parts.WAKING_KINDS`) is read only while a subscriber wants such kinds; its rows
+are read with the next notification that is, or `QUIET_LAG` after the last read at the
+latest. A notification only says "read": one lost or coalesced loses nothing, since
+the rows are read by watermark. While nothing happens the reader reads once every
+`keep_up` at most (TCP keepalives watch the idle connection).
 
 Commit order. `seq` is taken when a row is inserted, so a transaction that took
 `seq` 10 may commit after one that took 11. The reader never skips a missing
@@ -31,10 +29,10 @@ terminated, keepalives giving up on a dead peer) is reconnected with capped
 backoff, logged once per outage; after LISTEN succeeds again the reader reads
 from its watermark, so what was committed meanwhile is delivered exactly once.
 
-Quiet notifications are sent only while some reader wants them (`postgres.quiet_readers`):
-a reader registers before a subscriber of quiet kinds gets its start, and while it has
-one it renews its row every half `QUIET_TTL`, reading the rows past its watermark each
-time (what a statement that began before the registration did not notify).
+Quiet notifications are sent only while some reader wants them (`postgres.quiet_readers`,
+which says when a reader registers and renews). A reader with subscribers reads at least
+every `keep_up` (`KEEP_UP`), so rows no notification announced are read before the
+retention trim would leave a gap to prove.
 
 A creation's notification (only new tasks' `queued` rows: `feed_parts.QUEUED_ONLY`)
 is not read at once by a reader whose subscribers all want only waking kinds (a
@@ -64,6 +62,7 @@ import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -71,12 +70,7 @@ import psycopg
 
 from fastmcp_tasks.errors import StoreError
 from fastmcp_tasks.stores.base import NEW_TASKS_KIND, TaskChange
-from fastmcp_tasks.stores.postgres.feed_parts import (
-    NEW_TASKS,
-    Heard,
-    details_of,
-    wants_quiet,
-)
+from fastmcp_tasks.stores.postgres.feed_parts import NEW_TASKS, Heard, details_of, wants_quiet
 from fastmcp_tasks.stores.postgres.liveness import returns_rows
 from fastmcp_tasks.stores.postgres.quiet_readers import QuietRegistration
 from fastmcp_tasks.stores.subscriptions import Subscriber, SubscriberFeed
@@ -95,6 +89,10 @@ QUIET_LAG = 1.0
 #: anyway): the notifications of a burst, quiet ones included, then cost one wake-up
 #: and at most one read, not one each (seconds).
 WAKE_SPACING = 0.01
+#: The longest time a reader with subscribers goes without reading (seconds; the store
+#: passes a quarter of its `change_retention`): rows no notification announced (quiet
+#: ones nobody registered for) are read before the retention trim removes them.
+KEEP_UP = 75.0
 #: The longest wait between reconnection attempts (seconds).
 RETRY_LONGEST = 2.0
 #: The first and the longest wait before a pending gap is checked again (seconds).
@@ -116,6 +114,7 @@ class PostgresChangeFeed:
         gap_timeout: float,
         stats: dict[str, int],
         quiet_lag: float = QUIET_LAG,
+        keep_up: float = KEEP_UP,
         scrub: Callable[[str], str],
         pooled: Callable[[str, tuple[Any, ...]], Awaitable[Any]],
     ) -> None:
@@ -127,6 +126,7 @@ class PostgresChangeFeed:
         self.label = label
         self.gap_timeout = gap_timeout
         self.quiet_lag = quiet_lag
+        self.keep_up = keep_up
         self.stats = stats
         self.scrub = scrub
         self.pooled = pooled  # one statement through the store's pool
@@ -164,6 +164,7 @@ class PostgresChangeFeed:
                     self.watermark, self._gap_since = None, None
                     self._reader = asyncio.get_running_loop().create_task(self._read())
                 listening = self._listening
+                renewing = self._wants_quiet()  # the reader keeps its row fresh
                 self._subscribers.add(sub)
             try:
                 with anyio.fail_after(self.connect_timeout):
@@ -173,8 +174,8 @@ class PostgresChangeFeed:
                     f"PostgreSQL task store {self.label}: the change feed could not LISTEN "
                     f"within {self.connect_timeout:g} s"
                 ) from None
-            if wants_quiet(sub) and self.quiet.due():  # notified from here on
-                await self.quiet.register(self.pooled)
+            if wants_quiet(sub) and (not renewing or self.quiet.due()):  # notified from
+                await self.quiet.register(self.pooled)  # here on (`quiet_readers`)
             sub.start = await newest()
             async with receive:
                 yield SubscriberFeed(receive, sub)
@@ -255,27 +256,31 @@ class PostgresChangeFeed:
         return await cur.fetchall() if returns_rows(cur) else []
 
     async def _follow(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        """Catch up, then wait for notifications (or a pending gap's recheck) forever.
-
-        A quiet notification (`feed_parts.WAKING_KINDS`) is read at once only while some
-        subscriber wants a kind outside those; otherwise its rows wait for the next
-        read (which takes every row past the watermark in order), `QUIET_LAG` at most:
-        unread rows never grow into a backlog, nor age into the retention trim, which
-        would leave a gap to prove."""
+        """Catch up, then wait for notifications (or a pending gap's recheck, a renewal,
+        a keep-up read) forever. A quiet notification is read at once only while some
+        subscriber wants a kind outside `feed_parts.WAKING_KINDS`; otherwise its rows
+        wait for the next read, `QUIET_LAG` at most (module doc)."""
         wait = GAP_FIRST
         pending = await self._catch_up(conn)
         quiet = 0  # the highest quiet seq heard (read once the watermark passes it)
         woke = 0.0  # `time.monotonic()` when the last wait ended
         while True:
             assert self.watermark is not None
-            timeout = None
+            wants_quiet = self._wants_quiet()
+            if wants_quiet and self.quiet.due():  # keep quiet changes notified; read what
+                renew = partial(self.quiet.register, renew=True)  # may have slipped past
+                await renew(lambda q, p: self._execute(conn, q, *p))  # (`quiet_readers`)
+                pending = await self._catch_up(conn)
+            elif self._subscribers and time.monotonic() - self._last_read >= self.keep_up:
+                pending = await self._catch_up(conn)  # rows nobody told it of, in time
+            timeout: float | None = None
             if pending:
                 timeout, wait = wait, min(wait * 2, GAP_LONGEST)
-            if self._wants_quiet():  # keep quiet changes notified; read what may have
-                if self.quiet.due():  # slipped past the registration (`quiet_readers`)
-                    await self.quiet.register(lambda q, p: self._execute(conn, q, *p))
-                    pending = await self._catch_up(conn)
+            if wants_quiet:
                 due = max(0.0, self.quiet.renew_at() - time.monotonic())
+                timeout = due if timeout is None else min(timeout, due)
+            if self._subscribers:
+                due = max(0.0, self.keep_up - (time.monotonic() - self._last_read))
                 timeout = due if timeout is None else min(timeout, due)
             if quiet > self.watermark:  # read them by `QUIET_LAG` after the last read
                 due = max(0.0, self.quiet_lag - (time.monotonic() - self._last_read))

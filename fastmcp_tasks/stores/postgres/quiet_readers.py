@@ -8,21 +8,22 @@ dashboard. PostgreSQL signals every listening backend of the database for every
 "quiet" change only while some reader wants it: the statements' notify CTE
 (`sql.Statements.note`) checks that `quiet_readers` has a row whose `until` (server
 epoch seconds) has not passed. A worker's reader never wants them, so in a fleet
-whose clients poll, a finish or a progress message rarely costs a process a wake-up:
-only one in `QUIET_SAMPLE` (by its seq) is notified anyway, so that every reader reads
-past such rows now and then and never finds its next rows behind the retention trim
-of the `changes` table (a gap it would have to prove).
+whose clients poll, a finish or a progress message costs no process a wake-up. A
+reader that is told of no such rows still reads past them now and then (`postgres.feed`:
+at least every quarter of the change retention), so it never finds its next rows behind
+the retention trim of the `changes` table, a gap it would have to prove.
 
-A reader registers (`QuietRegistration`) before a subscriber that wants quiet kinds
-gets its start (so what is changed after it subscribed is notified), through the
-store's pool, and its reader loop renews the row every half `QUIET_TTL` on its own
-connection for as long as it has such subscribers, reading the feed at the same time:
-a statement that began before the registration committed may have skipped its
+A reader registers (`QuietRegistration`) through the store's pool before a subscriber
+that wants quiet kinds gets its start (so what is changed after it subscribed is
+notified) whenever it had no such subscriber (nobody was renewing its row) or its row
+is due for renewal, and its reader loop renews the row every half `QUIET_TTL` on its
+own connection for as long as it has such subscribers, reading the feed at the same
+time: a statement that began before the registration committed may have skipped its
 notification, and that read delivers its rows within half `QUIET_TTL` at the latest.
-A registration notifies the channel with a payload that is no seq, which every reader
-ignores except to wait again with the renewal due in mind. A reader that stops wanting
-them lets its row lapse; one that closes deletes it; a process that died leaves it to
-lapse (`until` passed), and later registrations delete lapsed rows.
+A registration (not a renewal) notifies the channel with a payload that is no seq,
+which every reader ignores except to wait again with the renewal due in mind. A reader
+that stops wanting them lets its row lapse; one that closes deletes it; a process that
+died leaves it to lapse (`until` passed), and later registrations delete lapsed rows.
 
 Upgrading. Readers of versions before this table wanted every notification and do not
 register; `UPGRADE_GRACE` keeps quiet notifications on for an hour after the schema
@@ -40,10 +41,6 @@ from typing import Any
 QUIET_TTL = 20.0
 #: Seconds after a schema migration during which every change notifies (module doc).
 UPGRADE_GRACE = 3600.0
-#: One quiet change in about this many is notified even when no reader wants them
-#: (module doc): every reader then reads past them within its quiet lag, so that no
-#: reader falls behind the retention trim of the `changes` rows.
-QUIET_SAMPLE = 64
 #: The payload of a registration's notification (no seq: readers read nothing for it).
 REGISTERED = "quiet-readers"
 
@@ -59,10 +56,9 @@ _NOW = "extract(epoch FROM clock_timestamp())"
 
 
 def wanted(schema: str) -> str:
-    """The condition under which a statement notifies a quiet change (in its note CTE,
-    over its change rows `ch`; `%%` is `%` in a statement with parameters)."""
+    """The condition under which a statement notifies a quiet change (in its note CTE)."""
     return (
-        f"max(seq) %% {QUIET_SAMPLE} = 0 OR EXISTS (SELECT 1 FROM {schema}.quiet_readers "
+        f"EXISTS (SELECT 1 FROM {schema}.quiet_readers "
         "WHERE until > extract(epoch FROM statement_timestamp()))"
     )
 
@@ -74,11 +70,14 @@ class QuietRegistration:
         self.reader = uuid.uuid4().hex[:16]
         self.ttl = ttl
         self.lapses = 0.0  # `time.monotonic()` by which the row lapses, as far as known
-        self.register_sql = (
-            f"WITH gone AS (DELETE FROM {schema}.quiet_readers WHERE until < {_NOW} - 60), "
-            f"up AS (INSERT INTO {schema}.quiet_readers (reader, until) "
-            f"VALUES (%s, {_NOW} + %s) "
-            "ON CONFLICT (reader) DO UPDATE SET until = excluded.until RETURNING 1) "
+        gone = f"gone AS (DELETE FROM {schema}.quiet_readers WHERE until < {_NOW} - 60)"
+        upsert = (
+            f"INSERT INTO {schema}.quiet_readers (reader, until) VALUES (%s, {_NOW} + %s) "
+            "ON CONFLICT (reader) DO UPDATE SET until = excluded.until"
+        )
+        self.renew_sql = f"WITH {gone} {upsert}"
+        self.register_sql = (  # the same, and a reader waiting with no renewal due wakes
+            f"WITH {gone}, up AS ({upsert} RETURNING 1) "
             f"SELECT pg_notify('{channel}', '{REGISTERED}') FROM up"
         )
         self.unregister_sql = f"DELETE FROM {schema}.quiet_readers WHERE reader = %s"
@@ -90,10 +89,13 @@ class QuietRegistration:
     def due(self) -> bool:
         return time.monotonic() >= self.renew_at()
 
-    async def register(self, execute: Callable[[str, tuple[Any, ...]], Awaitable[Any]]) -> None:
-        """Write (or renew) the row through `execute` (one statement)."""
+    async def register(
+        self, execute: Callable[[str, tuple[Any, ...]], Awaitable[Any]], *, renew: bool = False
+    ) -> None:
+        """Write the row through `execute` (one statement); `renew`: the reader loop's
+        renewal, which notifies nobody."""
         started = time.monotonic()
-        await execute(self.register_sql, (self.reader, self.ttl))
+        await execute(self.renew_sql if renew else self.register_sql, (self.reader, self.ttl))
         self.lapses = started + self.ttl
 
     async def unregister(self, execute: Callable[[str, tuple[Any, ...]], Awaitable[Any]]) -> None:
@@ -104,7 +106,6 @@ class QuietRegistration:
 
 __all__ = [
     "GRACE",
-    "QUIET_SAMPLE",
     "QUIET_TTL",
     "REGISTERED",
     "TABLE",
