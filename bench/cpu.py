@@ -18,7 +18,11 @@ server's process (pid from `INFO server`), or from the store's PostgreSQL backen
 `application_name`) plus, apart and shared with the host, the server's background
 processes (`bench.cpu_probe`); SQLite runs inside the processes. A task's CPU is
 everything spent from the first creation to the last `tasks/get`, divided by the tasks;
-the ratio divides it by the front end's CPU per sync call of the same run.
+the ratio divides it by the front end's CPU per sync call of the same run. Beside CPU,
+each process counts the round trips its store made over the task phase (Redis commands,
+scripts and feed reads; PostgreSQL statements; `bench.cpu_app.store_operations`): a
+count per task that sharing two cores among many processes cannot move, so that how it
+grows from one worker to several shows the work that grows with the pool.
 
 `--profile DIR` also profiles (`cProfile`, main thread) the front end and every worker
 over the task phase (`bench.cpu_app`'s SIGUSR1/SIGUSR2 hook) and writes each role's top
@@ -47,7 +51,7 @@ import anyio
 
 from bench import cpu_report, pg, server
 from bench.calls import pct
-from bench.cpu_probe import PostgresCpu, proc_cpu, redis_pid
+from bench.cpu_probe import Meter, proc_cpu
 from bench.processes import Worker, live_workers
 from bench.proto import TERMINAL, RawHttp, RpcError, caps, free_port, parse_http, request_frame
 
@@ -59,10 +63,13 @@ RESULTS = Path(__file__).resolve().parent / "results" / "cpu.json"
 class FrontEnd:
     """`python -m bench.cpu_app PORT` on the store at `url`."""
 
-    def __init__(self, url: str, concurrency: int, log: Path, profile: Path | None) -> None:
+    def __init__(
+        self, url: str, concurrency: int, log: Path, profile: Path | None, ops: Path
+    ) -> None:
         self.port = free_port()
         self.log = log
         env = {**os.environ, "BENCH_CPU_URL": url, "BENCH_CPU_CONCURRENCY": str(concurrency)}
+        env["BENCH_CPU_OPS"] = str(ops)
         if profile is not None:
             env["BENCH_CPU_PROFILE"] = str(profile)
         with open(log, "wb") as out:
@@ -184,34 +191,6 @@ async def idle(pid: int, tick: float = 0.05) -> None:
             quiet, last = (quiet + 1 if now == last else 0), now
 
 
-class Meter:
-    """CPU seconds so far of the front end, each worker and the store's server."""
-
-    def __init__(self, store: str, url: str, front: FrontEnd, workers: list[Worker]) -> None:
-        self.store, self.front, self.workers = store, front, workers
-        self.redis = redis_pid(server.REDIS_URL) if store == "redis" else None
-        self.pg = PostgresCpu(url.rpartition("schema=")[2]) if store == "postgres" else None
-
-    def sample(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"front_end": proc_cpu(self.front.proc.pid)}
-        out["workers"] = [proc_cpu(w.proc.pid) for w in self.workers]
-        if self.redis is not None:
-            out["redis"] = proc_cpu(self.redis)
-        if self.pg is not None:
-            out["pg"] = self.pg.sample()
-        return out
-
-    def delta(self, before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-        out: dict[str, Any] = {"front_end": after["front_end"] - before["front_end"]}
-        out["workers"] = [b - a for a, b in zip(before["workers"], after["workers"], strict=True)]
-        if "redis" in after:
-            out["store_server"] = after["redis"] - before["redis"]
-        if self.pg is not None:
-            out.update(self.pg.delta(before["pg"], after["pg"]))
-            out["store_server"] = out["pg_backends"] + out["pg_background"]
-        return out
-
-
 async def task_phase(
     callers: list[Caller], n: int, store: str, url: str, meter: Meter, profile: Path | None
 ) -> dict[str, Any]:
@@ -234,6 +213,7 @@ async def task_phase(
             await anyio.sleep(0.01)
 
     pids = [meter.front.proc.pid, *(w.proc.pid for w in meter.workers)]
+    ops_before = await meter.operations()
     if profile is not None:
         for pid in pids:
             os.kill(pid, signal.SIGUSR1)
@@ -249,6 +229,7 @@ async def task_phase(
     t2 = meter.sample()
     get_ns = await fan(callers, ids, get)
     t3 = meter.sample()
+    operations = await meter.operations() - ops_before
     if profile is not None:
         for pid in pids:
             os.kill(pid, signal.SIGUSR2)
@@ -262,6 +243,7 @@ async def task_phase(
         "create_ns": create_ns,
         "get_ns": get_ns,
         "regets": regets,
+        "store_operations": operations,
     }
 
 
@@ -273,19 +255,22 @@ async def run_config(
     prof = Path(cfg.profile) if cfg.profile else None
     async with server.store_url(store) as url:
         concurrency = cfg.callers if store == "memory" else 0
-        front = FrontEnd(url, concurrency, logs / f"{store}-{workers}-front.log", prof)
+        ops = logs / f"{store}-{workers}-ops"
+        ops.mkdir()
+        front = FrontEnd(url, concurrency, logs / f"{store}-{workers}-front.log", prof, ops)
         procs: list[Worker] = []
         callers: list[Caller] = []
         try:
             await front.ready()
-            env = {"BENCH_CPU_URL": url, **({"BENCH_CPU_PROFILE": str(prof)} if prof else {})}
+            env = {"BENCH_CPU_URL": url, "BENCH_CPU_OPS": str(ops)}
+            env.update({"BENCH_CPU_PROFILE": str(prof)} if prof else {})
             for i in range(workers):
                 log = logs / f"{store}-{workers}-worker-{i}.log"
                 procs.append(Worker(url, cfg.worker_concurrency, 0, log, app=APP, env=env))
             for proc in procs:
                 await proc.ready()
             callers = [Caller(front.port) for _ in range(cfg.callers)]
-            meter = Meter(store, url, front, procs)
+            meter = Meter(store, url, front, procs, ops)
             warm = min(200, n)
             await fan(callers, list(range(warm)), sync_call)
             await task_phase(callers, warm, store, url, meter, None)
@@ -361,7 +346,7 @@ async def run_all(cfg: argparse.Namespace, logs: Path) -> list[dict[str, Any]]:
 
 def print_logs(logs: Path) -> None:
     """On a failure: the end of every process's output."""
-    for log in sorted(logs.iterdir()):
+    for log in sorted(p for p in logs.iterdir() if p.is_file()):
         print(f"--- {log.name}\n{log.read_text()[-2000:]}", file=sys.stderr)
 
 

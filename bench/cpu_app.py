@@ -7,7 +7,9 @@ Environment: `BENCH_CPU_URL` (the store URL; required for `mcp` to exist),
 `BENCH_CPU_CONCURRENCY` (the extension's concurrency: 0 for a front end in front of
 workers, > 0 for one that runs its tasks itself), `BENCH_CPU_PROFILE` (a directory: then
 SIGUSR1 starts a `cProfile` of the main thread and SIGUSR2 stops it and writes
-`<role>-<pid>.<k>.prof` there, so the harness profiles exactly its measured window).
+`<role>-<pid>.<k>.prof` there, so the harness profiles exactly its measured window),
+`BENCH_CPU_OPS` (a directory: then SIGHUP writes the round trips the process's store has
+made so far to `<role>-<pid>.ops` there, `store_operations`).
 """
 
 from __future__ import annotations
@@ -23,14 +25,20 @@ from types import FrameType
 from fastmcp import FastMCP
 
 from fastmcp_tasks import TasksExtension
+from fastmcp_tasks.server.monitored_store import innermost
 
 TOOL = "echo"
 
 
+_extension: TasksExtension | None = None
+
+
 def build(url: str, concurrency: int) -> FastMCP:
     """The bench server: `echo` only, `max_tasks` high enough for any run."""
+    global _extension
     mcp = FastMCP("bench-cpu")
-    mcp.add_extension(TasksExtension(url=url, concurrency=concurrency, max_tasks=1_000_000))
+    _extension = TasksExtension(url=url, concurrency=concurrency, max_tasks=1_000_000)
+    mcp.add_extension(_extension)
 
     @mcp.tool(task=True)
     async def echo(text: str) -> str:
@@ -63,6 +71,31 @@ def _install_profile_hook(directory: Path, role: str) -> None:
     signal.signal(signal.SIGUSR2, stop)
 
 
+def store_operations() -> int:
+    """Round trips this process's store has made so far: Redis commands, scripts and feed
+    reads (`round_trips`), PostgreSQL statements and feed statements, SQLite write
+    transactions, reads and feed polls (`StoreStats`); 0 in memory."""
+    if _extension is None:
+        return 0
+    stats = getattr(innermost(_extension.store), "stats", None)
+    if isinstance(stats, dict):
+        return sum(stats.get(key, 0) for key in ("round_trips", "statements", "feed_statements"))
+    if stats is not None:
+        return int(stats.write_transactions + stats.reads + stats.feed_polls)
+    return 0
+
+
+def _install_count_hook(directory: Path, role: str) -> None:
+    """SIGHUP: write `store_operations()` to `<role>-<pid>.ops` in `directory`."""
+
+    def write(signum: int, frame: FrameType | None) -> None:
+        target = directory / f"{role}-{os.getpid()}.ops"
+        target.with_suffix(".tmp").write_text(str(store_operations()))
+        target.with_suffix(".tmp").replace(target)
+
+    signal.signal(signal.SIGHUP, write)
+
+
 def serve(port: int) -> None:
     """The front end: `mcp` over Streamable HTTP on 127.0.0.1:`port` until SIGTERM."""
     import uvicorn
@@ -80,9 +113,11 @@ def serve(port: int) -> None:
 
 if "BENCH_CPU_URL" in os.environ:
     mcp = build(os.environ["BENCH_CPU_URL"], int(os.environ.get("BENCH_CPU_CONCURRENCY", "0")))
+    _role = "front_end" if __name__ == "__main__" else "worker"
     if os.environ.get("BENCH_CPU_PROFILE"):
-        _role = "front_end" if __name__ == "__main__" else "worker"
         _install_profile_hook(Path(os.environ["BENCH_CPU_PROFILE"]), _role)
+    if os.environ.get("BENCH_CPU_OPS"):
+        _install_count_hook(Path(os.environ["BENCH_CPU_OPS"]), _role)
 
 if __name__ == "__main__":
     serve(int(sys.argv[1]))

@@ -4,16 +4,21 @@
 store's connections (found in `pg_stat_activity` by the `application_name` the store
 gives them, `fastmcp-tasks:<schema>` and `fastmcp-tasks-feed:<schema>`) and, apart, the
 server's background processes (WAL writer, checkpointer, background writer, ...), which
-the whole host shares, so other load on the server shows up there.
+the whole host shares, so other load on the server shows up there. `Meter` reads them
+all for one configuration, and asks each process for its store round trips.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import signal
+from pathlib import Path
 from typing import Any
 
-from bench import pg
+import anyio
+
+from bench import pg, server
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -76,4 +81,48 @@ class PostgresCpu:
         out = {}
         for key, old, new in zip(("pg_backends", "pg_background"), before, after, strict=True):
             out[key] = sum(v - old.get(pid, 0.0) for pid, v in new.items())
+        return out
+
+
+class Meter:
+    """CPU seconds so far of the front end, each worker and the store's server."""
+
+    def __init__(self, store: str, url: str, front: Any, workers: list[Any], ops: Path) -> None:
+        self.store, self.front, self.workers, self.ops_dir = store, front, workers, ops
+        self.redis = redis_pid(server.REDIS_URL) if store == "redis" else None
+        self.pg = PostgresCpu(url.rpartition("schema=")[2]) if store == "postgres" else None
+
+    def sample(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"front_end": proc_cpu(self.front.proc.pid)}
+        out["workers"] = [proc_cpu(w.proc.pid) for w in self.workers]
+        if self.redis is not None:
+            out["redis"] = proc_cpu(self.redis)
+        if self.pg is not None:
+            out["pg"] = self.pg.sample()
+        return out
+
+    async def operations(self) -> int:
+        """Store round trips the front end and the workers have made so far, each
+        process asked by SIGHUP (`cpu_app.store_operations`): a count that, unlike CPU
+        time, does not depend on how many cores the processes share."""
+        pids = [self.front.proc.pid, *(w.proc.pid for w in self.workers)]
+        files = [next(self.ops_dir.glob(f"*-{pid}.ops"), None) for pid in pids]
+        for file in files:
+            if file is not None:
+                file.unlink()
+        for pid in pids:
+            os.kill(pid, signal.SIGHUP)
+        with anyio.fail_after(30):
+            while len(found := list(self.ops_dir.glob("*.ops"))) < len(pids):  # noqa: ASYNC110
+                await anyio.sleep(0.01)  # other processes' files
+        return sum(int(file.read_text()) for file in found)
+
+    def delta(self, before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {"front_end": after["front_end"] - before["front_end"]}
+        out["workers"] = [b - a for a, b in zip(before["workers"], after["workers"], strict=True)]
+        if "redis" in after:
+            out["store_server"] = after["redis"] - before["redis"]
+        if self.pg is not None:
+            out.update(self.pg.delta(before["pg"], after["pg"]))
+            out["store_server"] = out["pg_backends"] + out["pg_background"]
         return out

@@ -77,6 +77,7 @@ def per_task(
     out["create_p50_us"] = tasks["create_p50_us"]
     out["get_p50_us"] = tasks["get_p50_us"]
     out["regets"] = tasks["regets"]
+    out["store_ops"] = round(tasks["store_operations"] / n, 2)
     return out
 
 
@@ -86,7 +87,7 @@ def line(run: dict[str, Any]) -> str:
         f"(front {run['front_end_ms']:.2f}, workers {run['workers_ms']:.2f}, "
         f"store {run['store_server_ms']:.2f}) / sync {run['sync_ms']:.2f} = {run['ratio']:.2f} "
         f"(floor {run['floor']:.2f}: a request {run['request_ms']:.2f} ms; "
-        f"{run['over_floor_ms']:.2f} ms over it)"
+        f"{run['over_floor_ms']:.2f} ms over it; {run['store_ops']:.2f} store round trips)"
     )
 
 
@@ -105,9 +106,9 @@ def table(runs: list[dict[str, Any]]) -> str:
     head = (
         "| store | workers | sync ms | request ms | front end ms (create + wait + get) "
         "| workers ms | store server ms | task ms | task / sync | floor | over floor ms "
-        "| target | create p50 us | get p50 us |"
+        "| target | create p50 us | get p50 us | store round trips |"
     )
-    rows = [head, "|" + "---|" * 14]
+    rows = [head, "|" + "---|" * 15]
     for (store, workers), mine in groups.items():
 
         def col(key: str, mine: list[dict[str, Any]] = mine) -> list[float]:
@@ -127,7 +128,8 @@ def table(runs: list[dict[str, Any]]) -> str:
             f"| {_cell(col('workers_ms')) if workers else '-'} | {store_cell} "
             f"| {_cell(col('task_ms'))} | {_cell(col('ratio'))} | {_cell(col('floor'))} "
             f"| {_cell(col('over_floor_ms'))} | {verdict} "
-            f"| {_cell(col('create_p50_us'), 0)} | {_cell(col('get_p50_us'), 0)} |"
+            f"| {_cell(col('create_p50_us'), 0)} | {_cell(col('get_p50_us'), 0)} "
+            f"| {_cell(col('store_ops'))} |"
         )
     flat = []
     for store in dict.fromkeys(s for s, _ in groups):
@@ -143,7 +145,8 @@ def table(runs: list[dict[str, Any]]) -> str:
             ok = "PASS" if ratio <= FLAT else "MISS"
             flat.append(
                 f"{store}: {counts[-1]} workers / {counts[0]} = {ratio:.2f} (<= {FLAT} {ok}; "
-                f"the front end, whose work is the same: {grew('front_end_ms'):.2f})"
+                f"the front end, whose work is the same: {grew('front_end_ms'):.2f}; store "
+                f"round trips, which no core count moves: {grew('store_ops'):.2f})"
             )
     if flat:
         rows += [

@@ -37,6 +37,8 @@ def test_a_tiny_run_measures_every_process_and_the_floor(tmp_path: Path) -> None
         assert run["sync_ms"] > 0 and run["task_ms"] > 0 and run["request_ms"] >= 0
         assert run["floor"] >= 1.0
         assert run["regets"] >= 0
+    assert runs[0]["store_ops"] == 0  # the memory store makes no round trip
+    assert runs[1]["store_ops"] > 0  # SQLite: transactions, reads and feed polls
     assert runs[1]["workers_ms"] > 0  # the worker process ran the tasks
     assert "| sqlite | 1 |" in done.stdout and "floor" in done.stdout
 
@@ -52,6 +54,7 @@ def test_the_report_adds_up() -> None:
         "get_p50_us": 400.0,
         "regets": 0,
         "floor": 0.5,  # 1,000 cheapest requests: 0.5 ms each
+        "store_operations": 4500,  # every process's store round trips over the phase
     }
     sync = {"front_end": 1.0, "workers": [0.0, 0.0], "store_server": 0.0}
     run = cpu_report.per_task("redis", 2, 1000, sync, 800.0, tasks)
@@ -59,5 +62,6 @@ def test_the_report_adds_up() -> None:
     assert run["request_ms"] == 0.5 and run["floor"] == 1.5
     assert run["over_floor_ms"] == pytest.approx(1.5)
     assert run["each_worker_ms"] == [0.5, 0.25]
+    assert run["store_ops"] == 4.5
     merged = cpu_report.merge([{"a": 1.0, "b": [1.0], "x_ns": [1]}, {"a": 2.0, "b": [2.0]}])
     assert merged == {"a": 3.0, "b": [3.0], "x_ns": [1]}
