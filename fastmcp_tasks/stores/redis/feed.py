@@ -65,6 +65,24 @@ def entry_change(fields: dict[str, str]) -> TaskChange | None:
         return None
 
 
+def blocking_connection(
+    url: str, connect_timeout: float, client_name: str
+) -> tuple[aioredis.ConnectionPool, aioredis.Redis]:
+    """A client of one dedicated connection for blocking stream reads, and its pool: no
+    socket timeout (each read is bounded as a whole, module doc), keepalive on, no retry.
+    Close both: `await conn.aclose()`, then `await pool.disconnect()`."""
+    pool = aioredis.ConnectionPool.from_url(
+        url,
+        decode_responses=True,
+        socket_connect_timeout=connect_timeout,
+        socket_timeout=None,
+        socket_keepalive=True,
+        retry=Retry(NoBackoff(), 0),
+        client_name=client_name,
+    )
+    return pool, aioredis.Redis(connection_pool=pool, single_connection_client=True)
+
+
 def stream_id(text: str) -> StreamId:
     """A stream entry id `ms-seq` as a comparable pair."""
     ms, _, seq = text.partition("-")
@@ -160,16 +178,7 @@ class RedisChangeFeed:
 
     async def _read(self) -> None:
         """The reader: `XREAD BLOCK` on a dedicated connection, fanned out to subscribers."""
-        pool = aioredis.ConnectionPool.from_url(
-            self.feed_url,
-            decode_responses=True,
-            socket_connect_timeout=self.connect_timeout,
-            socket_timeout=None,  # bounded per read instead (module doc)
-            socket_keepalive=True,
-            retry=Retry(NoBackoff(), 0),
-            client_name=self.client_name,
-        )
-        conn = aioredis.Redis(connection_pool=pool, single_connection_client=True)
+        pool, conn = blocking_connection(self.feed_url, self.connect_timeout, self.client_name)
         delay = 0.0
         try:
             while True:

@@ -30,13 +30,11 @@ from typing import cast
 
 import anyio
 import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 from redis.exceptions import RedisError, ResponseError
 
 from fastmcp_tasks.errors import StoreError
 from fastmcp_tasks.stores.base import TaskChange
-from fastmcp_tasks.stores.redis.feed import BATCH, entry_change
+from fastmcp_tasks.stores.redis.feed import BATCH, blocking_connection, entry_change
 
 #: A consumer idle this long (no read at all: a live one reads every block) is gone.
 STALE_CONSUMER_MS = 24 * 3600 * 1000
@@ -136,16 +134,7 @@ async def queue_wakes(
     Raises:
         StoreError: Redis failed while joining.
     """
-    pool = aioredis.ConnectionPool.from_url(
-        url,
-        decode_responses=True,
-        socket_connect_timeout=connect_timeout,
-        socket_timeout=None,  # each read is bounded as a whole (`RedisQueueWakes.next`)
-        socket_keepalive=True,
-        retry=Retry(NoBackoff(), 0),
-        client_name=client_name,
-    )
-    conn = aioredis.Redis(connection_pool=pool, single_connection_client=True)
+    pool, conn = blocking_connection(url, connect_timeout, client_name)  # reads bounded in `next`
     wakes = RedisQueueWakes(
         conn,
         stream=stream,
