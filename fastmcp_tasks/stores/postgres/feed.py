@@ -62,7 +62,6 @@ import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -267,10 +266,9 @@ class PostgresChangeFeed:
         while True:
             assert self.watermark is not None
             wants_quiet = self._wants_quiet()
-            if wants_quiet and self.quiet.due():  # keep quiet changes notified; read what
-                renew = partial(self.quiet.register, renew=True)  # may have slipped past
-                await renew(lambda q, p: self._execute(conn, q, *p))  # (`quiet_readers`)
-                pending = await self._catch_up(conn)
+            if wants_quiet and self.quiet.due():  # keep quiet changes notified, and read
+                await self.quiet.register(lambda q, p: self._execute(conn, q, *p), renew=True)
+                pending = await self._catch_up(conn)  # what slipped past (`quiet_readers`)
             elif self._subscribers and time.monotonic() - self._last_read >= self.keep_up:
                 pending = await self._catch_up(conn)  # rows nobody told it of, in time
             timeout: float | None = None
