@@ -22,7 +22,7 @@ It needs pytest and anyio's pytest plugin (installed with anyio); tests run on
 asyncio (override the `anyio_backend` fixture for trio), each bounded by
 `anyio.fail_after(timeout)` (30 s). The parts are separate classes (`CoreContract`,
 `LeaseContract`, `PhaseContract`, `FeedContract`, `IsolationContract`, `CapsContract`,
-`OperationsContract`, `StepsContract`)
+`OperationsContract`, `StepsContract`, `ConcurrencyContract`)
 for a store that keeps only some of the contract. `PhaseContract` checks
 `TaskRecord.phase` and `attempts`, and `start_run` (`fastmcp_tasks.stores.phases`);
 `StepsContract` the durable steps (`fastmcp_tasks.stores.steps`), skipping for a
@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from fastmcp_tasks.testing.base import ContractBase, make_record
 from fastmcp_tasks.testing.caps import CapsContract
+from fastmcp_tasks.testing.concurrency import ConcurrencyContract
 from fastmcp_tasks.testing.core import CoreContract
 from fastmcp_tasks.testing.feed import FeedContract
 from fastmcp_tasks.testing.isolation import IsolationContract
@@ -45,6 +46,7 @@ from fastmcp_tasks.testing.steps import StepsContract
 
 __all__ = [
     "CapsContract",
+    "ConcurrencyContract",
     "ContractBase",
     "CoreContract",
     "FeedContract",
@@ -67,5 +69,6 @@ class StoreContract(
     CapsContract,
     OperationsContract,
     StepsContract,
+    ConcurrencyContract,
 ):
     """The whole `TaskStore` contract; subclass it and provide the `store` fixture."""

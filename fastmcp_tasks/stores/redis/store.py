@@ -27,8 +27,9 @@ call it again. The change feed reads on its own connection (`redis.feed`).
 
 Cost. `stats["round_trips"]` (a plain dict entry, cheap enough to leave on) counts
 round trips: one per command, pipeline or script call (a `NOSCRIPT` re-load counts
-once), one per change-feed read. An idle store with subscribers costs one `XREAD`
-per `block_ms`; without, nothing.
+once), one per change-feed read. Scripts and `get` made while another of them is on its
+way go together as the next pipeline, one round trip (`redis.batching`). An idle store
+with subscribers costs one `XREAD` per `block_ms`; without, nothing.
 
 Atomicity. Every read-modify-write is one Lua script (registered once per `open`),
 which also keeps the indexes consistent and appends to the change feed.
@@ -69,6 +70,7 @@ from fastmcp_tasks.stores.base import (
     storable_text,
 )
 from fastmcp_tasks.stores.flow import DEFAULT_TOMBSTONE_RETENTION
+from fastmcp_tasks.stores.redis.batching import RedisCalls
 from fastmcp_tasks.stores.redis.feed import BATCH
 from fastmcp_tasks.stores.redis.feeds import RedisFeeds
 from fastmcp_tasks.stores.redis.flow import RedisFlow
@@ -154,6 +156,7 @@ class RedisTaskStore(RedisFeeds, RedisFlow, RedisLeases, RedisListing, RedisOper
         self.tombstone_retention = tombstone_retention
         self._client: aioredis.Redis | None = None
         self._scripts: dict[str, AsyncScript] = {}
+        self._calls: RedisCalls | None = None
         #: Counters for benchmarks: `round_trips` sent to Redis (module doc).
         self.stats: dict[str, int] = {"round_trips": 0}
         self._start_feeds(feed_url)
@@ -185,11 +188,15 @@ class RedisTaskStore(RedisFeeds, RedisFlow, RedisLeases, RedisListing, RedisOper
             await pool.disconnect()
             raise
         self._scripts = {name: client.register_script(text) for name, text in SCRIPTS.items()}
+        self._calls = RedisCalls(client, self.timeout, self.stats)
         self._client = client
 
     async def close(self) -> None:
         """End every subscription, stop the feed reader and close the pool. Idempotent."""
         await self._close_feeds()
+        calls, self._calls = self._calls, None
+        if calls is not None:
+            await calls.close()
         client, self._client = self._client, None
         if client is not None:
             await client.connection_pool.disconnect()
@@ -220,9 +227,16 @@ class RedisTaskStore(RedisFeeds, RedisFlow, RedisLeases, RedisListing, RedisOper
             raise StoreError(f"Redis task store {self.where} is not open")
         return self._client
 
-    async def _guard(self, call: Awaitable[T]) -> T:
-        """Await one round trip to Redis, bounded by `timeout`; failures as `StoreError`."""
-        self.stats["round_trips"] += 1
+    def _batched(self) -> RedisCalls:
+        if self._calls is None:
+            raise StoreError(f"Redis task store {self.where} is not open")
+        return self._calls
+
+    async def _guard(self, call: Awaitable[T], *, count: bool = True) -> T:
+        """Await one round trip to Redis, bounded by `timeout`; failures as `StoreError`.
+        `count`: add it to `stats` (a batched call is counted by its batch)."""
+        if count:
+            self.stats["round_trips"] += 1
         try:
             async with asyncio.timeout(self.timeout):
                 return await call
@@ -236,8 +250,10 @@ class RedisTaskStore(RedisFeeds, RedisFlow, RedisLeases, RedisListing, RedisOper
             raise StoreError(f"Redis task store {self.where}: {exc}") from exc
 
     async def _script(self, name: str, keys: list[str], args: list[Any]) -> Any:
-        client = self._require()
-        return await self._guard(self._scripts[name](keys=keys, args=args, client=client))
+        """Call a script; made while another is on its way, it goes with the next batch
+        (`redis.batching`)."""
+        call = self._batched().script(self._scripts[name], keys, args)
+        return await self._guard(call, count=False)
 
     async def _task_script(self, name: str, task_id: str, *args: Any) -> Any:
         keys = [self.keys.task(task_id), *self.keys.indexes()]
@@ -250,7 +266,8 @@ class RedisTaskStore(RedisFeeds, RedisFlow, RedisLeases, RedisListing, RedisOper
     # --- reads and creation -------------------------------------------------------
 
     async def get(self, task_id: str) -> TaskRecord | None:
-        fields = await self._guard(self._require().hgetall(self.keys.task(task_id)))
+        call = self._batched().command("HGETALL", self.keys.task(task_id))
+        fields = await self._guard(call, count=False)
         return self._live(task_id, cast("dict[str, str]", fields))
 
     def _live(self, task_id: str, fields: dict[str, str]) -> TaskRecord | None:

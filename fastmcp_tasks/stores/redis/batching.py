@@ -1,0 +1,87 @@
+"""The Redis store's batched calls: its scripts and `get`'s `HGETALL`, one pipeline a batch.
+
+`RedisCalls` puts a `CallBatcher` (`stores.call_batching`) in front of the calls every
+task makes: the scripts (`create`, `transition`, `claim_queued`, every read-modify-write)
+and `get`. Made while none of them is on its way, a call goes at once as it always did
+(a script through redis-py's `AsyncScript`); made while one is, it goes with the others
+made meanwhile as one pipeline (`transaction=False`): one send, one read.
+
+What each call sees is what it would see alone: the pipeline's commands run in the
+order they were made, each on its own (a script is atomic by itself; a pipeline is not a
+transaction), and each gets its own reply or error, so a script that fails, fails only
+its caller. A `NOSCRIPT` (Redis restarted with an empty script cache) is answered as
+the unbatched path answers it: the caller calls that script again by itself, through
+`AsyncScript`, which loads it. The caller's `_guard` bounds the whole wait (queue and
+round trip) by the store's `timeout` and maps redis-py's errors; a batch is bounded by
+it too, so a black-holed Redis fails the batch's callers instead of holding the next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.commands.core import AsyncScript
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError
+
+from fastmcp_tasks.stores.call_batching import ALONE, CallBatcher
+
+#: One call: the command, and the script it calls (`None` for a plain command).
+Command = tuple[tuple[Any, ...], AsyncScript | None]
+
+
+class RedisCalls:
+    """The store's batched calls (module doc).
+
+    Args:
+        client: the store's client (its connection pool).
+        timeout: the bound of one batch's round trip, seconds.
+        stats: the store's counters: each round trip adds one to `"round_trips"`.
+    """
+
+    def __init__(self, client: aioredis.Redis, timeout: float, stats: dict[str, int]) -> None:
+        self._client = client
+        self._timeout = timeout
+        self._stats = stats
+        self._batcher: CallBatcher[Command] = CallBatcher(self._send, _closed)
+
+    async def script(self, script: AsyncScript, keys: list[str], args: list[Any]) -> Any:
+        """Call `script` (`EVALSHA`; loaded when Redis lacks it)."""
+
+        async def alone() -> Any:
+            self._stats["round_trips"] += 1
+            return await script(keys=keys, args=args, client=self._client)
+
+        call = (("EVALSHA", script.sha, len(keys), *keys, *args), script)
+        return await self._batcher.call(call, alone)
+
+    async def command(self, *command: Any) -> Any:
+        """Run one plain command (its reply parsed as redis-py parses it)."""
+
+        async def alone() -> Any:
+            self._stats["round_trips"] += 1
+            return await self._client.execute_command(*command)
+
+        return await self._batcher.call((command, None), alone)
+
+    async def _send(self, batch: list[Command]) -> list[Any]:
+        pipe = self._client.pipeline(transaction=False)
+        for command, _ in batch:
+            pipe.execute_command(*command)
+        self._stats["round_trips"] += 1
+        async with asyncio.timeout(self._timeout):
+            replies = await pipe.execute(raise_on_error=False)
+        return [
+            ALONE if isinstance(reply, NoScriptError) and script is not None else reply
+            for (_, script), reply in zip(batch, replies, strict=True)
+        ]
+
+    async def close(self) -> None:
+        """Fail what is queued; the store closes."""
+        await self._batcher.close()
+
+
+def _closed() -> Exception:
+    return RedisConnectionError("the store was closed")

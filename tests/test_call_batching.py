@@ -1,0 +1,217 @@
+"""`CallBatcher` (`stores.call_batching`): idle calls go alone, concurrent ones together.
+
+The batcher itself, with a `send` of the test's own that records every batch; the
+stores that use it are covered by the store contract (`ConcurrencyContract`) and by
+`tests/test_redis_batching.py` / `tests/test_postgres_batching.py`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import anyio
+import pytest
+
+from fastmcp_tasks.stores.call_batching import ALONE, CallBatcher
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # the stores that batch run on asyncio
+
+
+class Recorder:
+    """A `send` that answers `call * 10`, refuses odd negatives and may hold or fail."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[int]] = []
+        self.alone: list[int] = []
+        self.release = asyncio.Event()
+        self.release.set()
+        self.alone_release = self.release  # what a call made alone waits for
+        self.fail: Exception | None = None
+
+    async def send(self, batch: list[int]) -> list[Any]:
+        self.batches.append(list(batch))
+        await self.release.wait()
+        if self.fail is not None:
+            raise self.fail
+        return [self.answer(call) for call in batch]
+
+    @staticmethod
+    def answer(call: int) -> Any:
+        if call == -1:
+            return ALONE
+        if call < 0:
+            return ValueError(f"refused {call}")
+        return call * 10
+
+    def alone_call(self, call: int) -> Any:
+        async def alone() -> Any:
+            self.alone.append(call)
+            await self.alone_release.wait()
+            outcome = self.answer(call) if call != -1 else "made alone"
+            if isinstance(outcome, Exception):
+                raise outcome
+            return outcome
+
+        return alone
+
+
+def batcher_of(recorder: Recorder) -> CallBatcher[int]:
+    return CallBatcher(recorder.send, lambda: ConnectionError("closed"))
+
+
+async def test_an_idle_call_goes_alone_and_is_never_batched() -> None:
+    recorder = Recorder()
+    batcher = batcher_of(recorder)
+    with anyio.fail_after(5):
+        assert await batcher.call(3, recorder.alone_call(3)) == 30
+        assert await batcher.call(4, recorder.alone_call(4)) == 40
+    assert recorder.alone == [3, 4] and recorder.batches == []
+
+
+async def test_calls_made_while_one_is_on_its_way_go_together_in_order() -> None:
+    recorder = Recorder()
+    recorder.release.clear()
+    batcher = batcher_of(recorder)
+    answers: dict[int, Any] = {}
+
+    async def call(n: int) -> None:
+        answers[n] = await batcher.call(n, recorder.alone_call(n))
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+            for n in range(1, 9):
+                group.start_soon(call, n)
+            await anyio.wait_all_tasks_blocked()
+            recorder.release.set()
+    assert recorder.alone == [1] and recorder.batches == [[2, 3, 4, 5, 6, 7, 8]]
+    assert answers == {n: n * 10 for n in range(1, 9)}
+
+
+async def test_each_call_gets_its_own_error_and_alone_means_its_caller_makes_it() -> None:
+    recorder = Recorder()
+    recorder.release.clear()
+    batcher = batcher_of(recorder)
+    answers: dict[int, Any] = {}
+
+    async def call(n: int) -> None:
+        try:
+            answers[n] = await batcher.call(n, recorder.alone_call(n))
+        except ValueError as exc:
+            answers[n] = str(exc)
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+            for n in (1, 2, -3, 4, -1, 5):
+                group.start_soon(call, n)
+            await anyio.wait_all_tasks_blocked()
+            recorder.release.set()
+    assert recorder.batches == [[2, -3, 4, -1, 5]]
+    assert answers == {1: 10, 2: 20, -3: "refused -3", 4: 40, -1: "made alone", 5: 50}
+    assert recorder.alone == [1, -1]
+
+
+async def test_a_batch_that_fails_as_a_whole_fails_each_of_its_calls() -> None:
+    recorder = Recorder()
+    recorder.release.clear()
+    batcher = batcher_of(recorder)
+    outcomes: dict[int, Any] = {}
+
+    async def call(n: int) -> None:
+        try:
+            outcomes[n] = await batcher.call(n, recorder.alone_call(n))
+        except OSError as exc:
+            outcomes[n] = exc
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+            for n in range(1, 5):
+                group.start_soon(call, n)
+            await anyio.wait_all_tasks_blocked()
+            recorder.fail = OSError("connection reset")
+            recorder.release.set()
+        assert outcomes[1] == 10  # went alone, before the failure
+        assert all(isinstance(outcomes[n], OSError) for n in (2, 3, 4))
+        recorder.fail = None
+        assert await batcher.call(7, recorder.alone_call(7)) == 70  # and it serves on
+
+
+async def test_a_call_whose_caller_stopped_waiting_is_not_sent() -> None:
+    recorder = Recorder()
+    recorder.release.clear()
+    batcher = batcher_of(recorder)
+    answers: dict[int, Any] = {}
+    scopes: dict[int, anyio.CancelScope] = {}
+
+    async def call(n: int) -> None:
+        with anyio.CancelScope() as scopes[n]:
+            answers[n] = await batcher.call(n, recorder.alone_call(n))
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+            for n in range(1, 6):
+                group.start_soon(call, n)
+            await anyio.wait_all_tasks_blocked()
+            scopes[3].cancel()
+            scopes[4].cancel()
+            await anyio.wait_all_tasks_blocked()
+            recorder.release.set()
+    assert recorder.batches == [[2, 5]]
+    assert answers == {1: 10, 2: 20, 5: 50}
+
+
+async def test_a_lone_survivor_of_a_batch_is_made_by_its_caller() -> None:
+    recorder = Recorder()
+    recorder.release.clear()
+    batcher = batcher_of(recorder)
+    answers: dict[int, Any] = {}
+    scopes: dict[int, anyio.CancelScope] = {}
+
+    async def call(n: int) -> None:
+        with anyio.CancelScope() as scopes[n]:
+            answers[n] = await batcher.call(n, recorder.alone_call(n))
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+            for n in (1, 2, 3):
+                group.start_soon(call, n)
+            await anyio.wait_all_tasks_blocked()
+            scopes[2].cancel()
+            await anyio.wait_all_tasks_blocked()
+            recorder.release.set()
+    assert recorder.batches == [] and recorder.alone == [1, 3]
+    assert answers == {1: 10, 3: 30}
+
+
+async def test_closing_fails_what_is_queued_and_stops_the_batch_on_its_way() -> None:
+    recorder = Recorder()
+    recorder.release.clear()  # a batch stays on its way
+    recorder.alone_release = asyncio.Event()  # a call made alone waits until told
+    batcher = batcher_of(recorder)
+    outcomes: dict[int, Any] = {}
+
+    async def call(n: int) -> None:
+        try:
+            outcomes[n] = await batcher.call(n, recorder.alone_call(n))
+        except ConnectionError as exc:
+            outcomes[n] = exc
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+            for n in range(1, 4):
+                group.start_soon(call, n)
+            await anyio.wait_all_tasks_blocked()
+            recorder.alone_release.set()  # 1 answers; the batch [2, 3] goes, and is held
+            await anyio.wait_all_tasks_blocked()
+            for n in range(4, 6):  # queued behind it
+                group.start_soon(call, n)
+            await anyio.wait_all_tasks_blocked()
+            await batcher.close()
+        assert recorder.batches == [[2, 3]]
+        assert outcomes[1] == 10
+        assert all(isinstance(outcomes[n], ConnectionError) for n in (2, 3, 4, 5))

@@ -1,0 +1,141 @@
+"""The Redis store's batched calls (`stores.redis.batching`), against real Redis servers.
+
+Concurrent calls of one store object share round trips (counted by
+`stats["round_trips"]`), a `NOSCRIPT` inside a batch is answered as it is outside one,
+and a Redis that dies under a batch fails each of its calls within the store's
+`timeout`, after which the same store serves again. What each call answers is the
+store contract's (`ConcurrencyContract`); the NOSCRIPT and outage tests run a private
+`redis-server` (`tests.private_servers.PrivateRedis`), never the shared one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import pytest
+import redis.asyncio as aioredis
+
+from fastmcp_tasks.errors import StoreError
+from fastmcp_tasks.stores.base import TaskRecord
+from fastmcp_tasks.stores.redis import RedisTaskStore
+from fastmcp_tasks.testing import make_record
+from tests.private_servers import PrivateRedis
+from tests.test_store_contract import redis_store
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def server(tmp_path: Path) -> AsyncIterator[PrivateRedis]:
+    private = PrivateRedis(tmp_path)
+    private.start()
+    try:
+        await private.ready()
+        yield private
+    finally:
+        private.stop()
+
+
+async def gather_gets(store: RedisTaskStore, ids: list[str]) -> dict[str, TaskRecord | None]:
+    found: dict[str, TaskRecord | None] = {}
+
+    async def get(task_id: str) -> None:
+        found[task_id] = await store.get(task_id)
+
+    async with anyio.create_task_group() as group:
+        for task_id in ids:
+            group.start_soon(get, task_id)
+    return found
+
+
+async def test_concurrent_calls_share_round_trips_and_idle_ones_do_not_wait() -> None:
+    store = redis_store()
+    assert isinstance(store, RedisTaskStore)
+    await store.open()
+    try:
+        with anyio.fail_after(10):
+            tasks = [make_record(arguments={"n": n}) for n in range(40)]
+            for task in tasks:  # one at a time: one round trip each
+                before = store.stats["round_trips"]
+                await store.create(task)
+                assert store.stats["round_trips"] == before + 1
+            before = store.stats["round_trips"]
+            found = await gather_gets(store, [t.task_id for t in tasks])
+            assert store.stats["round_trips"] - before <= 3  # one alone, then a batch
+            assert all(found[t.task_id].arguments == t.arguments for t in tasks)  # type: ignore[union-attr]
+            before = store.stats["round_trips"]
+
+            async def finish(task: TaskRecord) -> None:
+                assert await store.transition(task.task_id, "completed", result={}) is not None
+
+            async with anyio.create_task_group() as group:
+                for task in tasks:
+                    group.start_soon(finish, task)
+            assert store.stats["round_trips"] - before <= 3
+    finally:
+        await store.close()
+
+
+async def test_a_script_redis_lost_is_loaded_again_inside_a_batch(server: PrivateRedis) -> None:
+    store = RedisTaskStore(server.url, prefix="batch-noscript", timeout=2)
+    await store.open()
+    raw = aioredis.Redis.from_url(server.url, decode_responses=True)
+    try:
+        with anyio.fail_after(15):
+            first = make_record()
+            await store.create(first)  # the create script is in Redis's cache
+            await raw.script_flush()  # as after a restart without the cache
+            tasks = [make_record(arguments={"n": n}) for n in range(10)]
+            errors = await raw.info("errorstats")
+            async with anyio.create_task_group() as group:
+                group.start_soon(store.get, first.task_id)  # alone: the creates queue
+                for task in tasks:
+                    group.start_soon(store.create, task)
+            after = await raw.info("errorstats")
+            noscript = after["errorstat_NOSCRIPT"]["count"] - errors["errorstat_NOSCRIPT"]["count"]
+            assert noscript >= len(tasks)  # each create of the batch met it (then alone)
+            found = await gather_gets(store, [t.task_id for t in tasks])
+            assert all(found[t.task_id] is not None for t in tasks)
+    finally:
+        await raw.aclose()
+        await store.close()
+
+
+async def test_a_redis_that_dies_under_a_batch_fails_each_call_in_time(
+    server: PrivateRedis,
+) -> None:
+    store = RedisTaskStore(server.url, prefix="batch-outage", timeout=1)
+    await store.open()
+    try:
+        with anyio.fail_after(20):
+            task = make_record()
+            await store.create(task)
+            server.kill()
+            failures: list[StoreError] = []
+
+            async def get() -> None:
+                try:
+                    await store.get(task.task_id)
+                except StoreError as exc:
+                    failures.append(exc)
+
+            started = time.monotonic()
+            async with anyio.create_task_group() as group:
+                for _ in range(12):
+                    group.start_soon(get)
+            assert len(failures) == 12 and all("unreachable" in str(e) for e in failures)
+            assert time.monotonic() - started < store.timeout + 1
+            server.start()
+            await server.ready()
+            found = await gather_gets(store, [task.task_id] * 8)  # the same store, batched
+            assert found[task.task_id] is not None
+    finally:
+        await store.close()
