@@ -73,13 +73,15 @@ def _install_profile_hook(directory: Path, role: str) -> None:
 
 def store_operations() -> int:
     """Round trips this process's store has made so far: Redis commands, scripts and feed
-    reads (`round_trips`), PostgreSQL statements and feed statements, SQLite write
+    reads (`round_trips`), PostgreSQL statements and feed statements (a batch of them
+    once, `postgres.batching`), SQLite write
     transactions, reads and feed polls (`StoreStats`); 0 in memory."""
     if _extension is None:
         return 0
     stats = getattr(innermost(_extension.store), "stats", None)
-    if isinstance(stats, dict):
-        return sum(stats.get(key, 0) for key in ("round_trips", "statements", "feed_statements"))
+    if isinstance(stats, dict):  # PostgreSQL: statements that shared a round trip count once
+        sent = sum(stats.get(key, 0) for key in ("round_trips", "statements", "feed_statements"))
+        return sent - stats.get("batched", 0)
     if stats is not None:
         return int(stats.write_transactions + stats.reads + stats.feed_polls)
     return 0

@@ -67,6 +67,10 @@ def per_task(
         out["pg_backends_ms"] = ms(total["pg_backends"])
         out["pg_background_ms"] = ms(total["pg_background"])
     out["task_ms"] = round(out["front_end_ms"] + out["workers_ms"] + out["store_server_ms"], 3)
+    if out["sync_ms"] <= 0:  # /proc counts CPU in clock ticks (10 ms): too few calls
+        raise ValueError(
+            f"{store}: the sync phase used less CPU than /proc resolves; run more --tasks"
+        )
     out["ratio"] = round(out["task_ms"] / out["sync_ms"], 2)
     # the least a task can cost over this transport: the work of the sync call plus one
     # more request (its `tasks/get`), at the cost of the cheapest request (`FLOOR_METHOD`)

@@ -24,12 +24,14 @@ answers again calls work without reopening the store; a read that met a connecti
 the server had closed meanwhile is retried on another.
 
 `stats["statements"]` counts statements sent through the pool (the feed's are
-counted as `stats["feed_statements"]`): plain counters, for benchmarks and tests.
+counted as `stats["feed_statements"]`; `stats["batched"]` those that shared a round
+trip with another, `postgres.batching`): plain counters, for benchmarks and tests.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -45,6 +47,7 @@ from fastmcp_tasks.stores.base import TaskRecord
 from fastmcp_tasks.stores.flow import DEFAULT_TOMBSTONE_RETENTION
 from fastmcp_tasks.stores.postgres import refusals, sessions
 from fastmcp_tasks.stores.postgres import schema as tables
+from fastmcp_tasks.stores.postgres.batching import PostgresCalls
 from fastmcp_tasks.stores.postgres.feed import QUIET_LAG, PostgresChangeFeed
 from fastmcp_tasks.stores.postgres.liveness import Reach, returns_rows, session_defaults, setter
 from fastmcp_tasks.stores.postgres.sql import Statements, save_params
@@ -129,6 +132,7 @@ class PostgresConnections:
         self.sql = Statements(schema)
         self.stats: dict[str, int] = {"statements": 0, "feed_statements": 0, "feed_reads": 0}
         self._pool: AsyncConnectionPool[AsyncConnection[Any]] | None = None
+        self._calls: PostgresCalls | None = None
         self._reach = Reach()
         self._session, self._limit = session_defaults(libpq, timeout, sessions=prepare)
         self._feed = PostgresChangeFeed(
@@ -190,11 +194,17 @@ class PostgresConnections:
             reconnect_timeout=RECONNECT_TIMEOUT,
         )
         await pool.open(wait=False)
+        self._calls = PostgresCalls(
+            lambda: self._checkout(pool), self.timeout, self._prepare, self.stats
+        )
         self._pool = pool
 
     async def close(self) -> None:
         """End every subscription, stop the feed and close the pool. Idempotent."""
         await self._feed.close()
+        calls, self._calls = self._calls, None
+        if calls is not None:
+            await calls.close()
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.close()
@@ -299,10 +309,27 @@ class PostgresConnections:
         self.stats["statements"] += 1
         return await conn.execute(query, params, prepare=self._prepare)
 
-    async def _query(self, query: str, params: Params = (), *, read: bool = False) -> list[Row]:
+    async def _query(
+        self, query: str, params: Params = (), *, read: bool = False, batch: bool = False
+    ) -> list[Row]:
         """One statement on a pooled connection: its rows. A `read` that met a connection
         the server had closed (a restart since it was last used) runs again on another
-        (each pooled connection may be such a one)."""
+        (each pooled connection may be such a one). `batch`: made while another batched
+        statement is on its way, it goes with the next batch (`postgres.batching`)."""
+        calls = self._calls
+        if not batch or calls is None:
+            return await self._alone(query, params, read=read)
+        try:
+            async with asyncio.timeout(self.timeout):
+                alone = functools.partial(self._alone, query, params, read=read)
+                return await calls.query(query, params, alone, read=read)
+        except (TimeoutError, psycopg.Error) as exc:
+            mapped = self._mapped(exc)
+            if mapped is None:
+                raise
+            raise mapped from exc
+
+    async def _alone(self, query: str, params: Params, *, read: bool) -> list[Row]:
         pool = self._require()
         for attempt in range(self.pool_max + 1):
             try:

@@ -133,6 +133,8 @@ class PostgresTaskStore(
         )
         key = record.dedupe_key if dedupe_window is not None else None
         if key is None:  # one statement, its own transaction (the caps lock's too)
+            if not capped and await self._create_batched(record):
+                return None
             async with self._connection() as conn:
                 await self._insert(conn, record, caps if capped else None, own_transaction=True)
             return None
@@ -150,6 +152,13 @@ class PostgresTaskStore(
                         return found
             await self._insert(conn, record, caps if capped else None, own_transaction=False)
         return None
+
+    async def _create_batched(self, record: TaskRecord) -> bool:
+        """Insert `record` (no caps to check) in the next batch of statements
+        (`postgres.batching`). `False`: nothing was inserted (a duplicate, `max_tasks`
+        reached): the general path runs it again and decides what that means."""
+        rows = await self._query(self.sql.create, self._params(record), batch=True)
+        return bool(rows[0][0])
 
     async def _create_unheld(self, record: TaskRecord, key: str, caps: ActiveCaps | None) -> bool:
         """Insert `record` unless a live task holds `key`, in one statement (`key_free` takes
@@ -224,7 +233,8 @@ class PostgresTaskStore(
             raise DuplicateTask(f"task {record.task_id!r} already exists")
 
     async def get(self, task_id: str) -> TaskRecord | None:
-        rows = await self._query(self.sql.get, {"id": task_id, "now": time.time()}, read=True)
+        params = {"id": task_id, "now": time.time()}
+        rows = await self._query(self.sql.get, params, read=True, batch=True)
         return from_row(rows[0]) if rows else None
 
     # --- changes ----------------------------------------------------------------------
@@ -265,7 +275,7 @@ class PostgresTaskStore(
             "result": None if kept is None else encode_result(kept),
             "error": dumps(error) if status == "failed" else None,
         }
-        rows = await self._query(self.sql.transition, params)
+        rows = await self._query(self.sql.transition, params, batch=True)
         return from_row(rows[0][:_WIDTH]) if rows else None
 
     async def request_input(
@@ -322,7 +332,7 @@ class PostgresTaskStore(
         made terminal) may have outdated: `unchanged(record)` false says so, and the next
         statement, with a newer snapshot, returns the current record instead."""
         for _ in range(3):  # a terminal task stays terminal: the second read settles it
-            rows = await self._query(query, {**params, "now": time.time()})
+            rows = await self._query(query, {**params, "now": time.time()}, batch=True)
             if not rows:
                 return None
             found = from_row(rows[0][:_WIDTH])

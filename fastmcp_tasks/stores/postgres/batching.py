@@ -1,0 +1,104 @@
+"""The PostgreSQL store's batched statements: several callers' statements, one round trip.
+
+`PostgresCalls` puts a `CallBatcher` (`stores.call_batching`) in front of the single
+statements every task makes: its creation, `get`, a status change (`transition`) and
+a progress message. Made while none of them is on its way, a statement goes at once on
+a pooled connection, as it always did; made while one is, it goes with the others made
+meanwhile in one pipeline on one connection: one send, one read, one commit.
+
+The statements of a batch run in the order they were made, in one transaction (BEGIN
+travels with the first, COMMIT with the last: still one round trip), so each sees those
+before it, as it would have one after the other, and they commit together. That is the
+saving on the server too: one commit, one WAL flush, for the batch. Which they do not
+share is failure: a statement the server refuses, or whose parameters psycopg cannot
+send, rolls the batch back before anything commits, and then every call of it is made
+again by its caller alone (`ALONE`), so only the statement at fault fails, with its own
+error. A connection lost under a batch fails each of its writes as it would fail that
+write alone (the store maps it to "unreachable"; the engine and the front end treat it
+as they treat any lost reply), and its reads are made again alone, which retries them
+on another connection (after a server restart each pooled connection may be a dead one).
+A statement waiting for a row lock holds the batch's earlier ones meanwhile; two
+batches that wait on each other are a deadlock PostgreSQL breaks by refusing one, whose
+calls then go alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+import psycopg
+from psycopg import AsyncConnection
+
+from fastmcp_tasks.stores.call_batching import ALONE, CallBatcher
+from fastmcp_tasks.stores.postgres.liveness import returns_rows
+
+Row = tuple[Any, ...]
+Params = Sequence[Any] | Mapping[str, Any]
+#: One call: a statement, its parameters, and whether it only reads.
+Statement = tuple[str, Params, bool]
+
+
+class PostgresCalls:
+    """The store's batched statements (module doc).
+
+    Args:
+        connection: a pooled connection, as the store checks one out (`_checkout`).
+        timeout: the bound of one batch, seconds.
+        prepare: psycopg's `prepare` for each statement.
+        stats: the store's counters: each statement adds one to `"statements"`, and each
+            statement that shared a round trip with another one to `"batched"`.
+    """
+
+    def __init__(
+        self,
+        connection: Callable[[], AbstractAsyncContextManager[AsyncConnection[Any]]],
+        timeout: float,
+        prepare: bool | None,
+        stats: dict[str, int],
+    ) -> None:
+        self._connection = connection
+        self._timeout = timeout
+        self._prepare = prepare
+        self._stats = stats
+        self._batcher: CallBatcher[Statement] = CallBatcher(self._send, _closed)
+
+    async def query(
+        self,
+        query: str,
+        params: Params,
+        alone: Callable[[], Awaitable[list[Row]]],
+        *,
+        read: bool = False,
+    ) -> list[Row]:
+        """The rows of one statement: `alone()` when nothing is on its way, else batched.
+        A `read` whose batch met a connection the server had closed is made again alone,
+        on another connection, as a read made alone is (a write fails, as alone)."""
+        return await self._batcher.call((query, params, read), alone)
+
+    async def _send(self, batch: list[Statement]) -> list[Any]:
+        stats = self._stats
+        stats["statements"] += len(batch)
+        stats["batched"] = stats.get("batched", 0) + len(batch) - 1
+        async with asyncio.timeout(self._timeout), self._connection() as conn:
+            try:
+                async with conn.pipeline(), conn.transaction():
+                    cursors = [
+                        await conn.execute(query, params, prepare=self._prepare)
+                        for query, params, _ in batch
+                    ]
+            except psycopg.Error as exc:
+                if conn.closed or conn.broken:  # the connection, not a statement
+                    return [ALONE if read else exc for _, _, read in batch]
+                return [ALONE] * len(batch)  # refused and rolled back: each caller alone
+            return [await cur.fetchall() if returns_rows(cur) else [] for cur in cursors]
+
+    async def close(self) -> None:
+        """Fail what is queued; the store closes."""
+        await self._batcher.close()
+
+
+def _closed() -> Exception:
+    return psycopg.OperationalError("the store was closed")

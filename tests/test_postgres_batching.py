@@ -1,0 +1,185 @@
+"""The PostgreSQL store's batched statements (`stores.postgres.batching`), on a real server.
+
+Concurrent creates, reads and status changes of one store object share round trips
+(`stats["batched"]`); a statement psycopg cannot send rolls its batch back, so the
+others are made alone exactly once and only it fails; reads whose batch met dead
+connections are retried on fresh ones. What each call answers under concurrency is
+the store contract's (`ConcurrencyContract`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import psycopg
+import pytest
+
+from fastmcp_tasks.errors import StoreError
+from fastmcp_tasks.stores.base import TaskRecord
+from fastmcp_tasks.stores.postgres import PostgresTaskStore
+from fastmcp_tasks.testing import make_record
+from tests.test_store_contract import POSTGRES_URL, postgres_available, postgres_store
+
+pytestmark = pytest.mark.anyio
+
+#: Connections the store's pool keeps (all of them are killed by the dead-connection test).
+POOL = 6
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def store() -> AsyncIterator[PostgresTaskStore]:
+    made = postgres_store(pool_min=POOL, pool_max=POOL)
+    assert isinstance(made, PostgresTaskStore)
+    await made.open()
+    try:
+        yield made
+    finally:
+        await made.close()
+
+
+def round_trips(store: PostgresTaskStore) -> int:
+    return store.stats["statements"] - store.stats.get("batched", 0)
+
+
+async def test_concurrent_statements_share_round_trips(store: PostgresTaskStore) -> None:
+    with anyio.fail_after(20):
+        tasks = [make_record(arguments={"n": n}) for n in range(30)]
+        for task in tasks:  # one at a time: alone, never batched
+            await store.create(task)
+        assert store.stats.get("batched", 0) == 0
+        found: dict[str, TaskRecord | None] = {}
+
+        async def get(task_id: str) -> None:
+            found[task_id] = await store.get(task_id)
+
+        before = round_trips(store)
+        async with anyio.create_task_group() as group:
+            for task in tasks:
+                group.start_soon(get, task.task_id)
+        assert round_trips(store) - before <= 3  # one alone, then a batch
+        assert all(found[t.task_id].arguments == t.arguments for t in tasks)  # type: ignore[union-attr]
+        ended: list[TaskRecord | None] = []
+
+        async def finish(task: TaskRecord) -> None:
+            ended.append(await store.transition(task.task_id, "completed", result={}))
+
+        before = round_trips(store)
+        async with anyio.create_task_group() as group:
+            for task in tasks:
+                group.start_soon(finish, task)
+        assert round_trips(store) - before <= 3
+        assert len(ended) == len(tasks) and all(e is not None for e in ended)
+
+
+async def test_a_statement_that_cannot_be_sent_fails_alone_and_the_rest_apply_once(
+    store: PostgresTaskStore,
+) -> None:
+    with anyio.fail_after(20):
+        first, second, third = make_record(), make_record(), make_record()
+        await store.create(first)
+        await store.create(second)
+        outcomes: dict[str, Any] = {}
+
+        async def call(key: str, make: Any) -> None:
+            try:
+                outcomes[key] = await make()
+            except StoreError as exc:
+                outcomes[key] = exc
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(call, "lead", lambda: store.get(first.task_id))  # goes alone
+            group.start_soon(call, "first", lambda: store.transition(first.task_id, "completed"))
+            group.start_soon(call, "bad", lambda: store.get("nul\x00id"))  # psycopg refuses
+            group.start_soon(call, "second", lambda: store.transition(second.task_id, "failed"))
+            group.start_soon(call, "third", lambda: store.create(third))
+        assert store.stats.get("batched", 0) >= 3  # they were one batch
+        assert isinstance(outcomes["bad"], StoreError) and "NUL" in str(outcomes["bad"])
+        # the batch was rolled back, so each write was made once, alone, and applied
+        assert outcomes["first"] is not None and outcomes["first"].status == "completed"
+        assert outcomes["second"] is not None and outcomes["second"].status == "failed"
+        got = await store.get(third.task_id)
+        assert got is not None and got.status == "working"
+
+
+async def test_concurrent_reads_after_the_pools_connections_were_killed_are_answered(
+    store: PostgresTaskStore,
+) -> None:
+    postgres_available()
+    name = f"fastmcp-tasks:{store.schema}"
+    count = "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+    with anyio.fail_after(20):
+        tasks = [make_record(arguments={"n": n}) for n in range(10)]
+        for task in tasks:
+            await store.create(task)
+        async with await psycopg.AsyncConnection.connect(POSTGRES_URL, autocommit=True) as raw:
+            while (await (await raw.execute(count, (name,))).fetchall())[0][0] < POOL:  # noqa: ASYNC110 - another process's state
+                await anyio.sleep(0.02)  # the pool has opened every connection: all die
+            await raw.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = %s",
+                (name,),
+            )
+        found: dict[str, TaskRecord | None] = {}
+
+        async def get(task_id: str) -> None:
+            found[task_id] = await store.get(task_id)
+
+        async with anyio.create_task_group() as group:
+            for task in tasks:
+                group.start_soon(get, task.task_id)
+        assert all(found[t.task_id] is not None for t in tasks)
+
+
+async def test_a_batch_whose_connection_dies_fails_its_writes_and_retries_its_reads(
+    store: PostgresTaskStore,
+) -> None:
+    """The batch's backend is killed while a write of it waits for a row lock: that write
+    fails as it would alone ("unreachable"), the read beside it is answered."""
+    postgres_available()
+    held, other = make_record(), make_record()
+    await store.create(held)
+    await store.create(other)
+    waiting = (
+        "SELECT pid FROM pg_stat_activity WHERE application_name = %s AND wait_event_type = 'Lock'"
+    )
+    outcomes: dict[str, Any] = {}
+
+    async def call(key: str, make: Any) -> None:
+        try:
+            outcomes[key] = await make()
+        except StoreError as exc:
+            outcomes[key] = exc
+
+    with anyio.fail_after(20):
+        async with await psycopg.AsyncConnection.connect(POSTGRES_URL) as locker:
+            await locker.execute(
+                f"SELECT 1 FROM {store.schema}.tasks WHERE task_id = %s FOR UPDATE",
+                (held.task_id,),
+            )
+            async with await psycopg.AsyncConnection.connect(
+                POSTGRES_URL, autocommit=True
+            ) as watcher:
+                async with anyio.create_task_group() as group:
+                    group.start_soon(call, "lead", lambda: store.get(other.task_id))
+                    group.start_soon(
+                        call, "write", lambda: store.transition(held.task_id, "completed")
+                    )
+                    group.start_soon(call, "read", lambda: store.get(other.task_id))
+                    name = f"fastmcp-tasks:{store.schema}"
+                    lookup = (waiting, (name,))
+                    while not (found := await (await watcher.execute(*lookup)).fetchall()):  # noqa: ASYNC110
+                        await anyio.sleep(0.01)  # until the batch waits for the lock
+                    await watcher.execute("SELECT pg_terminate_backend(%s)", found[0])
+            await locker.rollback()
+    assert store.stats.get("batched", 0) >= 1  # the write and the read were one batch
+    assert isinstance(outcomes["write"], StoreError) and "unreachable" in str(outcomes["write"])
+    assert isinstance(outcomes["read"], TaskRecord) and outcomes["read"].task_id == other.task_id
+    got = await store.get(held.task_id)
+    assert got is not None and got.status == "working"  # the write was not applied
