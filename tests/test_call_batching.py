@@ -188,10 +188,10 @@ async def test_a_lone_survivor_of_a_batch_is_made_by_its_caller() -> None:
     assert answers == {1: 10, 3: 30}
 
 
-async def test_closing_fails_what_is_queued_and_stops_the_batch_on_its_way() -> None:
+async def test_closing_lets_the_batch_on_its_way_end_and_fails_what_is_queued() -> None:
     recorder = Recorder()
-    recorder.release.clear()  # a batch stays on its way
-    recorder.alone_release = asyncio.Event()  # a call made alone waits until told
+    recorder.release.clear()  # a batch stays on its way until told
+    recorder.alone_release = asyncio.Event()  # so does a call made alone
     batcher = batcher_of(recorder)
     outcomes: dict[int, Any] = {}
 
@@ -211,7 +211,41 @@ async def test_closing_fails_what_is_queued_and_stops_the_batch_on_its_way() -> 
             for n in range(4, 6):  # queued behind it
                 group.start_soon(call, n)
             await anyio.wait_all_tasks_blocked()
-            await batcher.close()
-        assert recorder.batches == [[2, 3]]
-        assert outcomes[1] == 10
-        assert all(isinstance(outcomes[n], ConnectionError) for n in (2, 3, 4, 5))
+            group.start_soon(batcher.close)
+            await anyio.wait_all_tasks_blocked()
+            recorder.release.set()  # the batch on its way answers its callers
+        assert recorder.batches == [[2, 3]]  # 4 and 5 were never sent
+        assert outcomes[1] == 10 and outcomes[2] == 20 and outcomes[3] == 30
+        assert all(isinstance(outcomes[n], ConnectionError) for n in (4, 5))
+        with pytest.raises(ConnectionError):  # closed: a later call fails at once
+            await batcher.call(6, recorder.alone_call(6))
+        assert 6 not in recorder.alone
+
+
+async def test_a_send_that_answers_the_wrong_number_of_calls_fails_them_all() -> None:
+    async def short(batch: list[int]) -> list[Any]:
+        return batch[:-1]
+
+    gate = asyncio.Event()
+
+    async def alone() -> int:
+        await gate.wait()
+        return 0
+
+    batcher: CallBatcher[int] = CallBatcher(short, lambda: ConnectionError("closed"))
+    outcomes: dict[int, Any] = {}
+
+    async def call(n: int) -> None:
+        try:
+            outcomes[n] = await batcher.call(n, alone)
+        except RuntimeError as exc:
+            outcomes[n] = exc
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+            for n in range(3):
+                group.start_soon(call, n)
+            await anyio.wait_all_tasks_blocked()
+            gate.set()
+    assert outcomes[0] == 0
+    assert all(isinstance(outcomes[n], RuntimeError) for n in (1, 2))

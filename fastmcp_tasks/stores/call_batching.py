@@ -15,7 +15,8 @@ batch was sent is not sent. A batch that fails as a whole fails each of its call
 that error; `send` may instead answer a call `ALONE`, and its caller then makes it by
 itself (the PostgreSQL store does so for the calls of a batch a failing statement
 aborted). The batch is sent by a task of its own, so a caller that stops waiting never
-stops a batch other calls ride in.
+stops a batch other calls ride in. Closing lets the batch on its way end (its callers
+get their answers: their calls may have been applied) and fails what is still queued.
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ class CallBatcher(Generic[Call]):
 
     async def call(self, call: Call, alone: Callable[[], Awaitable[T]]) -> T:
         """Make `call`: `alone()` when nothing is on its way, else in the next batch."""
+        if self._closed:
+            raise self._closed_error()
         if not self._busy:
             self._busy = True
             try:
@@ -86,7 +89,7 @@ class CallBatcher(Generic[Call]):
 
     async def _drain(self) -> None:
         try:
-            while self._queued:
+            while self._queued and not self._closed:
                 taken = self._queued[:LARGEST_BATCH]
                 del self._queued[:LARGEST_BATCH]
                 batch = [(call, reply) for call, reply in taken if not reply.done()]
@@ -102,9 +105,11 @@ class CallBatcher(Generic[Call]):
     async def _deliver(self, batch: list[tuple[Call, asyncio.Future[Any]]]) -> None:
         try:
             outcomes = await self._send([call for call, _ in batch])
+            if len(outcomes) != len(batch):
+                raise RuntimeError(f"{len(outcomes)} outcomes for a batch of {len(batch)}")
         except Exception as exc:  # the batch failed as a whole: so does each call
             outcomes = [exc] * len(batch)
-        except BaseException:  # cancelled: the store is closing
+        except BaseException:  # cancelled: the event loop is going away
             outcomes = [self._closed_error()] * len(batch)
             self._settle(batch, outcomes)
             raise
@@ -121,12 +126,12 @@ class CallBatcher(Generic[Call]):
                 reply.set_result(outcome)
 
     async def close(self) -> None:
-        """Stop the batch on its way and fail what is queued (the store closes)."""
+        """Let the batch on its way end (its calls may have been applied: their callers
+        get their answers), then fail what is still queued; later calls fail at once."""
         self._closed = True
         sender, self._sender = self._sender, None
-        if sender is not None:
-            sender.cancel()
-            await asyncio.gather(sender, return_exceptions=True)
+        if sender is not None:  # bounded: `send` is bounded by the store's timeout
+            await asyncio.gather(asyncio.shield(sender), return_exceptions=True)
         for _, reply in self._queued:
             if not reply.done():
                 reply.set_exception(self._closed_error())

@@ -17,9 +17,14 @@ error. A connection lost under a batch fails each of its writes as it would fail
 write alone (the store maps it to "unreachable"; the engine and the front end treat it
 as they treat any lost reply), and its reads are made again alone, which retries them
 on another connection (after a server restart each pooled connection may be a dead one).
-A statement waiting for a row lock holds the batch's earlier ones meanwhile; two
-batches that wait on each other are a deadlock PostgreSQL breaks by refusing one, whose
-calls then go alone.
+A batch holds the rows it changed until it commits, so unlike single statements it can
+meet another transaction in a lock cycle. Its writes run in task-id order
+(`_lock_order`), the order in which lease renewal's statement over several tasks
+normally locks them (an index scan over the sorted ids), which keeps the two apart; a
+cycle PostgreSQL does find (two processes changing the same tasks at the same moment)
+is a deadlock it breaks after `deadlock_timeout` by refusing one transaction: a refused
+batch's calls go alone, a refused renewal is retried at the next one. A statement
+waiting for a row lock holds the batch's other calls meanwhile.
 """
 
 from __future__ import annotations
@@ -80,20 +85,26 @@ class PostgresCalls:
 
     async def _send(self, batch: list[Statement]) -> list[Any]:
         stats = self._stats
-        stats["statements"] += len(batch)
-        stats["batched"] = stats.get("batched", 0) + len(batch) - 1
+        stats["statements"] += len(batch)  # sent, and made again if the batch is refused
+        stats["batched"] = stats.get("batched", 0) + len(batch) - 1  # one round trip
+        order = sorted(range(len(batch)), key=lambda i: _lock_order(batch[i]))
         async with asyncio.timeout(self._timeout), self._connection() as conn:
             try:
                 async with conn.pipeline(), conn.transaction():
                     cursors = [
-                        await conn.execute(query, params, prepare=self._prepare)
-                        for query, params, _ in batch
+                        await conn.execute(batch[i][0], batch[i][1], prepare=self._prepare)
+                        for i in order
                     ]
             except psycopg.Error as exc:
                 if conn.closed or conn.broken:  # the connection, not a statement
                     return [ALONE if read else exc for _, _, read in batch]
                 return [ALONE] * len(batch)  # refused and rolled back: each caller alone
-            return [await cur.fetchall() if returns_rows(cur) else [] for cur in cursors]
+            except Exception:  # parameters that could not be encoded: nothing committed
+                return [ALONE] * len(batch)
+            outcomes: list[Any] = [None] * len(batch)
+            for i, cur in zip(order, cursors, strict=True):
+                outcomes[i] = await cur.fetchall() if returns_rows(cur) else []
+        return outcomes
 
     async def close(self) -> None:
         """Fail what is queued; the store closes."""
@@ -102,3 +113,13 @@ class PostgresCalls:
 
 def _closed() -> Exception:
     return psycopg.OperationalError("the store was closed")
+
+
+def _lock_order(statement: Statement) -> tuple[bool, str]:
+    """Reads first, then writes by task id: the order a batch's statements run in (module
+    doc). Concurrent calls have no order of their own; one caller's are never in one
+    batch, since each waits for its call's answer before making the next."""
+    _, params, read = statement
+    if read or not isinstance(params, Mapping):
+        return (False, "")
+    return (True, str(params.get("id") or params.get("task_id") or ""))

@@ -9,11 +9,13 @@ made meanwhile as one pipeline (`transaction=False`): one send, one read.
 What each call sees is what it would see alone: the pipeline's commands run in the
 order they were made, each on its own (a script is atomic by itself; a pipeline is not a
 transaction), and each gets its own reply or error, so a script that fails, fails only
-its caller. A `NOSCRIPT` (Redis restarted with an empty script cache) is answered as
-the unbatched path answers it: the caller calls that script again by itself, through
-`AsyncScript`, which loads it. The caller's `_guard` bounds the whole wait (queue and
-round trip) by the store's `timeout` and maps redis-py's errors; a batch is bounded by
-it too, so a black-holed Redis fails the batch's callers instead of holding the next.
+its caller, and so does a call whose arguments redis-py cannot encode (checked one call
+at a time before the pipeline is built). A `NOSCRIPT` (Redis restarted with an empty
+script cache) is answered as the unbatched path answers it: the caller calls that script
+again by itself, through `AsyncScript`, which loads it. The caller's `_guard` bounds the
+whole wait (queue and round trip) by the store's `timeout` and maps redis-py's errors; a
+batch is bounded by it too, so a black-holed Redis fails the batch's callers instead of
+holding the next.
 """
 
 from __future__ import annotations
@@ -67,16 +69,27 @@ class RedisCalls:
         return await self._batcher.call((command, None), alone)
 
     async def _send(self, batch: list[Command]) -> list[Any]:
+        outcomes: list[Any] = [None] * len(batch)
+        encode = self._client.connection_pool.get_encoder().encode
         pipe = self._client.pipeline(transaction=False)
-        for command, _ in batch:
-            pipe.execute_command(*command)
+        sent: list[int] = []
+        for i, (command, _) in enumerate(batch):
+            try:  # each call's arguments alone: one that cannot be sent fails only itself
+                encoded = [encode(arg) for arg in command[1:]]
+            except Exception as exc:
+                outcomes[i] = exc
+                continue
+            pipe.execute_command(command[0], *encoded)
+            sent.append(i)
+        if not sent:
+            return outcomes
         self._stats["round_trips"] += 1
         async with asyncio.timeout(self._timeout):
             replies = await pipe.execute(raise_on_error=False)
-        return [
-            ALONE if isinstance(reply, NoScriptError) and script is not None else reply
-            for (_, script), reply in zip(batch, replies, strict=True)
-        ]
+        for i, reply in zip(sent, replies, strict=True):
+            noscript = isinstance(reply, NoScriptError) and batch[i][1] is not None
+            outcomes[i] = ALONE if noscript else reply
+        return outcomes
 
     async def close(self) -> None:
         """Fail what is queued; the store closes."""
