@@ -133,7 +133,7 @@ class PostgresTaskStore(
         )
         key = record.dedupe_key if dedupe_window is not None else None
         if key is None:  # one statement, its own transaction (the caps lock's too)
-            if not capped and await self._create_batched(record):
+            if await self._create_batched(record, caps if capped else None):
                 return None
             async with self._connection() as conn:
                 await self._insert(conn, record, caps if capped else None, own_transaction=True)
@@ -153,11 +153,18 @@ class PostgresTaskStore(
             await self._insert(conn, record, caps if capped else None, own_transaction=False)
         return None
 
-    async def _create_batched(self, record: TaskRecord) -> bool:
-        """Insert `record` (no caps to check) in the next batch of statements
-        (`postgres.batching`). `False`: nothing was inserted (a duplicate, `max_tasks`
-        reached): the general path runs it again and decides what that means."""
-        rows = await self._query(self.sql.create, self._params(record), batch=True)
+    async def _create_batched(self, record: TaskRecord, caps: ActiveCaps | None) -> bool:
+        """Insert `record` in the next batch of statements (`postgres.batching`), the caps
+        checked in their shared mode. `False`: nothing was inserted (a duplicate, a cap or
+        `max_tasks` refused, or a cap came near and wants the exact check): the general
+        path runs it again in a transaction of its own and decides what that means, so a
+        batch never takes the caps lock exclusively."""
+        params = self._params(record)
+        query = self.sql.create
+        if caps is not None:
+            query = self.sql.create_capped
+            params.update(self._caps_params(caps, exclusive=False))
+        rows = await self._query(query, params, batch=True)
         return bool(rows[0][0])
 
     async def _create_unheld(self, record: TaskRecord, key: str, caps: ActiveCaps | None) -> bool:
