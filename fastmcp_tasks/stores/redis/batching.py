@@ -9,8 +9,9 @@ made meanwhile as one pipeline (`transaction=False`): one send, one read.
 What each call sees is what it would see alone: the pipeline's commands run in the
 order they were made, each on its own (a script is atomic by itself; a pipeline is not a
 transaction), and each gets its own reply or error, so a script that fails, fails only
-its caller, and so does a call whose arguments redis-py cannot encode (checked one call
-at a time before the pipeline is built). A `NOSCRIPT` (Redis restarted with an empty
+its caller, and so does a call whose arguments redis-py cannot encode (packing a
+pipeline fails before anything is sent: each call is then checked alone, and the others
+are made again by their callers). A `NOSCRIPT` (Redis restarted with an empty
 script cache) is answered as the unbatched path answers it: the caller calls that script
 again by itself, through `AsyncScript`, which loads it. The caller's `_guard` bounds the
 whole wait (queue and round trip) by the store's `timeout` and maps redis-py's errors; a
@@ -26,7 +27,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError
+from redis.exceptions import DataError, NoScriptError
 
 from fastmcp_tasks.stores.call_batching import ALONE, CallBatcher
 
@@ -69,27 +70,30 @@ class RedisCalls:
         return await self._batcher.call((command, None), alone)
 
     async def _send(self, batch: list[Command]) -> list[Any]:
-        outcomes: list[Any] = [None] * len(batch)
-        encode = self._client.connection_pool.get_encoder().encode
         pipe = self._client.pipeline(transaction=False)
-        sent: list[int] = []
-        for i, (command, _) in enumerate(batch):
-            try:  # each call's arguments alone: one that cannot be sent fails only itself
-                encoded = [encode(arg) for arg in command[1:]]
-            except Exception as exc:
-                outcomes[i] = exc
-                continue
-            pipe.execute_command(command[0], *encoded)
-            sent.append(i)
-        if not sent:
-            return outcomes
+        for command, _ in batch:
+            pipe.execute_command(*command)
         self._stats["round_trips"] += 1
-        async with asyncio.timeout(self._timeout):
-            replies = await pipe.execute(raise_on_error=False)
-        for i, reply in zip(sent, replies, strict=True):
-            noscript = isinstance(reply, NoScriptError) and batch[i][1] is not None
-            outcomes[i] = ALONE if noscript else reply
-        return outcomes
+        try:
+            async with asyncio.timeout(self._timeout):
+                replies = await pipe.execute(raise_on_error=False)
+        except (DataError, UnicodeError):  # packing the pipeline failed: nothing was sent
+            self._stats["round_trips"] -= 1
+            return [self._unsendable(command) or ALONE for command, _ in batch]
+        return [
+            ALONE if isinstance(reply, NoScriptError) and script is not None else reply
+            for (_, script), reply in zip(batch, replies, strict=True)
+        ]
+
+    def _unsendable(self, command: tuple[Any, ...]) -> Exception | None:
+        """Why redis-py cannot encode `command`'s arguments, if it cannot."""
+        encode = self._client.connection_pool.get_encoder().encode
+        try:
+            for arg in command[1:]:
+                encode(arg)
+        except Exception as exc:
+            return exc
+        return None
 
     async def close(self) -> None:
         """Fail what is queued; the store closes."""
