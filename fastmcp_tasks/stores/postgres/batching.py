@@ -6,9 +6,9 @@ a progress message. Made while none of them is on its way, a statement goes at o
 a pooled connection, as it always did; made while one is, it goes with the others made
 meanwhile in one pipeline on one connection: one send, one read, one commit.
 
-The statements of a batch run in the order they were made, in one transaction (BEGIN
-travels with the first, COMMIT with the last: still one round trip), so each sees those
-before it, as it would have one after the other, and they commit together. That is the
+The statements of a batch run in one transaction (BEGIN travels with the first, COMMIT
+with the last: still one round trip; a batch of reads only needs none), so each sees
+those before it, as it would have one after the other, and they commit together. That is the
 saving on the server too: one commit, one WAL flush, for the batch. Which they do not
 share is failure: a statement the server refuses, or whose parameters psycopg cannot
 send, rolls the batch back before anything commits, and then every call of it is made
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Any
 
 import psycopg
@@ -88,9 +88,10 @@ class PostgresCalls:
         stats["statements"] += len(batch)  # sent, and made again if the batch is refused
         stats["batched"] = stats.get("batched", 0) + len(batch) - 1  # one round trip
         order = sorted(range(len(batch)), key=lambda i: _lock_order(batch[i]))
+        writes = not all(read for _, _, read in batch)
         async with asyncio.timeout(self._timeout), self._connection() as conn:
-            try:
-                async with conn.pipeline(), conn.transaction():
+            try:  # reads alone need no transaction of their own: nothing to commit
+                async with conn.pipeline(), conn.transaction() if writes else nullcontext():
                     cursors = [
                         await conn.execute(batch[i][0], batch[i][1], prepare=self._prepare)
                         for i in order
