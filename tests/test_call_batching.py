@@ -249,3 +249,33 @@ async def test_a_send_that_answers_the_wrong_number_of_calls_fails_them_all() ->
             gate.set()
     assert outcomes[0] == 0
     assert all(isinstance(outcomes[n], RuntimeError) for n in (1, 2))
+
+
+async def test_a_cancelled_close_still_answers_what_is_queued() -> None:
+    recorder = Recorder()
+    recorder.release.clear()  # the batch on its way never answers in time
+    recorder.alone_release = asyncio.Event()
+    batcher = batcher_of(recorder)
+    outcomes: dict[int, Any] = {}
+
+    async def call(n: int) -> None:
+        try:
+            outcomes[n] = await batcher.call(n, recorder.alone_call(n))
+        except ConnectionError as exc:
+            outcomes[n] = exc
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+            for n in range(1, 4):
+                group.start_soon(call, n)
+            await anyio.wait_all_tasks_blocked()
+            recorder.alone_release.set()  # 1 answers; the batch [2, 3] goes, and is held
+            await anyio.wait_all_tasks_blocked()
+            group.start_soon(call, 4)  # queued behind it
+            await anyio.wait_all_tasks_blocked()
+            with anyio.move_on_after(0.05):  # closing gives up waiting for the batch
+                await batcher.close()
+            await anyio.wait_all_tasks_blocked()
+            assert isinstance(outcomes.get(4), ConnectionError)  # answered, not left hanging
+            recorder.release.set()  # the batch on its way still answers its own callers
+    assert outcomes[2] == 20 and outcomes[3] == 30

@@ -9,6 +9,7 @@ the store contract's (`ConcurrencyContract`).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -16,8 +17,8 @@ import anyio
 import psycopg
 import pytest
 
-from fastmcp_tasks.errors import StoreError
-from fastmcp_tasks.stores.base import TaskRecord
+from fastmcp_tasks.errors import StoreError, TaskLimitExceeded
+from fastmcp_tasks.stores.base import ActiveCaps, TaskRecord
 from fastmcp_tasks.stores.postgres import PostgresTaskStore
 from fastmcp_tasks.testing import make_record
 from tests.test_store_contract import POSTGRES_URL, postgres_available, postgres_store
@@ -188,3 +189,71 @@ async def test_a_batch_whose_connection_dies_fails_its_writes_and_retries_its_re
     assert isinstance(outcomes["read"], TaskRecord) and outcomes["read"].task_id == other.task_id
     got = await store.get(held.task_id)
     assert got is not None and got.status == "working"  # the write was not applied
+
+
+async def test_batched_capped_creates_of_several_processes_never_overshoot_the_cap() -> None:
+    """Three store objects (three processes' pools) on one schema, each with 55 capped
+    creates batched behind a transition that waits for a row lock, so that their batches'
+    transactions overlap: no more tasks are active than the cap allows. A batch carries
+    one capped create, so the caps' shared mode counts one insert per transaction."""
+    cap, each = 160, 55
+    base = postgres_store(pool_min=2, pool_max=4)
+    assert isinstance(base, PostgresTaskStore)
+    await base.open()
+    stores = [postgres_store(schema=base.schema, pool_min=2, pool_max=4) for _ in range(3)]
+    outcomes: list[Any] = []
+
+    async def call(make: Any) -> None:
+        try:
+            outcomes.append(await make())
+        except Exception as exc:  # TaskLimitExceeded past the cap
+            outcomes.append(exc)
+
+    try:
+        for store in stores:
+            await store.open()
+        blockers = [make_record() for _ in stores]
+        for blocker in blockers:
+            await base.create(blocker)
+        caps = ActiveCaps(total=cap)
+        name = f"fastmcp-tasks:{base.schema}"
+        with anyio.fail_after(30):
+            async with await psycopg.AsyncConnection.connect(POSTGRES_URL) as locker:
+                ids = [b.task_id for b in blockers]
+                await locker.execute(
+                    f"SELECT 1 FROM {base.schema}.tasks WHERE task_id = ANY(%s) FOR UPDATE",
+                    (ids,),
+                )
+                async with anyio.create_task_group() as group:
+                    for store, blocker in zip(stores, blockers, strict=True):
+                        group.start_soon(call, functools.partial(store.get, "lead"))  # alone
+                        for _ in range(each):
+                            record = make_record()
+                            group.start_soon(
+                                call, functools.partial(store.create, record, caps=caps)
+                            )
+                        end = functools.partial(store.transition, blocker.task_id, "completed")
+                        group.start_soon(call, end)
+                    await lock_waiters(name, len(stores))  # each batch, its caps lock held
+                    await locker.rollback()
+        async with await psycopg.AsyncConnection.connect(POSTGRES_URL, autocommit=True) as raw:
+            query = f"SELECT count(*) FROM {base.schema}.tasks WHERE status = 'working'"
+            active = (await (await raw.execute(query)).fetchall())[0][0]
+        assert active <= cap, f"{active} active tasks under a cap of {cap}"
+        refused = [o for o in outcomes if isinstance(o, TaskLimitExceeded)]
+        assert active + len(refused) == each * len(stores)  # the blockers ended
+    finally:
+        for store in stores:
+            await store.close()
+        await base.close()
+
+
+async def lock_waiters(name: str, count: int) -> None:
+    """Return once `count` backends of the store named `name` wait for a lock."""
+    query = (
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
+        "AND wait_event_type = 'Lock'"
+    )
+    async with await psycopg.AsyncConnection.connect(POSTGRES_URL, autocommit=True) as watcher:
+        while (await (await watcher.execute(query, (name,))).fetchall())[0][0] < count:  # noqa: ASYNC110
+            await anyio.sleep(0.02)

@@ -19,12 +19,12 @@ import anyio
 import pytest
 import redis.asyncio as aioredis
 
-from fastmcp_tasks.errors import StoreError
+from fastmcp_tasks.errors import DuplicateTask, StoreError
 from fastmcp_tasks.stores.base import TaskRecord
 from fastmcp_tasks.stores.redis import RedisTaskStore
 from fastmcp_tasks.testing import make_record
 from tests.private_servers import PrivateRedis
-from tests.test_store_contract import redis_store
+from tests.test_store_contract import REDIS_URL, redis_store
 
 pytestmark = pytest.mark.anyio
 
@@ -170,4 +170,36 @@ async def test_a_call_that_cannot_be_encoded_fails_alone_and_the_rest_apply_once
             assert outcomes["first"] is not None and outcomes["first"].status == "completed"
             assert outcomes["second"] is not None and outcomes["second"].status == "failed"
     finally:
+        await store.close()
+
+
+async def test_a_reply_that_cannot_be_decoded_never_makes_a_batch_run_twice() -> None:
+    """Bytes that are not UTF-8 in a task's hash fail the batch that read them after it
+    ran: its writes are not made again (a create answered alone would then find its own
+    task and report a duplicate)."""
+    store = redis_store()
+    assert isinstance(store, RedisTaskStore)
+    await store.open()
+    raw = aioredis.Redis.from_url(REDIS_URL)
+    outcomes: dict[str, Any] = {}
+
+    async def call(key: str, make: Any) -> None:
+        try:
+            outcomes[key] = await make()
+        except Exception as exc:
+            outcomes[key] = exc
+
+    try:
+        with anyio.fail_after(10):
+            await raw.hset(store.keys.task("garbled"), mapping={"status": b"\xff\xfe"})
+            good = make_record()
+            async with anyio.create_task_group() as group:
+                group.start_soon(call, "lead", lambda: store.get("lead"))  # goes alone
+                group.start_soon(call, "create", lambda: store.create(good))
+                group.start_soon(call, "garbled", lambda: store.get("garbled"))
+            assert not isinstance(outcomes["create"], DuplicateTask), outcomes
+            assert await store.get(good.task_id) is not None
+    finally:
+        await raw.delete(store.keys.task("garbled"))
+        await raw.aclose()
         await store.close()

@@ -130,9 +130,11 @@ class CallBatcher(Generic[Call]):
         get their answers), then fail what is still queued; later calls fail at once."""
         self._closed = True
         sender, self._sender = self._sender, None
-        if sender is not None:  # bounded: `send` is bounded by the store's timeout
-            await asyncio.gather(asyncio.shield(sender), return_exceptions=True)
-        for _, reply in self._queued:
-            if not reply.done():
-                reply.set_exception(self._closed_error())
-        self._queued.clear()
+        try:
+            if sender is not None:  # bounded: `send` is bounded by the store's timeout
+                await asyncio.gather(asyncio.shield(sender), return_exceptions=True)
+        finally:  # even if closing is cancelled: nothing queued is left unanswered
+            for _, reply in self._queued:
+                if not reply.done():
+                    reply.set_exception(self._closed_error())
+            self._queued.clear()

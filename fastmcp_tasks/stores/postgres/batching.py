@@ -17,8 +17,12 @@ error. A connection lost under a batch fails each of its writes as it would fail
 write alone (the store maps it to "unreachable"; the engine and the front end treat it
 as they treat any lost reply), and its reads are made again alone, which retries them
 on another connection (after a server restart each pooled connection may be a dead one).
-A batch holds the rows it changed until it commits, so unlike single statements it can
-meet another transaction in a lock cycle. Its writes run in task-id order
+A create under the active-task caps goes one to a batch, before the batch's other writes
+(a second one waits for the next batch): the caps' shared-mode bound
+(`schema.CAPS_FUNCTION`) counts one insert per transaction holding the caps lock, and a
+create that finds itself near a cap takes that lock exclusively before the batch holds
+any row. A batch holds the rows it changed until it commits, so unlike single statements
+it can meet another transaction in a lock cycle. Its other writes run in task-id order
 (`_lock_order`), the order in which lease renewal's statement over several tasks
 normally locks them (an index scan over the sorted ids), which keeps the two apart; a
 cycle PostgreSQL does find (two processes changing the same tasks at the same moment)
@@ -42,8 +46,9 @@ from fastmcp_tasks.stores.postgres.liveness import returns_rows
 
 Row = tuple[Any, ...]
 Params = Sequence[Any] | Mapping[str, Any]
-#: One call: a statement, its parameters, and whether it only reads.
-Statement = tuple[str, Params, bool]
+#: One call: a statement, its parameters, whether it only reads, and whether it is a
+#: create that checks the active-task caps.
+Statement = tuple[str, Params, bool, bool]
 
 
 class PostgresCalls:
@@ -77,33 +82,43 @@ class PostgresCalls:
         alone: Callable[[], Awaitable[list[Row]]],
         *,
         read: bool = False,
+        capped: bool = False,
     ) -> list[Row]:
         """The rows of one statement: `alone()` when nothing is on its way, else batched.
         A `read` whose batch met a connection the server had closed is made again alone,
-        on another connection, as a read made alone is (a write fails, as alone)."""
-        return await self._batcher.call((query, params, read), alone)
+        on another connection, as a read made alone is (a write fails, as alone). A
+        `capped` create goes one to a batch (module doc)."""
+        return await self._batcher.call((query, params, read, capped), alone)
 
     async def _send(self, batch: list[Statement]) -> list[Any]:
+        outcomes: list[Any] = [ALONE] * len(batch)
+        sent: list[int] = []
+        capped = False
+        for i in sorted(range(len(batch)), key=lambda i: _lock_order(batch[i])):
+            if batch[i][3]:
+                if capped:
+                    continue  # a second capped create: its caller makes it alone
+                capped = True
+            sent.append(i)
         stats = self._stats
-        stats["statements"] += len(batch)  # sent, and made again if the batch is refused
-        stats["batched"] = stats.get("batched", 0) + len(batch) - 1  # one round trip
-        order = sorted(range(len(batch)), key=lambda i: _lock_order(batch[i]))
-        writes = not all(read for _, _, read in batch)
+        stats["statements"] += len(sent)  # sent, and made again if the batch is refused
+        stats["batched"] = stats.get("batched", 0) + len(sent) - 1  # one round trip
+        writes = not all(batch[i][2] for i in sent)
         async with asyncio.timeout(self._timeout), self._connection() as conn:
             try:  # reads alone need no transaction of their own: nothing to commit
                 async with conn.pipeline(), conn.transaction() if writes else nullcontext():
                     cursors = [
                         await conn.execute(batch[i][0], batch[i][1], prepare=self._prepare)
-                        for i in order
+                        for i in sent
                     ]
             except psycopg.Error as exc:
                 if conn.closed or conn.broken:  # the connection, not a statement
-                    return [ALONE if read else exc for _, _, read in batch]
-                return [ALONE] * len(batch)  # refused and rolled back: each caller alone
+                    for i in sent:
+                        outcomes[i] = ALONE if batch[i][2] else exc
+                return outcomes  # else refused and rolled back: each caller alone
             except Exception:  # parameters that could not be encoded: nothing committed
-                return [ALONE] * len(batch)
-            outcomes: list[Any] = [None] * len(batch)
-            for i, cur in zip(order, cursors, strict=True):
+                return outcomes
+            for i, cur in zip(sent, cursors, strict=True):
                 outcomes[i] = await cur.fetchall() if returns_rows(cur) else []
         return outcomes
 
@@ -116,11 +131,13 @@ def _closed() -> Exception:
     return psycopg.OperationalError("the store was closed")
 
 
-def _lock_order(statement: Statement) -> tuple[bool, str]:
-    """Reads first, then writes by task id: the order a batch's statements run in (module
-    doc). Concurrent calls have no order of their own; one caller's are never in one
-    batch, since each waits for its call's answer before making the next."""
-    _, params, read = statement
+def _lock_order(statement: Statement) -> tuple[int, str]:
+    """Reads first, then a capped create, then the other writes by task id: the order a
+    batch's statements run in (module doc). The sort is stable, so two calls for one task
+    keep the order they were made in; concurrent calls have no order of their own."""
+    _, params, read, capped = statement
     if read or not isinstance(params, Mapping):
-        return (False, "")
-    return (True, str(params.get("id") or params.get("task_id") or ""))
+        return (0, "")
+    if capped:
+        return (1, "")
+    return (2, str(params.get("id") or params.get("task_id") or ""))

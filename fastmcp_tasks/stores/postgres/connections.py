@@ -310,19 +310,26 @@ class PostgresConnections:
         return await conn.execute(query, params, prepare=self._prepare)
 
     async def _query(
-        self, query: str, params: Params = (), *, read: bool = False, batch: bool = False
+        self,
+        query: str,
+        params: Params = (),
+        *,
+        read: bool = False,
+        batch: bool = False,
+        capped: bool = False,
     ) -> list[Row]:
         """One statement on a pooled connection: its rows. A `read` that met a connection
         the server had closed (a restart since it was last used) runs again on another
         (each pooled connection may be such a one). `batch`: made while another batched
-        statement is on its way, it goes with the next batch (`postgres.batching`)."""
+        statement is on its way, it goes with the next batch (`postgres.batching`), one
+        to a batch if `capped` (a create that checks the active-task caps)."""
         calls = self._calls
         if not batch or calls is None:
             return await self._alone(query, params, read=read)
         try:
             async with asyncio.timeout(self.timeout):
                 alone = functools.partial(self._alone, query, params, read=read)
-                return await calls.query(query, params, alone, read=read)
+                return await calls.query(query, params, alone, read=read, capped=capped)
         except (TimeoutError, psycopg.Error) as exc:
             mapped = self._mapped(exc)
             if mapped is None:

@@ -154,17 +154,17 @@ class PostgresTaskStore(
         return None
 
     async def _create_batched(self, record: TaskRecord, caps: ActiveCaps | None) -> bool:
-        """Insert `record` in the next batch of statements (`postgres.batching`), the caps
-        checked in their shared mode. `False`: nothing was inserted (a duplicate, a cap or
-        `max_tasks` refused, or a cap came near and wants the exact check): the general
-        path runs it again in a transaction of its own and decides what that means, so a
-        batch never takes the caps lock exclusively."""
+        """Insert `record` in the next batch of statements (`postgres.batching`: one
+        capped create to a batch), the caps checked as a create alone checks them.
+        `False`: nothing was inserted (a duplicate, a cap or `max_tasks` refused, or a cap
+        came near meanwhile and wants the exact check): the general path runs it again in
+        a transaction of its own and decides what that means."""
         params = self._params(record)
         query = self.sql.create
         if caps is not None:
             query = self.sql.create_capped
             params.update(self._caps_params(caps, exclusive=False))
-        rows = await self._query(query, params, batch=True)
+        rows = await self._query(query, params, batch=True, capped=caps is not None)
         return bool(rows[0][0])
 
     async def _create_unheld(self, record: TaskRecord, key: str, caps: ActiveCaps | None) -> bool:

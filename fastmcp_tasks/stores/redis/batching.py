@@ -77,7 +77,7 @@ class RedisCalls:
         try:
             async with asyncio.timeout(self._timeout):
                 replies = await pipe.execute(raise_on_error=False)
-        except (DataError, UnicodeError):  # packing the pipeline failed: nothing was sent
+        except (DataError, UnicodeEncodeError):  # packing failed: nothing was sent
             self._stats["round_trips"] -= 1
             return [self._unsendable(command) or ALONE for command, _ in batch]
         return [
