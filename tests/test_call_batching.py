@@ -8,6 +8,8 @@ stores that use it are covered by the store contract (`ConcurrencyContract`) and
 from __future__ import annotations
 
 import asyncio
+import functools
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -65,6 +67,31 @@ def batcher_of(recorder: Recorder) -> CallBatcher[int]:
     return CallBatcher(recorder.send, lambda: ConnectionError("closed"))
 
 
+def held() -> tuple[Recorder, CallBatcher[int]]:
+    """A recorder whose calls (alone or batched) wait until `release` is set, and its batcher."""
+    recorder = Recorder()
+    recorder.release.clear()
+    return recorder, batcher_of(recorder)
+
+
+async def settle(outcomes: dict[Any, Any], key: Any, make: Callable[[], Awaitable[Any]]) -> None:
+    """`outcomes[key]`: what `make()` returned, or the exception it raised (the tests of
+    the stores' batching use it too)."""
+    try:
+        outcomes[key] = await make()
+    except Exception as exc:
+        outcomes[key] = exc
+
+
+def calling(batcher: CallBatcher[int], recorder: Recorder, outcomes: dict[Any, Any]) -> Any:
+    """`call(n)`: make call `n` through `batcher`, its outcome into `outcomes[n]`."""
+
+    async def call(n: int) -> None:
+        await settle(outcomes, n, functools.partial(batcher.call, n, recorder.alone_call(n)))
+
+    return call
+
+
 async def test_an_idle_call_goes_alone_and_is_never_batched() -> None:
     recorder = Recorder()
     batcher = batcher_of(recorder)
@@ -75,13 +102,9 @@ async def test_an_idle_call_goes_alone_and_is_never_batched() -> None:
 
 
 async def test_calls_made_while_one_is_on_its_way_go_together_in_order() -> None:
-    recorder = Recorder()
-    recorder.release.clear()
-    batcher = batcher_of(recorder)
+    recorder, batcher = held()
     answers: dict[int, Any] = {}
-
-    async def call(n: int) -> None:
-        answers[n] = await batcher.call(n, recorder.alone_call(n))
+    call = calling(batcher, recorder, answers)
 
     with anyio.fail_after(5):
         async with anyio.create_task_group() as group:
@@ -94,16 +117,9 @@ async def test_calls_made_while_one_is_on_its_way_go_together_in_order() -> None
 
 
 async def test_each_call_gets_its_own_error_and_alone_means_its_caller_makes_it() -> None:
-    recorder = Recorder()
-    recorder.release.clear()
-    batcher = batcher_of(recorder)
+    recorder, batcher = held()
     answers: dict[int, Any] = {}
-
-    async def call(n: int) -> None:
-        try:
-            answers[n] = await batcher.call(n, recorder.alone_call(n))
-        except ValueError as exc:
-            answers[n] = str(exc)
+    call = calling(batcher, recorder, answers)
 
     with anyio.fail_after(5):
         async with anyio.create_task_group() as group:
@@ -112,21 +128,16 @@ async def test_each_call_gets_its_own_error_and_alone_means_its_caller_makes_it(
             await anyio.wait_all_tasks_blocked()
             recorder.release.set()
     assert recorder.batches == [[2, -3, 4, -1, 5]]
-    assert answers == {1: 10, 2: 20, -3: "refused -3", 4: 40, -1: "made alone", 5: 50}
+    shown = {n: str(a) if isinstance(a, ValueError) else a for n, a in answers.items()}
+    assert shown == {1: 10, 2: 20, -3: "refused -3", 4: 40, -1: "made alone", 5: 50}
     assert recorder.alone == [1, -1]
 
 
 async def test_a_batch_that_fails_as_a_whole_fails_each_of_its_calls() -> None:
-    recorder = Recorder()
-    recorder.release.clear()
-    batcher = batcher_of(recorder)
+    recorder, batcher = held()
     outcomes: dict[int, Any] = {}
 
-    async def call(n: int) -> None:
-        try:
-            outcomes[n] = await batcher.call(n, recorder.alone_call(n))
-        except OSError as exc:
-            outcomes[n] = exc
+    call = calling(batcher, recorder, outcomes)
 
     with anyio.fail_after(5):
         async with anyio.create_task_group() as group:
@@ -141,10 +152,10 @@ async def test_a_batch_that_fails_as_a_whole_fails_each_of_its_calls() -> None:
         assert await batcher.call(7, recorder.alone_call(7)) == 70  # and it serves on
 
 
-async def test_a_call_whose_caller_stopped_waiting_is_not_sent() -> None:
-    recorder = Recorder()
-    recorder.release.clear()
-    batcher = batcher_of(recorder)
+async def cancel_some(calls: list[int], cancelled: set[int]) -> tuple[Recorder, dict[int, Any]]:
+    """Make `calls` at once (the first goes alone and is held, the rest queue), cancel the
+    callers of `cancelled` while they wait, then let everything answer."""
+    recorder, batcher = held()
     answers: dict[int, Any] = {}
     scopes: dict[int, anyio.CancelScope] = {}
 
@@ -154,36 +165,24 @@ async def test_a_call_whose_caller_stopped_waiting_is_not_sent() -> None:
 
     with anyio.fail_after(5):
         async with anyio.create_task_group() as group:
-            for n in range(1, 6):
+            for n in calls:
                 group.start_soon(call, n)
             await anyio.wait_all_tasks_blocked()
-            scopes[3].cancel()
-            scopes[4].cancel()
+            for n in cancelled:
+                scopes[n].cancel()
             await anyio.wait_all_tasks_blocked()
             recorder.release.set()
+    return recorder, answers
+
+
+async def test_a_call_whose_caller_stopped_waiting_is_not_sent() -> None:
+    recorder, answers = await cancel_some([1, 2, 3, 4, 5], {3, 4})
     assert recorder.batches == [[2, 5]]
     assert answers == {1: 10, 2: 20, 5: 50}
 
 
 async def test_a_lone_survivor_of_a_batch_is_made_by_its_caller() -> None:
-    recorder = Recorder()
-    recorder.release.clear()
-    batcher = batcher_of(recorder)
-    answers: dict[int, Any] = {}
-    scopes: dict[int, anyio.CancelScope] = {}
-
-    async def call(n: int) -> None:
-        with anyio.CancelScope() as scopes[n]:
-            answers[n] = await batcher.call(n, recorder.alone_call(n))
-
-    with anyio.fail_after(5):
-        async with anyio.create_task_group() as group:
-            for n in (1, 2, 3):
-                group.start_soon(call, n)
-            await anyio.wait_all_tasks_blocked()
-            scopes[2].cancel()
-            await anyio.wait_all_tasks_blocked()
-            recorder.release.set()
+    recorder, answers = await cancel_some([1, 2, 3], {2})
     assert recorder.batches == [] and recorder.alone == [1, 3]
     assert answers == {1: 10, 3: 30}
 
@@ -195,11 +194,7 @@ async def test_closing_lets_the_batch_on_its_way_end_and_fails_what_is_queued() 
     batcher = batcher_of(recorder)
     outcomes: dict[int, Any] = {}
 
-    async def call(n: int) -> None:
-        try:
-            outcomes[n] = await batcher.call(n, recorder.alone_call(n))
-        except ConnectionError as exc:
-            outcomes[n] = exc
+    call = calling(batcher, recorder, outcomes)
 
     with anyio.fail_after(5):
         async with anyio.create_task_group() as group:
@@ -258,11 +253,7 @@ async def test_a_cancelled_close_still_answers_what_is_queued() -> None:
     batcher = batcher_of(recorder)
     outcomes: dict[int, Any] = {}
 
-    async def call(n: int) -> None:
-        try:
-            outcomes[n] = await batcher.call(n, recorder.alone_call(n))
-        except ConnectionError as exc:
-            outcomes[n] = exc
+    call = calling(batcher, recorder, outcomes)
 
     with anyio.fail_after(5):
         async with anyio.create_task_group() as group:

@@ -21,6 +21,7 @@ from fastmcp_tasks.errors import StoreError, TaskLimitExceeded
 from fastmcp_tasks.stores.base import ActiveCaps, TaskRecord
 from fastmcp_tasks.stores.postgres import PostgresTaskStore
 from fastmcp_tasks.testing import make_record
+from tests.test_call_batching import settle
 from tests.test_store_contract import POSTGRES_URL, postgres_available, postgres_store
 
 pytestmark = pytest.mark.anyio
@@ -93,11 +94,7 @@ async def test_a_statement_that_cannot_be_sent_fails_alone_and_the_rest_apply_on
         await store.create(second)
         outcomes: dict[str, Any] = {}
 
-        async def call(key: str, make: Any) -> None:
-            try:
-                outcomes[key] = await make()
-            except Exception as exc:
-                outcomes[key] = exc
+        call = functools.partial(settle, outcomes)
 
         async with anyio.create_task_group() as group:
             group.start_soon(call, "lead", lambda: store.get(first.task_id))  # goes alone
@@ -156,12 +153,7 @@ async def test_a_batch_whose_connection_dies_fails_its_writes_and_retries_its_re
         "SELECT pid FROM pg_stat_activity WHERE application_name = %s AND wait_event_type = 'Lock'"
     )
     outcomes: dict[str, Any] = {}
-
-    async def call(key: str, make: Any) -> None:
-        try:
-            outcomes[key] = await make()
-        except StoreError as exc:
-            outcomes[key] = exc
+    call = functools.partial(settle, outcomes)
 
     with anyio.fail_after(20):
         async with await psycopg.AsyncConnection.connect(POSTGRES_URL) as locker:
@@ -201,13 +193,11 @@ async def test_batched_capped_creates_of_several_processes_never_overshoot_the_c
     assert isinstance(base, PostgresTaskStore)
     await base.open()
     stores = [postgres_store(schema=base.schema, pool_min=2, pool_max=4) for _ in range(3)]
-    outcomes: list[Any] = []
+    outcomes: dict[int, Any] = {}
+    made = iter(range(1_000_000))
 
     async def call(make: Any) -> None:
-        try:
-            outcomes.append(await make())
-        except Exception as exc:  # TaskLimitExceeded past the cap
-            outcomes.append(exc)
+        await settle(outcomes, next(made), make)  # TaskLimitExceeded past the cap
 
     try:
         for store in stores:
@@ -240,7 +230,7 @@ async def test_batched_capped_creates_of_several_processes_never_overshoot_the_c
             query = f"SELECT count(*) FROM {base.schema}.tasks WHERE status = 'working'"
             active = (await (await raw.execute(query)).fetchall())[0][0]
         assert active <= cap, f"{active} active tasks under a cap of {cap}"
-        refused = [o for o in outcomes if isinstance(o, TaskLimitExceeded)]
+        refused = [o for o in outcomes.values() if isinstance(o, TaskLimitExceeded)]
         assert active + len(refused) == each * len(stores)  # the blockers ended
     finally:
         for store in stores:

@@ -10,9 +10,8 @@ store contract's (`ConcurrencyContract`); the NOSCRIPT and outage tests run a pr
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -24,25 +23,18 @@ from fastmcp_tasks.stores.base import TaskRecord
 from fastmcp_tasks.stores.redis import RedisTaskStore
 from fastmcp_tasks.testing import make_record
 from tests.private_servers import PrivateRedis
+from tests.test_call_batching import settle
+from tests.test_redis_outages import server
 from tests.test_store_contract import REDIS_URL, redis_store
 
 pytestmark = pytest.mark.anyio
+
+__all__ = ["server"]  # the private redis-server fixture of test_redis_outages, not copied
 
 
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-@pytest.fixture
-async def server(tmp_path: Path) -> AsyncIterator[PrivateRedis]:
-    private = PrivateRedis(tmp_path)
-    private.start()
-    try:
-        await private.ready()
-        yield private
-    finally:
-        private.stop()
 
 
 async def gather_gets(store: RedisTaskStore, ids: list[str]) -> dict[str, TaskRecord | None]:
@@ -148,11 +140,7 @@ async def test_a_call_that_cannot_be_encoded_fails_alone_and_the_rest_apply_once
     await store.open()
     outcomes: dict[str, Any] = {}
 
-    async def call(key: str, make: Any) -> None:
-        try:
-            outcomes[key] = await make()
-        except Exception as exc:
-            outcomes[key] = exc
+    call = functools.partial(settle, outcomes)
 
     try:
         with anyio.fail_after(10):
@@ -183,11 +171,7 @@ async def test_a_reply_that_cannot_be_decoded_never_makes_a_batch_run_twice() ->
     raw = aioredis.Redis.from_url(REDIS_URL)
     outcomes: dict[str, Any] = {}
 
-    async def call(key: str, make: Any) -> None:
-        try:
-            outcomes[key] = await make()
-        except Exception as exc:
-            outcomes[key] = exc
+    call = functools.partial(settle, outcomes)
 
     try:
         with anyio.fail_after(10):
