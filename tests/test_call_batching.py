@@ -270,3 +270,26 @@ async def test_a_cancelled_close_still_answers_what_is_queued() -> None:
             assert isinstance(outcomes.get(4), ConnectionError)  # answered, not left hanging
             recorder.release.set()  # the batch on its way still answers its own callers
     assert outcomes[2] == 20 and outcomes[3] == 30
+
+
+async def test_calls_a_batch_does_not_admit_are_made_alone_at_once() -> None:
+    recorder, _ = held()
+    recorder.alone_release = asyncio.Event()  # calls made alone wait for this one
+    batcher = CallBatcher(
+        recorder.send,
+        lambda: ConnectionError("closed"),
+        lambda calls: [n % 2 == 0 for n in calls],  # odd calls may not ride in a batch
+    )
+    outcomes: dict[Any, Any] = {}
+    call = calling(batcher, recorder, outcomes)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+            for n in range(1, 6):
+                group.start_soon(call, n)
+            await anyio.wait_all_tasks_blocked()
+            recorder.alone_release.set()  # 1 answers; the batch [2, 4] goes and is held
+            await anyio.wait_all_tasks_blocked()
+            assert outcomes == {1: 10, 3: 30, 5: 50}  # not held up by the batch
+            recorder.release.set()
+    assert recorder.batches == [[2, 4]] and recorder.alone == [1, 3, 5]
+    assert outcomes == {n: n * 10 for n in range(1, 6)}

@@ -49,14 +49,18 @@ class CallBatcher(Generic[Call]):
             call, in order: a reply, an `Exception` for that call alone, or `ALONE`.
             Raising fails every call of the batch.
         closed: the error queued calls get when the store closes.
+        admit: which calls of a batch may go in it (`True` each); the others are
+            answered `ALONE` at once, before the batch is sent. Default: all.
     """
 
     def __init__(
         self,
         send: Callable[[list[Call]], Awaitable[list[Any]]],
         closed: Callable[[], Exception],
+        admit: Callable[[list[Call]], list[bool]] | None = None,
     ) -> None:
         self._send = send
+        self._admit = admit
         self._closed_error = closed
         self._queued: list[tuple[Call, asyncio.Future[Any]]] = []
         self._busy = False  # a call, or a batch, is on its way
@@ -93,6 +97,12 @@ class CallBatcher(Generic[Call]):
                 taken = self._queued[:LARGEST_BATCH]
                 del self._queued[:LARGEST_BATCH]
                 batch = [(call, reply) for call, reply in taken if not reply.done()]
+                if self._admit is not None and len(batch) > 1:
+                    admitted = self._admit([call for call, _ in batch])
+                    for (_, reply), admit in zip(batch, admitted, strict=True):
+                        if not admit:  # its caller makes it alone, now
+                            reply.set_result(ALONE)
+                    batch = [each for each, admit in zip(batch, admitted, strict=True) if admit]
                 if len(batch) == 1:  # by itself, its caller makes it
                     batch[0][1].set_result(ALONE)
                 elif batch:

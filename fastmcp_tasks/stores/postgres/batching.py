@@ -18,15 +18,16 @@ write alone (the store maps it to "unreachable"; the engine and the front end tr
 as they treat any lost reply), and its reads are made again alone, which retries them
 on another connection (after a server restart each pooled connection may be a dead one).
 A create under the active-task caps goes one to a batch, before the batch's other writes
-(a second one waits for the next batch): the caps' shared-mode bound
-(`schema.CAPS_FUNCTION`) counts one insert per transaction holding the caps lock, and a
-create that finds itself near a cap takes that lock exclusively before the batch holds
-any row. A batch holds the rows it changed until it commits, so unlike single statements
-it can meet another transaction in a lock cycle. Its other writes run in task-id order
+(the caller of a second one makes it alone): the caps' shared-mode bound
+(`schema.CAPS_FUNCTION`) counts one insert per transaction holding the caps lock. In a
+batch the caps lock is only ever taken shared: a create near a cap inserts nothing there
+and is made again alone, where the check is exact (`postgres.caps_batched`). A batch
+holds the rows it changed until it commits, so unlike single statements it can meet
+another transaction in a lock cycle. Its other writes run in task-id order
 (`_lock_order`), the order in which lease renewal's statement over several tasks
 normally locks them (an index scan over the sorted ids), which keeps the two apart; a
-cycle PostgreSQL does find (two processes changing the same tasks at the same moment)
-is a deadlock it breaks after `deadlock_timeout` by refusing one transaction: a refused
+cycle PostgreSQL does find (two processes changing the same tasks at the same moment) is
+a deadlock it breaks after `deadlock_timeout` by refusing one transaction: a refused
 batch's calls go alone, a refused renewal is retried at the next one. A statement
 waiting for a row lock holds the batch's other calls meanwhile.
 """
@@ -73,7 +74,7 @@ class PostgresCalls:
         self._timeout = timeout
         self._prepare = prepare
         self._stats = stats
-        self._batcher: CallBatcher[Statement] = CallBatcher(self._send, _closed)
+        self._batcher: CallBatcher[Statement] = CallBatcher(self._send, _closed, _one_capped)
 
     async def query(
         self,
@@ -92,14 +93,7 @@ class PostgresCalls:
 
     async def _send(self, batch: list[Statement]) -> list[Any]:
         outcomes: list[Any] = [ALONE] * len(batch)
-        sent: list[int] = []
-        capped = False
-        for i in sorted(range(len(batch)), key=lambda i: _lock_order(batch[i])):
-            if batch[i][3]:
-                if capped:
-                    continue  # a second capped create: its caller makes it alone
-                capped = True
-            sent.append(i)
+        sent = sorted(range(len(batch)), key=lambda i: _lock_order(batch[i]))
         stats = self._stats
         stats["statements"] += len(sent)  # sent, and made again if the batch is refused
         stats["batched"] = stats.get("batched", 0) + len(sent) - 1  # one round trip
@@ -129,6 +123,17 @@ class PostgresCalls:
 
 def _closed() -> Exception:
     return psycopg.OperationalError("the store was closed")
+
+
+def _one_capped(batch: list[Statement]) -> list[bool]:
+    """Which statements go in the batch: all but a second capped create and later ones,
+    whose callers make them alone at once (module doc)."""
+    admitted: list[bool] = []
+    capped = False
+    for _, _, _, is_capped in batch:
+        admitted.append(not (is_capped and capped))
+        capped = capped or is_capped
+    return admitted
 
 
 def _lock_order(statement: Statement) -> tuple[int, str]:
