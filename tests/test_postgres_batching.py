@@ -249,48 +249,50 @@ async def lock_waiters(name: str, count: int) -> None:
             await anyio.sleep(0.02)
 
 
-async def test_a_batched_create_near_a_cap_never_holds_the_caps_lock_in_its_batch(
+async def test_caps_check_batched_never_takes_the_caps_lock_exclusively(
     store: PostgresTaskStore,
 ) -> None:
-    """Near a cap, a create in a batch whose other statement waits for a row lock takes
-    no caps lock there (it is made again alone, exactly, once its batch ends), and the
-    creates made alone meanwhile are not held up by that batch."""
+    """Far from every cap it takes the caps lock shared and answers no retry; near one it
+    takes no lock at all and answers retry (the create is then made alone, exactly)."""
+    for _ in range(30):
+        await store.create(make_record())
+    check = f"SELECT retry FROM {store.schema}.caps_check_batched(%s, %s, NULL, NULL, false)"
+    held = "SELECT mode FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
+    with anyio.fail_after(10):
+        async with await psycopg.AsyncConnection.connect(POSTGRES_URL) as conn:
+            for cap, near, modes in ((100_000, False, ["ShareLock"]), (130, True, [])):
+                rows = await (await conn.execute(check, (f"{store.schema}:caps", cap))).fetchall()
+                locks = [m for (m,) in await (await conn.execute(held)).fetchall()]
+                await conn.rollback()
+                assert rows == [(near,)] and locks == modes, (cap, rows, locks)
+
+
+async def test_a_capped_create_rides_only_with_reads_and_near_a_cap_is_made_alone(
+    store: PostgresTaskStore,
+) -> None:
     caps = ActiveCaps(total=130)  # 30 active + the margin (max_connections, >= 100): near
     for _ in range(30):
         await store.create(make_record(), caps=caps)
-    blocker = make_record()
-    await store.create(blocker)
     outcomes: dict[str, Any] = {}
-    records = [make_record() for _ in range(3)]
-    held = (
-        "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
-        "WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = %s "
-        "AND a.wait_event_type = 'Lock'"
-    )
-    with anyio.fail_after(30):
-        async with await psycopg.AsyncConnection.connect(POSTGRES_URL) as locker:
-            await locker.execute(
-                f"SELECT 1 FROM {store.schema}.tasks WHERE task_id = %s FOR UPDATE",
-                (blocker.task_id,),
-            )
-            async with anyio.create_task_group() as group:
-                group.start_soon(settle, outcomes, "lead", functools.partial(store.get, "lead"))
-                for record in records:
-                    create = functools.partial(store.create, record, caps=caps)
-                    group.start_soon(settle, outcomes, record.task_id, create)
-                end = functools.partial(store.transition, blocker.task_id, "completed")
-                group.start_soon(settle, outcomes, "end", end)
-                name = f"fastmcp-tasks:{store.schema}"
-                await lock_waiters(name, 1)  # the batch waits for the blocker's row
-                # the creates made alone are not held up by that batch (the one riding in it
-                # waits for it, as every call of a batch does)
-                while sum(r.task_id in outcomes for r in records) < len(records) - 1:  # noqa: ASYNC110
-                    await anyio.sleep(0.02)
-                async with await psycopg.AsyncConnection.connect(
-                    POSTGRES_URL, autocommit=True
-                ) as watcher:
-                    locked = (await (await watcher.execute(held, (name,))).fetchall())[0][0]
-                await locker.rollback()
-    assert locked == 0  # the waiting batch holds no caps lock
-    assert all(outcomes[r.task_id] is None for r in records), outcomes  # all created
-    assert outcomes["end"] is not None and outcomes["end"].status == "completed"
+    near = make_record()
+    before = store.stats["statements"]
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            group.start_soon(settle, outcomes, "lead", functools.partial(store.get, "lead"))
+            group.start_soon(settle, outcomes, "read", functools.partial(store.get, "other"))
+            create = functools.partial(store.create, near, caps=caps)
+            group.start_soon(settle, outcomes, "create", create)
+    assert store.stats.get("batched", 0) == 1  # the read and the create were one batch
+    assert outcomes["create"] is None  # created: made again alone, checked exactly
+    assert store.stats["statements"] == before + 4  # lead, the batch of 2, the create again
+    assert await store.get(near.task_id) is not None
+    alone = store.stats["statements"]
+    async with anyio.create_task_group() as group:  # beside a write it goes alone at once
+        group.start_soon(settle, outcomes, "lead", functools.partial(store.get, "lead"))
+        group.start_soon(
+            settle, outcomes, "end", functools.partial(store.transition, near.task_id, "completed")
+        )
+        group.start_soon(
+            settle, outcomes, "other", functools.partial(store.create, make_record(), caps=caps)
+        )
+    assert store.stats.get("batched", 0) == 1 and store.stats["statements"] == alone + 3

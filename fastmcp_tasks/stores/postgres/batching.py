@@ -17,13 +17,14 @@ error. A connection lost under a batch fails each of its writes as it would fail
 write alone (the store maps it to "unreachable"; the engine and the front end treat it
 as they treat any lost reply), and its reads are made again alone, which retries them
 on another connection (after a server restart each pooled connection may be a dead one).
-A create under the active-task caps goes one to a batch, before the batch's other writes
-(the caller of a second one makes it alone): the caps' shared-mode bound
-(`schema.CAPS_FUNCTION`) counts one insert per transaction holding the caps lock. In a
-batch the caps lock is only ever taken shared: a create near a cap inserts nothing there
-and is made again alone, where the check is exact (`postgres.caps_batched`). A batch
-holds the rows it changed until it commits, so unlike single statements it can meet
-another transaction in a lock cycle. Its other writes run in task-id order
+A create under the active-task caps rides only in a batch of reads, one to a batch
+(`_admitted`: the callers of the others make them alone at once): the caps' shared-mode
+bound (`schema.CAPS_FUNCTION`) counts one insert per transaction holding the caps lock,
+and a batch holding that lock never waits for a task's row meanwhile. In a batch the lock
+is only ever taken shared: a create near a cap inserts nothing there and is made again
+alone, where the check is exact (`postgres.caps_batched`). A batch holds the rows it
+changed until it commits, so unlike single statements it can meet another transaction in
+a lock cycle. Its writes run in task-id order
 (`_lock_order`), the order in which lease renewal's statement over several tasks
 normally locks them (an index scan over the sorted ids), which keeps the two apart; a
 cycle PostgreSQL does find (two processes changing the same tasks at the same moment) is
@@ -35,6 +36,7 @@ waiting for a row lock holds the batch's other calls meanwhile.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Any
@@ -43,6 +45,7 @@ import psycopg
 from psycopg import AsyncConnection
 
 from fastmcp_tasks.stores.call_batching import ALONE, CallBatcher
+from fastmcp_tasks.stores.postgres.caps_batched import batched_create
 from fastmcp_tasks.stores.postgres.liveness import returns_rows
 
 Row = tuple[Any, ...]
@@ -61,6 +64,8 @@ class PostgresCalls:
         prepare: psycopg's `prepare` for each statement.
         stats: the store's counters: each statement adds one to `"statements"`, and each
             statement that shared a round trip with another one to `"batched"`.
+        schema: the store's schema (a capped create in a batch calls its
+            `caps_check_batched`).
     """
 
     def __init__(
@@ -69,12 +74,14 @@ class PostgresCalls:
         timeout: float,
         prepare: bool | None,
         stats: dict[str, int],
+        schema: str,
     ) -> None:
         self._connection = connection
         self._timeout = timeout
         self._prepare = prepare
         self._stats = stats
-        self._batcher: CallBatcher[Statement] = CallBatcher(self._send, _closed, _one_capped)
+        self._schema = schema
+        self._batcher: CallBatcher[Statement] = CallBatcher(self._send, _closed, _admitted)
 
     async def query(
         self,
@@ -88,7 +95,7 @@ class PostgresCalls:
         """The rows of one statement: `alone()` when nothing is on its way, else batched.
         A `read` whose batch met a connection the server had closed is made again alone,
         on another connection, as a read made alone is (a write fails, as alone). A
-        `capped` create goes one to a batch (module doc)."""
+        `capped` create rides only with reads, one to a batch (module doc)."""
         return await self._batcher.call((query, params, read, capped), alone)
 
     async def _send(self, batch: list[Statement]) -> list[Any]:
@@ -102,7 +109,7 @@ class PostgresCalls:
             try:  # reads alone need no transaction of their own: nothing to commit
                 async with conn.pipeline(), conn.transaction() if writes else nullcontext():
                     cursors = [
-                        await conn.execute(batch[i][0], batch[i][1], prepare=self._prepare)
+                        await conn.execute(self._text(batch[i]), batch[i][1], prepare=self._prepare)
                         for i in sent
                     ]
             except psycopg.Error as exc:
@@ -116,6 +123,12 @@ class PostgresCalls:
                 outcomes[i] = await cur.fetchall() if returns_rows(cur) else []
         return outcomes
 
+    def _text(self, statement: Statement) -> str:
+        """The SQL a statement is sent as in a batch: a capped create's calls
+        `caps_check_batched` (`postgres.caps_batched`)."""
+        query, _, _, capped = statement
+        return _batched(query, self._schema) if capped else query
+
     async def close(self) -> None:
         """Fail what is queued; the store closes."""
         await self._batcher.close()
@@ -125,21 +138,29 @@ def _closed() -> Exception:
     return psycopg.OperationalError("the store was closed")
 
 
-def _one_capped(batch: list[Statement]) -> list[bool]:
-    """Which statements go in the batch: all but a second capped create and later ones,
-    whose callers make them alone at once (module doc)."""
+def _admitted(batch: list[Statement]) -> list[bool]:
+    """Which statements go in the batch: all, but a capped create only into a batch of
+    reads, one to a batch; the callers of the others make them alone at once (module
+    doc)."""
+    writes = any(not read and not capped for _, _, read, capped in batch)
     admitted: list[bool] = []
-    capped = False
-    for _, _, _, is_capped in batch:
-        admitted.append(not (is_capped and capped))
-        capped = capped or is_capped
+    taken = False
+    for _, _, _, capped in batch:
+        admitted.append(not capped or not (writes or taken))
+        taken = taken or (capped and not writes)
     return admitted
 
 
+@functools.lru_cache(maxsize=16)
+def _batched(query: str, schema: str) -> str:
+    return batched_create(query, schema)
+
+
 def _lock_order(statement: Statement) -> tuple[int, str]:
-    """Reads first, then a capped create, then the other writes by task id: the order a
-    batch's statements run in (module doc). The sort is stable, so two calls for one task
-    keep the order they were made in; concurrent calls have no order of their own."""
+    """Reads first, then a capped create (never beside other writes: `_admitted`), then
+    the writes by task id: the order a batch's statements run in (module doc). The sort
+    is stable, so two calls for one task keep the order they were made in; concurrent
+    calls have no order of their own."""
     _, params, read, capped = statement
     if read or not isinstance(params, Mapping):
         return (0, "")

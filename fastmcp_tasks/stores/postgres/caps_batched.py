@@ -2,16 +2,17 @@
 
 A capped create alone runs `caps_check` (`schema.CAPS_FUNCTION`): far from every cap it
 takes the schema's caps lock shared, near one exclusive, and then checks exactly. Inside
-a batch the exclusive mode would be held while the batch's other statements wait for
-row locks, stalling every other process's creates meanwhile. `caps_check_batched` never
-takes it: near a cap it takes no lock and answers `retry`, so the statement inserts
-nothing and `PostgresTaskStore.create` makes the create again alone, which checks
-exactly as before. Far from every cap it takes the lock shared and reads the counters
-under it, as `caps_check` does; the shared mode's bound (`schema.CAPS_FUNCTION`) holds
-because a batch carries one capped create (`postgres.batching`).
+a batch the exclusive mode would be held until the batch commits, stalling every other
+process's creates meanwhile. `caps_check_batched` never takes it: near a cap it takes no
+lock and answers `retry`, so the statement inserts nothing and
+`PostgresTaskStore.create` makes the create again alone, which checks exactly as before.
+Far from every cap it takes the lock shared and reads the counters under it, as
+`caps_check` does; the shared mode's bound (`schema.CAPS_FUNCTION`) holds because a
+batch carries one capped create (`postgres.batching`).
 
 The function takes `caps_check`'s arguments (its `exclusive` is ignored), so the
-batched statement is `sql.create_capped` calling it instead (`batched_create`). Every
+statement a batch sends is `sql.create_capped` calling it instead (`batched_create`); a
+create made alone runs `sql.create_capped` itself, exactly as before batching. Every
 `prepare` (re)creates it, as it does `caps_check`: it is no table and needs no version.
 """
 

@@ -195,7 +195,7 @@ class PostgresConnections:
         )
         await pool.open(wait=False)
         self._calls = PostgresCalls(
-            lambda: self._checkout(pool), self.timeout, self._prepare, self.stats
+            lambda: self._checkout(pool), self.timeout, self._prepare, self.stats, self.schema
         )
         self._pool = pool
 
@@ -321,8 +321,8 @@ class PostgresConnections:
         """One statement on a pooled connection: its rows. A `read` that met a connection
         the server had closed (a restart since it was last used) runs again on another
         (each pooled connection may be such a one). `batch`: made while another batched
-        statement is on its way, it goes with the next batch (`postgres.batching`), one
-        to a batch if `capped` (a create that checks the active-task caps)."""
+        statement is on its way, it goes with the next batch (`postgres.batching`); a
+        `capped` one (a create that checks the active-task caps) only with reads."""
         calls = self._calls
         if not batch or calls is None:
             return await self._alone(query, params, read=read)

@@ -73,7 +73,6 @@ from fastmcp_tasks.stores.base import (
     encode_result,
 )
 from fastmcp_tasks.stores.flow import dedupe_match
-from fastmcp_tasks.stores.postgres.caps_batched import batched_create
 from fastmcp_tasks.stores.postgres.connections import DEFAULT_MAX_TASKS, Emit
 from fastmcp_tasks.stores.postgres.flow import MAX_TOMBSTONES, PostgresFlow
 from fastmcp_tasks.stores.postgres.leases import PostgresLeases
@@ -155,15 +154,16 @@ class PostgresTaskStore(
         return None
 
     async def _create_batched(self, record: TaskRecord, caps: ActiveCaps | None) -> bool:
-        """Insert `record` in the next batch of statements (`postgres.batching`: one
-        capped create to a batch, its caps checked far from every cap only,
-        `postgres.caps_batched`). `False`: nothing was inserted (a duplicate, a cap or
-        `max_tasks` refused, or near a cap, where the check must be exact): the general
-        path runs it again in a transaction of its own and decides what that means."""
+        """Insert `record` in one statement: alone when nothing is on its way, as always,
+        else in the next batch (`postgres.batching`: a capped create rides only with
+        reads, its caps checked far from every cap only, `postgres.caps_batched`).
+        `False`: nothing was inserted (a duplicate, a cap or `max_tasks` refused, or near a
+        cap in a batch): the general path runs it again in a transaction of its own and
+        decides what that means."""
         params = self._params(record)
         query = self.sql.create
         if caps is not None:
-            query = batched_create(self.sql.create_capped, self.schema)
+            query = self.sql.create_capped
             params.update(self._caps_params(caps, exclusive=False))
         rows = await self._query(query, params, batch=True, capped=caps is not None)
         return bool(rows[0][0])
