@@ -14,13 +14,21 @@ The function takes `caps_check`'s arguments (its `exclusive` is ignored), so the
 statement a batch sends is `sql.create_capped` calling it instead (`batched_create`); a
 create made alone runs `sql.create_capped` itself, exactly as before batching. Every
 `prepare` (re)creates it, as it does `caps_check`: it is no table and needs no version.
+Both functions' text comes from `caps_function`: they read the counters alike and differ
+only in what each pass ends with.
 """
 
 from __future__ import annotations
 
-CAPS_BATCHED_FUNCTION = """
-CREATE OR REPLACE FUNCTION {s}.caps_check_batched(lock_key text, total_cap bigint,
-    owner_key text, owner_cap bigint, exclusive boolean)
+
+def caps_function(name: str, decide: str) -> str:
+    """The text of a caps check called `name` (`{s}`: the schema, for `.format`): both
+    read the counters in up to two passes, the first without the caps lock, the second
+    under it, and end each pass with `decide`, which answers or takes the lock."""
+    return (
+        f"""
+CREATE OR REPLACE FUNCTION {{s}}.{name}(lock_key text, total_cap bigint, owner_key text,
+    owner_cap bigint, exclusive boolean)
 RETURNS TABLE (active bigint, owned bigint, retry boolean)
 LANGUAGE plpgsql VOLATILE AS $fn$
 DECLARE
@@ -30,24 +38,33 @@ DECLARE
     o bigint := 0;
     near boolean;
 BEGIN
-    -- pass 1 looks without the lock; near a cap it stops there, else takes it shared
     FOR pass IN 1..2 LOOP
         IF total_cap IS NOT NULL THEN
-            SELECT COALESCE(sum(c.n), 0) INTO a FROM {s}.active_counts c WHERE c.key = 't';
+            SELECT COALESCE(sum(c.n), 0) INTO a FROM {{s}}.active_counts c WHERE c.key = 't';
         END IF;
         IF owner_key IS NOT NULL THEN
-            SELECT COALESCE(sum(c.n), 0) INTO o FROM {s}.active_counts c WHERE c.key = owner_key;
+            SELECT COALESCE(sum(c.n), 0) INTO o FROM {{s}}.active_counts c WHERE c.key = owner_key;
         END IF;
         near := (total_cap IS NOT NULL AND a + margin >= total_cap)
             OR (owner_key IS NOT NULL AND owner_cap IS NOT NULL AND o + margin >= owner_cap);
-        IF near OR pass = 2 THEN
+"""
+        + decide
+        + """    END LOOP;
+END
+$fn$"""
+    )
+
+
+#: Near a cap, pass 1 answers `retry` without the lock; else it takes the lock shared.
+CAPS_BATCHED_FUNCTION = caps_function(
+    "caps_check_batched",
+    """        IF near OR pass = 2 THEN
             RETURN QUERY SELECT a, o, near;
             RETURN;
         END IF;
         PERFORM pg_advisory_xact_lock_shared(hashtextextended(lock_key, 0));
-    END LOOP;
-END
-$fn$"""
+""",
+)
 
 
 def batched_create(create_capped: str, schema: str) -> str:
@@ -58,4 +75,4 @@ def batched_create(create_capped: str, schema: str) -> str:
     return create_capped.replace(alone, batched)
 
 
-__all__ = ["CAPS_BATCHED_FUNCTION", "batched_create"]
+__all__ = ["CAPS_BATCHED_FUNCTION", "batched_create", "caps_function"]

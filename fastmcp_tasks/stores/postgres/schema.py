@@ -49,7 +49,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from fastmcp_tasks.errors import ConfigurationError
-from fastmcp_tasks.stores.postgres.caps_batched import CAPS_BATCHED_FUNCTION
+from fastmcp_tasks.stores.postgres.caps_batched import CAPS_BATCHED_FUNCTION, caps_function
 from fastmcp_tasks.stores.postgres.operations_schema import V3 as OPERATIONS_V3
 from fastmcp_tasks.stores.postgres.quiet_readers import GRACE as QUIET_GRACE
 from fastmcp_tasks.stores.postgres.quiet_readers import TABLE as QUIET_TABLE
@@ -215,29 +215,9 @@ MIGRATIONS: dict[int, list[str]] = {
 #: the statement again with `exclusive` (a shared holder that waited for the lock
 #: exclusive could deadlock with another). (Re)created by every `prepare`, under its
 #: lock: it is no table, needs no version.
-CAPS_FUNCTION = """
-CREATE OR REPLACE FUNCTION {s}.caps_check(lock_key text, total_cap bigint, owner_key text,
-    owner_cap bigint, exclusive boolean)
-RETURNS TABLE (active bigint, owned bigint, retry boolean)
-LANGUAGE plpgsql VOLATILE AS $fn$
-DECLARE
-    margin bigint := current_setting('max_connections')::bigint
-        + current_setting('max_prepared_transactions')::bigint;
-    a bigint := 0;
-    o bigint := 0;
-    near boolean;
-BEGIN
-    -- pass 1 looks without the lock and takes it; pass 2 reads under it and answers
-    FOR pass IN 1..2 LOOP
-        IF total_cap IS NOT NULL THEN
-            SELECT COALESCE(sum(c.n), 0) INTO a FROM {s}.active_counts c WHERE c.key = 't';
-        END IF;
-        IF owner_key IS NOT NULL THEN
-            SELECT COALESCE(sum(c.n), 0) INTO o FROM {s}.active_counts c WHERE c.key = owner_key;
-        END IF;
-        near := (total_cap IS NOT NULL AND a + margin >= total_cap)
-            OR (owner_key IS NOT NULL AND owner_cap IS NOT NULL AND o + margin >= owner_cap);
-        IF pass = 2 THEN
+CAPS_FUNCTION = caps_function(
+    "caps_check",
+    """        IF pass = 2 THEN
             RETURN QUERY SELECT a, o, NOT exclusive AND near;
             RETURN;
         END IF;
@@ -247,9 +227,8 @@ BEGIN
         ELSE
             PERFORM pg_advisory_xact_lock_shared(hashtextextended(lock_key, 0));
         END IF;
-    END LOOP;
-END
-$fn$"""
+""",
+)
 
 #: Whether no live task holds dedupe key `held_key`, asked under the key's advisory lock:
 #: a function, so its query's snapshot is taken after the lock is granted (a waiting create
