@@ -120,8 +120,7 @@ class CallBatcher(Generic[Call]):
         except Exception as exc:  # the batch failed as a whole: so does each call
             outcomes = [exc] * len(batch)
         except BaseException:  # cancelled: the event loop is going away
-            outcomes = [self._closed_error()] * len(batch)
-            self._settle(batch, outcomes)
+            self._settle(batch, [self._closed_error()] * len(batch))
             raise
         self._settle(batch, outcomes)
 
