@@ -20,6 +20,7 @@ import pytest
 from fastmcp_tasks.errors import StoreError, TaskLimitExceeded
 from fastmcp_tasks.stores.base import ActiveCaps, TaskRecord
 from fastmcp_tasks.stores.postgres import PostgresTaskStore
+from fastmcp_tasks.stores.postgres.caps_batched import BATCH_CREATES, BATCH_MARGIN, BATCH_SLOTS
 from fastmcp_tasks.testing import make_record
 from tests.test_call_batching import settle
 from tests.test_store_contract import POSTGRES_URL, postgres_available, postgres_store
@@ -296,3 +297,101 @@ async def test_a_capped_create_rides_only_with_reads_and_near_a_cap_is_made_alon
             settle, outcomes, "other", functools.partial(store.create, make_record(), caps=caps)
         )
     assert store.stats.get("batched", 0) == 1 and store.stats["statements"] == alone + 3
+
+
+HELD = "SELECT mode FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
+
+
+async def test_a_transaction_checks_at_most_batch_creates_and_its_second_needs_a_slot(
+    store: PostgresTaskStore,
+) -> None:
+    """The database's own bound on what batches add to the caps' margin: in one
+    transaction `caps_check_batched` passes `BATCH_CREATES` creates and answers retry to
+    the next; the second takes a batch slot (an exclusive advisory lock), and with every
+    slot held by other transactions it answers retry while the first still passes."""
+    check = f"SELECT retry FROM {store.schema}.caps_check_batched(%s, 100000, NULL, NULL, false)"
+    lock = f"{store.schema}:caps"
+
+    async def retries(conn: psycopg.AsyncConnection[Any], times: int) -> list[bool]:
+        return [(await (await conn.execute(check, (lock,))).fetchall())[0][0] for _ in range(times)]
+
+    async def modes(conn: psycopg.AsyncConnection[Any]) -> list[str]:
+        return sorted(m for (m,) in await (await conn.execute(HELD)).fetchall())
+
+    with anyio.fail_after(20):
+        async with await psycopg.AsyncConnection.connect(POSTGRES_URL) as conn:
+            assert await retries(conn, 1) == [False]
+            assert await modes(conn) == ["ShareLock"]  # one create needs no slot
+            assert await retries(conn, BATCH_CREATES) == [False] * (BATCH_CREATES - 1) + [True]
+            assert await modes(conn) == ["ExclusiveLock", "ShareLock"]  # the slot, once
+            await conn.rollback()
+            assert await retries(conn, 1) == [False]  # a new transaction counts anew
+            await conn.rollback()
+            holders = [
+                await psycopg.AsyncConnection.connect(POSTGRES_URL) for _ in range(BATCH_SLOTS)
+            ]
+            try:
+                for holder in holders:
+                    assert await retries(holder, 2) == [False, False]  # each takes a slot
+                assert await retries(conn, 2) == [False, True]  # no slot free
+                await holders[0].rollback()
+                assert await retries(conn, 1) == [False]  # its second, now with a slot
+                await conn.rollback()
+            finally:
+                for holder in holders:
+                    await holder.close()
+
+
+@pytest.mark.parametrize("function", ["caps_check", "caps_check_batched"])
+async def test_both_caps_checks_keep_the_batches_share_in_their_margin(
+    store: PostgresTaskStore, function: str
+) -> None:
+    """Near a cap means within `max_connections` + `max_prepared_transactions` +
+    `BATCH_MARGIN` of it, for the check a create made alone runs and for the batched
+    one: `caps_check` takes the caps lock exclusive there, `caps_check_batched` answers
+    retry; one task further from the cap both take it shared."""
+    for _ in range(30):
+        await store.create(make_record())
+    check = f"SELECT retry FROM {store.schema}.{function}(%s, %s, NULL, NULL, false)"
+    with anyio.fail_after(10):
+        async with await psycopg.AsyncConnection.connect(POSTGRES_URL) as conn:
+            settings = (
+                "SELECT current_setting('max_connections')::int"
+                " + current_setting('max_prepared_transactions')::int"
+            )
+            margin = (await (await conn.execute(settings)).fetchall())[0][0] + BATCH_MARGIN
+            await conn.rollback()
+            near = {"caps_check": (False, ["ExclusiveLock"]), "caps_check_batched": (True, [])}
+            for cap, expected in (
+                (30 + margin, near[function]),
+                (31 + margin, (False, ["ShareLock"])),
+            ):
+                rows = await (await conn.execute(check, (f"{store.schema}:caps", cap))).fetchall()
+                locks = [m for (m,) in await (await conn.execute(HELD)).fetchall()]
+                await conn.rollback()
+                assert (rows[0][0], locks) == expected, (cap, rows, locks)
+
+
+async def test_capped_creates_ride_together_with_reads_each_made_once(
+    store: PostgresTaskStore,
+) -> None:
+    """Far from the caps, concurrent capped creates and a read share one batch (up to
+    `BATCH_CREATES` creates; the others are made alone at once), and each is inserted
+    exactly once: none had to be made again."""
+    caps = ActiveCaps(total=100_000, per_owner=100_000)
+    outcomes: dict[str, Any] = {}
+    records = [make_record(owner="alice") for _ in range(BATCH_CREATES + 2)]
+    before = store.stats["statements"]
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            group.start_soon(settle, outcomes, "lead", functools.partial(store.get, "lead"))
+            group.start_soon(settle, outcomes, "read", functools.partial(store.get, "other"))
+            for i, record in enumerate(records):
+                create = functools.partial(store.create, record, caps=caps)
+                group.start_soon(settle, outcomes, f"create {i}", create)
+    assert all(outcomes[f"create {i}"] is None for i in range(len(records))), outcomes
+    assert store.stats.get("batched", 0) == BATCH_CREATES  # the read and 8 creates: one trip
+    assert store.stats["statements"] == before + 2 + len(records)  # none made again
+    for record in records:
+        got = await store.get(record.task_id)
+        assert got is not None and got.status == "working"

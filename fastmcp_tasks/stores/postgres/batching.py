@@ -17,12 +17,13 @@ error. A connection lost under a batch fails each of its writes as it would fail
 write alone (the store maps it to "unreachable"; the engine and the front end treat it
 as they treat any lost reply), and its reads are made again alone, which retries them
 on another connection (after a server restart each pooled connection may be a dead one).
-A create under the active-task caps rides only in a batch of reads, one to a batch
-(`_admitted`: the callers of the others make them alone at once): the caps' shared-mode
-bound (`schema.CAPS_FUNCTION`) counts one insert per transaction holding the caps lock,
-and a batch holding that lock never waits for a task's row meanwhile. In a batch the lock
-is only ever taken shared: a create near a cap inserts nothing there and is made again
-alone, where the check is exact (`postgres.caps_batched`). A batch holds the rows it
+Creates under the active-task caps ride only in a batch of reads and such creates, up
+to `BATCH_CREATES` in one (`_admitted`: the callers of the others make them alone at
+once), so a batch holding the caps lock never waits for a task's row meanwhile. In a
+batch the lock is only ever taken shared, and the database itself bounds what batches
+add to the caps' shared-mode margin (`postgres.caps_batched`): a create near a cap, past
+a transaction's `BATCH_CREATES` or with no batch slot free inserts nothing there and is
+made again alone, where the check is exact. A batch holds the rows it
 changed until it commits, so unlike single statements it can meet another transaction in
 a lock cycle. Its writes run in task-id order
 (`_lock_order`), the order in which lease renewal's statement over several tasks
@@ -45,7 +46,7 @@ import psycopg
 from psycopg import AsyncConnection
 
 from fastmcp_tasks.stores.call_batching import ALONE, CallBatcher
-from fastmcp_tasks.stores.postgres.caps_batched import batched_create
+from fastmcp_tasks.stores.postgres.caps_batched import BATCH_CREATES, batched_create
 from fastmcp_tasks.stores.postgres.liveness import returns_rows
 
 Row = tuple[Any, ...]
@@ -95,7 +96,7 @@ class PostgresCalls:
         """The rows of one statement: `alone()` when nothing is on its way, else batched.
         A `read` whose batch met a connection the server had closed is made again alone,
         on another connection, as a read made alone is (a write fails, as alone). A
-        `capped` create rides only with reads, one to a batch (module doc)."""
+        `capped` create rides only with reads and other capped creates (module doc)."""
         return await self._batcher.call((query, params, read, capped), alone)
 
     async def _send(self, batch: list[Statement]) -> list[Any]:
@@ -139,15 +140,15 @@ def _closed() -> Exception:
 
 
 def _admitted(batch: list[Statement]) -> list[bool]:
-    """Which statements go in the batch: all, but a capped create only into a batch of
-    reads, one to a batch; the callers of the others make them alone at once (module
-    doc)."""
+    """Which statements go in the batch: all, but capped creates only into a batch of
+    reads and capped creates, up to `BATCH_CREATES`; the callers of the others make them
+    alone at once (module doc)."""
     writes = any(not read and not capped for _, _, read, capped in batch)
     admitted: list[bool] = []
-    taken = False
+    taken = 0
     for _, _, _, capped in batch:
-        admitted.append(not capped or not (writes or taken))
-        taken = taken or (capped and not writes)
+        admitted.append(not capped or not (writes or taken >= BATCH_CREATES))
+        taken += capped and not writes
     return admitted
 
 
@@ -157,7 +158,7 @@ def _batched(query: str, schema: str) -> str:
 
 
 def _lock_order(statement: Statement) -> tuple[int, str]:
-    """Reads first, then a capped create (never beside other writes: `_admitted`), then
+    """Reads first, then the capped creates (never beside other writes: `_admitted`), then
     the writes by task id: the order a batch's statements run in (module doc). The sort
     is stable, so two calls for one task keep the order they were made in; concurrent
     calls have no order of their own."""

@@ -1,4 +1,4 @@
-"""The caps check of a create that rides in a batch of statements (`postgres.batching`).
+"""The caps check of the creates that ride in a batch of statements (`postgres.batching`).
 
 A capped create alone runs `caps_check` (`schema.CAPS_FUNCTION`): far from every cap it
 takes the schema's caps lock shared, near one exclusive, and then checks exactly. Inside
@@ -7,8 +7,19 @@ process's creates meanwhile. `caps_check_batched` never takes it: near a cap it 
 lock and answers `retry`, so the statement inserts nothing and
 `PostgresTaskStore.create` makes the create again alone, which checks exactly as before.
 Far from every cap it takes the lock shared and reads the counters under it, as
-`caps_check` does; the shared mode's bound (`schema.CAPS_FUNCTION`) holds because a
-batch carries one capped create (`postgres.batching`).
+`caps_check` does.
+
+The shared mode's bound (`schema.CAPS_FUNCTION`) counts the creates in flight at once:
+one per open transaction, and more only in a batch's. A batch's transaction may carry
+up to `BATCH_CREATES` capped creates, and its second one needs a batch slot first: one
+of `BATCH_SLOTS` advisory locks per caps lock (`<lock_key>:batch<i>`), tried without
+waiting and held until the batch commits. So at most `BATCH_SLOTS` transactions carry
+more than one create, and the creates in flight number at most one per open
+transaction plus `BATCH_SLOTS * (BATCH_CREATES - 1)`: the margin both checks keep below
+every cap (`caps_function`). Both rules are the database's, not only the caller's: a
+transaction-local setting counts the batched creates a transaction has checked
+(`fastmcp_tasks.b<md5 of the lock key>`); past `BATCH_CREATES`, or with no slot free,
+the check answers `retry` and that create is made alone.
 
 The function takes `caps_check`'s arguments (its `exclusive` is ignored), so the
 statement a batch sends is `sql.create_capped` calling it instead (`batched_create`); a
@@ -20,11 +31,20 @@ only in what each pass ends with.
 
 from __future__ import annotations
 
+#: Capped creates one batch's transaction may carry (`postgres.batching` sends no more).
+BATCH_CREATES = 8
+#: Transactions that may carry more than one capped create at once, per caps lock.
+BATCH_SLOTS = 4
+#: What batches add to the creates in flight: the caps' margin grows by it (module doc).
+BATCH_MARGIN = BATCH_SLOTS * (BATCH_CREATES - 1)
 
-def caps_function(name: str, decide: str) -> str:
+
+def caps_function(name: str, decide: str, declare: str = "") -> str:
     """The text of a caps check called `name` (`{s}`: the schema, for `.format`): both
     read the counters in up to two passes, the first without the caps lock, the second
-    under it, and end each pass with `decide`, which answers or takes the lock."""
+    under it, and end each pass with `decide`, which answers or takes the lock (with
+    the variables `declare` adds). The margin kept below every cap is one create per
+    transaction that may be open, plus what batches add (`BATCH_MARGIN`)."""
     return (
         f"""
 CREATE OR REPLACE FUNCTION {{s}}.{name}(lock_key text, total_cap bigint, owner_key text,
@@ -33,11 +53,11 @@ RETURNS TABLE (active bigint, owned bigint, retry boolean)
 LANGUAGE plpgsql VOLATILE AS $fn$
 DECLARE
     margin bigint := current_setting('max_connections')::bigint
-        + current_setting('max_prepared_transactions')::bigint;
+        + current_setting('max_prepared_transactions')::bigint + {BATCH_MARGIN};
     a bigint := 0;
     o bigint := 0;
     near boolean;
-BEGIN
+{declare}BEGIN
     FOR pass IN 1..2 LOOP
         IF total_cap IS NOT NULL THEN
             SELECT COALESCE(sum(c.n), 0) INTO a FROM {{s}}.active_counts c WHERE c.key = 't';
@@ -55,14 +75,32 @@ $fn$"""
     )
 
 
-#: Near a cap, pass 1 answers `retry` without the lock; else it takes the lock shared.
+#: Near a cap, pass 1 answers `retry` without the lock; so does a create past the
+#: transaction's `BATCH_CREATES`, or its second with no batch slot free (module doc).
+#: Else it counts the create and takes the caps lock shared.
 CAPS_BATCHED_FUNCTION = caps_function(
     "caps_check_batched",
-    """        IF near OR pass = 2 THEN
+    f"""        IF near OR pass = 2 THEN
             RETURN QUERY SELECT a, o, near;
             RETURN;
         END IF;
+        made := COALESCE(NULLIF(current_setting(counter, true), ''), '0')::int;
+        IF made = 1 THEN
+            FOR i IN 1..{BATCH_SLOTS} LOOP
+                slot := pg_try_advisory_xact_lock(hashtextextended(lock_key || ':batch' || i, 0));
+                EXIT WHEN slot;
+            END LOOP;
+        END IF;
+        IF made >= {BATCH_CREATES} OR (made = 1 AND NOT slot) THEN
+            RETURN QUERY SELECT a, o, true;
+            RETURN;
+        END IF;
+        PERFORM set_config(counter, (made + 1)::text, true);
         PERFORM pg_advisory_xact_lock_shared(hashtextextended(lock_key, 0));
+""",
+    """    counter text := 'fastmcp_tasks.b' || md5(lock_key);
+    made int;
+    slot boolean := false;
 """,
 )
 
@@ -75,4 +113,11 @@ def batched_create(create_capped: str, schema: str) -> str:
     return create_capped.replace(alone, batched)
 
 
-__all__ = ["CAPS_BATCHED_FUNCTION", "batched_create", "caps_function"]
+__all__ = [
+    "BATCH_CREATES",
+    "BATCH_MARGIN",
+    "BATCH_SLOTS",
+    "CAPS_BATCHED_FUNCTION",
+    "batched_create",
+    "caps_function",
+]

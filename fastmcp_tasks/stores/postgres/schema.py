@@ -201,8 +201,10 @@ MIGRATIONS: dict[int, list[str]] = {
 #: shared holder to commit. The counters are read in a snapshot of their own, taken
 #: after the lock is granted (a volatile function's statements each take one).
 #:
-#: Why the shared path cannot overshoot: at most `margin` = `max_connections` +
-#: `max_prepared_transactions` transactions are in flight at once. Take the create Z
+#: Why the shared path cannot overshoot: at most `max_connections` +
+#: `max_prepared_transactions` transactions are in flight at once, each with one
+#: create, but for at most `BATCH_SLOTS` batches with up to `BATCH_CREATES` each
+#: (`postgres.caps_batched`): at most `margin` creates in all. Take the create Z
 #: with the newest decision snapshot among those committed by some time T: every
 #: other create committed between Z's snapshot and T took its snapshot before Z's, so
 #: it was in flight at Z's snapshot, and an exclusive holder cannot be (Z held the

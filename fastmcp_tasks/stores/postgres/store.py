@@ -155,10 +155,11 @@ class PostgresTaskStore(
 
     async def _create_batched(self, record: TaskRecord, caps: ActiveCaps | None) -> bool:
         """Insert `record` in one statement: alone when nothing is on its way, as always,
-        else in the next batch (`postgres.batching`: a capped create rides only with
-        reads, its caps checked far from every cap only, `postgres.caps_batched`).
-        `False`: nothing was inserted (a duplicate, a cap or `max_tasks` refused, or near a
-        cap in a batch): the general path runs it again in a transaction of its own and
+        else in the next batch (`postgres.batching`: capped creates ride only with reads
+        and each other, their caps checked far from every cap only,
+        `postgres.caps_batched`). `False`: nothing was inserted (a duplicate, a cap or
+        `max_tasks` refused, or in a batch near a cap, past its creates or with no batch
+        slot free): the general path runs it again in a transaction of its own and
         decides what that means."""
         params = self._params(record)
         query = self.sql.create
