@@ -142,8 +142,13 @@ async def fan(callers: list[Caller], items: list[Any], job: Any) -> list[int]:
     return samples
 
 
+#: What every call's text carries after `hello {i}` (`--text-bytes`): echoed back, so
+#: the arguments and the result each hold that many bytes more.
+PADDING = {"text": ""}
+
+
 def args_of(i: int) -> dict[str, Any]:
-    return {"name": "echo", "arguments": {"text": f"hello {i}"}}
+    return {"name": "echo", "arguments": {"text": f"hello {i}{PADDING['text']}"}}
 
 
 async def sync_call(caller: Caller, i: int) -> None:
@@ -318,8 +323,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--worker-concurrency", type=int, default=10)
     p.add_argument("--repeat", type=int, default=1, help="runs of every configuration")
     p.add_argument("--profile", default="", help="directory: profile the task phase")
+    p.add_argument("--text-bytes", type=int, default=0, help="pad each call's text to this size")
     p.add_argument("--out", default=str(RESULTS))
     cfg = p.parse_args(argv)
+    PADDING["text"] = "x" * max(0, cfg.text_bytes - len("hello 0"))
     if cfg.quick:
         cfg.tasks, cfg.workers = 200, "1,2"
     return cfg
@@ -363,6 +370,7 @@ def main(argv: list[str] | None = None) -> None:
         "tasks": cfg.tasks,
         "callers": cfg.callers,
         "worker_concurrency": cfg.worker_concurrency,
+        "text_bytes": cfg.text_bytes,
     }
     out.write_text(json.dumps({**meta, "runs": runs}, indent=1))
     print(f"wrote {out}", file=sys.stderr)

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
 import pytest
 from fastmcp import Context, FastMCP
 
 from fastmcp_tasks import Limits, TasksExtension
+from fastmcp_tasks.server import limits
+from fastmcp_tasks.stores import text
 from tests.wire import WireError, connect
 
 pytestmark = pytest.mark.anyio
@@ -82,3 +89,45 @@ async def test_sizes_of_hostile_text_are_measured_not_crashed_on() -> None:
     from fastmcp_tasks.server.limits import json_size
 
     assert json_size({"\ud800": None}) > 0  # a lone surrogate, as a hostile client may send
+
+
+class CountingJson:
+    """`json` for the modules that encode payloads, counting the encodings of `marker`."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker, self.encoded = marker, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(json, name)
+
+    def dumps(self, value: Any, **options: Any) -> str:
+        text = json.dumps(value, **options)
+        self.encoded += self.marker in text
+        return text
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+async def test_arguments_and_result_are_each_encoded_once(
+    store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The size limits measure the JSON the store then keeps: a task's arguments are
+    encoded once when it is created, its result once when it completes."""
+    marker = "marker-" + "m" * 64
+    counting = CountingJson(marker)
+    for module in (text, limits):
+        monkeypatch.setattr(module, "json", counting)
+    url = None if store == "memory" else f"sqlite:///{tmp_path / 'tasks.db'}"
+    mcp = FastMCP("once")
+    mcp.add_extension(TasksExtension(url=url))
+
+    @mcp.tool(task=True)
+    async def echo(words: str) -> str:
+        return words
+
+    with anyio.fail_after(20):
+        async with connect(mcp, "memory") as wire:
+            created = await wire.call_tool("echo", {"words": marker})
+            assert counting.encoded == 1  # the arguments: sized and stored
+            done = await wire.wait(created["taskId"])
+    assert done["result"]["content"][0]["text"] == marker
+    assert counting.encoded == 2  # and the result

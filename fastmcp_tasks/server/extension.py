@@ -70,6 +70,7 @@ from fastmcp_tasks.server.validation import arguments_valid
 from fastmcp_tasks.stores import store_from_url
 from fastmcp_tasks.stores.base import TaskStore
 from fastmcp_tasks.stores.flow import keeps_flow_control
+from fastmcp_tasks.stores.text import EncodedJSON, encoded
 from fastmcp_tasks.stores.urls import describe, masked
 from fastmcp_tasks.wire.legacy import CAPABILITY as LEGACY_CAPABILITY
 from fastmcp_tasks.wire.names import EXPERIMENTAL_CAPABILITY, TASKS_EXTENSION_ID
@@ -357,7 +358,7 @@ class TasksExtension(ServerExtension):
                 raise missing_capability(f"tool {params.name!r} runs only as a task")
             refuse_resend(idempotency, params.name)
             return await call_next()
-        arguments = params.arguments or {}
+        arguments = encoded(params.arguments or {})  # encoded once: sized, then stored
         if (over := self.limits.over("max_argument_bytes", arguments)) is not None:
             raise too_large("the arguments", "max_argument_bytes", *over)
         if not arguments_valid(tool, arguments):
@@ -367,6 +368,7 @@ class TasksExtension(ServerExtension):
             ask = await options.foreground_input(context, arguments)
             if ask is not None:
                 return InputRequiredToolResult(ask)
+            arguments = EncodedJSON(arguments)  # the hook may have changed them
         record = await create_task(
             self._admission,
             self.runner,

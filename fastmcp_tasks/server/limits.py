@@ -30,6 +30,7 @@ from typing import Any
 
 from fastmcp_tasks.errors import ConfigurationError
 from fastmcp_tasks.stores.base import ActiveCaps
+from fastmcp_tasks.stores.text import EncodedJSON
 
 MIB = 1024 * 1024
 
@@ -87,9 +88,10 @@ class Limits:
         return ActiveCaps(self.max_active_tasks, self.max_active_per_principal)
 
     def over(self, limit: str, value: Any) -> tuple[int, int] | None:
-        """`(cap, size)` when `value` is over the cap called `limit`, else `None`."""
+        """`(cap, size)` when `value` is over the cap called `limit`, else `None` (an
+        `EncodedJSON` is measured by the text it carries)."""
         cap = getattr(self, limit)
         if cap is None:
             return None
-        size = json_size(value)
+        size = value.size if type(value) is EncodedJSON else json_size(value)
         return (cap, size) if size > cap else None

@@ -29,6 +29,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from fastmcp_tasks.errors import ConfigurationError, TasksError
+from fastmcp_tasks.stores.text import encode_json
 
 #: The variable read when `TasksExtension(encryption_key=None)`.
 KEY_ENV = "FASTMCP_TASKS_ENCRYPTION_KEY"
@@ -96,7 +97,7 @@ class Sealer:
 
     def seal(self, task_id: str, payload: dict[str, Any]) -> str:
         """`payload` sealed with the first key, bound to `task_id`."""
-        return self.seal_text(task_id, json.dumps(payload, separators=(",", ":")))
+        return self.seal_text(task_id, encode_json(payload))  # an `EncodedJSON`'s own text
 
     def open(self, task_id: str, text: str) -> dict[str, Any]:
         """What `seal(task_id, ...)` sealed; `SealError` when no key of ours opens it."""

@@ -32,6 +32,7 @@ from fastmcp_tasks.server.engine.supervision import GaveUp, retry_store
 from fastmcp_tasks.server.limits import Limits
 from fastmcp_tasks.server.observability import shown_id
 from fastmcp_tasks.stores.base import TaskStore
+from fastmcp_tasks.stores.text import encoded
 
 logger = logging.getLogger("fastmcp_tasks.runner")
 
@@ -83,10 +84,11 @@ class OutcomeRecorder:
             message = str(error.get("message", ""))
             return await self.record(job, "failed", error=error, status_message=message)
         assert outcome is not None
-        if (over := self.limits.over("max_result_bytes", outcome.result)) is not None:
+        result = outcome.result if outcome.result is None else encoded(outcome.result)
+        if (over := self.limits.over("max_result_bytes", result)) is not None:  # sized once
             error = result_too_large(over[1], over[0])
             return await self.record(job, "failed", error=error, status_message=error["message"])
-        return await self.record(job, "completed", result=outcome.result)
+        return await self.record(job, "completed", result=result)
 
     async def cancelled_message(self, task_id: str) -> str:
         """Who asked for the cancel, from the task's history (module doc)."""
