@@ -20,7 +20,13 @@ import pytest
 from fastmcp_tasks.errors import StoreError, TaskLimitExceeded
 from fastmcp_tasks.stores.base import ActiveCaps, TaskRecord
 from fastmcp_tasks.stores.postgres import PostgresTaskStore
-from fastmcp_tasks.stores.postgres.caps_batched import BATCH_CREATES, BATCH_MARGIN, BATCH_SLOTS
+from fastmcp_tasks.stores.postgres.caps_batched import (
+    BATCH_CREATES,
+    BATCH_MARGIN,
+    BATCH_SLOTS,
+    CAPS_CHECK,
+    CAPS_CHECK_BATCHED,
+)
 from fastmcp_tasks.testing import make_record
 from tests.test_call_batching import settle
 from tests.test_store_contract import POSTGRES_URL, postgres_available, postgres_store
@@ -250,14 +256,14 @@ async def lock_waiters(name: str, count: int) -> None:
             await anyio.sleep(0.02)
 
 
-async def test_caps_check_batched_never_takes_the_caps_lock_exclusively(
+async def test_the_batched_caps_check_never_takes_the_caps_lock_exclusively(
     store: PostgresTaskStore,
 ) -> None:
     """Far from every cap it takes the caps lock shared and answers no retry; near one it
     takes no lock at all and answers retry (the create is then made alone, exactly)."""
     for _ in range(30):
         await store.create(make_record())
-    check = f"SELECT retry FROM {store.schema}.caps_check_batched(%s, %s, NULL, NULL, false)"
+    check = f"SELECT retry FROM {store.schema}.{CAPS_CHECK_BATCHED}(%s, %s, NULL, NULL, false)"
     held = "SELECT mode FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
     with anyio.fail_after(10):
         async with await psycopg.AsyncConnection.connect(POSTGRES_URL) as conn:
@@ -309,7 +315,7 @@ async def test_a_transaction_checks_at_most_batch_creates_and_its_second_needs_a
     transaction `caps_check_batched` passes `BATCH_CREATES` creates and answers retry to
     the next; the second takes a batch slot (an exclusive advisory lock), and with every
     slot held by other transactions it answers retry while the first still passes."""
-    check = f"SELECT retry FROM {store.schema}.caps_check_batched(%s, 100000, NULL, NULL, false)"
+    check = f"SELECT retry FROM {store.schema}.{CAPS_CHECK_BATCHED}(%s, 100000, NULL, NULL, false)"
     lock = f"{store.schema}:caps"
 
     async def retries(conn: psycopg.AsyncConnection[Any], times: int) -> list[bool]:
@@ -324,8 +330,8 @@ async def test_a_transaction_checks_at_most_batch_creates_and_its_second_needs_a
             assert await modes(conn) == ["ShareLock"]  # one create needs no slot
             assert await retries(conn, BATCH_CREATES) == [False] * (BATCH_CREATES - 1) + [True]
             assert await modes(conn) == ["ExclusiveLock", "ShareLock"]  # the slot, once
-            await conn.rollback()
-            assert await retries(conn, 1) == [False]  # a new transaction counts anew
+            await conn.commit()  # as a batch ends: the count and the slot end with it
+            assert await retries(conn, 2) == [False, False]  # a new transaction counts anew
             await conn.rollback()
             holders = [
                 await psycopg.AsyncConnection.connect(POSTGRES_URL) for _ in range(BATCH_SLOTS)
@@ -342,13 +348,13 @@ async def test_a_transaction_checks_at_most_batch_creates_and_its_second_needs_a
                     await holder.close()
 
 
-@pytest.mark.parametrize("function", ["caps_check", "caps_check_batched"])
+@pytest.mark.parametrize("function", [CAPS_CHECK, CAPS_CHECK_BATCHED])
 async def test_both_caps_checks_keep_the_batches_share_in_their_margin(
     store: PostgresTaskStore, function: str
 ) -> None:
     """Near a cap means within `max_connections` + `max_prepared_transactions` +
     `BATCH_MARGIN` of it, for the check a create made alone runs and for the batched
-    one: `caps_check` takes the caps lock exclusive there, `caps_check_batched` answers
+    one: the first takes the caps lock exclusive there, the batched one answers
     retry; one task further from the cap both take it shared."""
     for _ in range(30):
         await store.create(make_record())
@@ -361,7 +367,7 @@ async def test_both_caps_checks_keep_the_batches_share_in_their_margin(
             )
             margin = (await (await conn.execute(settings)).fetchall())[0][0] + BATCH_MARGIN
             await conn.rollback()
-            near = {"caps_check": (False, ["ExclusiveLock"]), "caps_check_batched": (True, [])}
+            near = {CAPS_CHECK: (False, ["ExclusiveLock"]), CAPS_CHECK_BATCHED: (True, [])}
             for cap, expected in (
                 (30 + margin, near[function]),
                 (31 + margin, (False, ["ShareLock"])),
@@ -392,6 +398,38 @@ async def test_capped_creates_ride_together_with_reads_each_made_once(
     assert all(outcomes[f"create {i}"] is None for i in range(len(records))), outcomes
     assert store.stats.get("batched", 0) == BATCH_CREATES  # the read and 8 creates: one trip
     assert store.stats["statements"] == before + 2 + len(records)  # none made again
+    for record in records:
+        got = await store.get(record.task_id)
+        assert got is not None and got.status == "working"
+
+
+async def test_with_every_batch_slot_taken_a_batchs_second_capped_create_is_made_alone(
+    store: PostgresTaskStore,
+) -> None:
+    """Other transactions hold every batch slot: a batch's first capped create is made in
+    it, the others insert nothing there and are each made again alone, exactly once."""
+    caps = ActiveCaps(total=100_000)
+    slot = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
+    outcomes: dict[str, Any] = {}
+    records = [make_record() for _ in range(3)]
+    holders = [await psycopg.AsyncConnection.connect(POSTGRES_URL) for _ in range(BATCH_SLOTS)]
+    try:
+        for i, holder in enumerate(holders, start=1):
+            await holder.execute(slot, (f"{store.schema}:caps:batch{i}",))
+        before = store.stats["statements"]
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as group:
+                group.start_soon(settle, outcomes, "lead", functools.partial(store.get, "lead"))
+                group.start_soon(settle, outcomes, "read", functools.partial(store.get, "other"))
+                for i, record in enumerate(records):
+                    create = functools.partial(store.create, record, caps=caps)
+                    group.start_soon(settle, outcomes, f"create {i}", create)
+    finally:
+        for holder in holders:
+            await holder.close()
+    assert all(outcomes[f"create {i}"] is None for i in range(len(records))), outcomes
+    assert store.stats.get("batched", 0) == len(records)  # the read and 3 creates: one trip
+    assert store.stats["statements"] == before + 1 + 4 + 2  # two made again alone
     for record in records:
         got = await store.get(record.task_id)
         assert got is not None and got.status == "working"

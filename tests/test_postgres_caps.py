@@ -24,6 +24,7 @@ import pytest
 from fastmcp_tasks.errors import TaskLimitExceeded
 from fastmcp_tasks.stores.base import ActiveCaps
 from fastmcp_tasks.stores.postgres import PostgresTaskStore
+from fastmcp_tasks.stores.postgres.caps_batched import BATCH_MARGIN, CAPS_CHECK
 from tests.test_postgres_store import WAIT, _until_waiting_on_a_lock, fresh_schema, pair, raw, rows
 from tests.test_store_contract import POSTGRES_URL, postgres_store, record
 
@@ -47,13 +48,14 @@ async def lone() -> AsyncIterator[tuple[PostgresTaskStore, psycopg.AsyncConnecti
 
 
 async def margin_of(conn: psycopg.AsyncConnection[Any]) -> int:
-    """How many transactions the server can have in flight at once."""
+    """The caps' margin: how many creates can be in flight at once (one per transaction
+    the server can have open, and what batches add)."""
     found = await rows(
         conn,
         "SELECT current_setting('max_connections')::int "
         "+ current_setting('max_prepared_transactions')::int",
     )
-    return int(found[0][0])
+    return int(found[0][0]) + BATCH_MARGIN
 
 
 async def hold_caps_lock(
@@ -62,7 +64,7 @@ async def hold_caps_lock(
     """In `conn`'s open transaction: the caps check a create with `total` makes."""
     await rows(
         conn,
-        f"SELECT * FROM {store.schema}.caps_check(%s, %s, NULL, NULL, false)",
+        f"SELECT * FROM {store.schema}.{CAPS_CHECK}(%s, %s, NULL, NULL, false)",
         f"{store.schema}:caps",
         total,
     )

@@ -66,7 +66,7 @@ class PostgresCalls:
         stats: the store's counters: each statement adds one to `"statements"`, and each
             statement that shared a round trip with another one to `"batched"`.
         schema: the store's schema (a capped create in a batch calls its
-            `caps_check_batched`).
+            `CAPS_CHECK_BATCHED`).
     """
 
     def __init__(
@@ -126,7 +126,7 @@ class PostgresCalls:
 
     def _text(self, statement: Statement) -> str:
         """The SQL a statement is sent as in a batch: a capped create's calls
-        `caps_check_batched` (`postgres.caps_batched`)."""
+        `CAPS_CHECK_BATCHED` (`postgres.caps_batched`)."""
         query, _, _, capped = statement
         return _batched(query, self._schema) if capped else query
 

@@ -18,8 +18,18 @@ more than one create, and the creates in flight number at most one per open
 transaction plus `BATCH_SLOTS * (BATCH_CREATES - 1)`: the margin both checks keep below
 every cap (`caps_function`). Both rules are the database's, not only the caller's: a
 transaction-local setting counts the batched creates a transaction has checked
-(`fastmcp_tasks.b<md5 of the lock key>`); past `BATCH_CREATES`, or with no slot free,
-the check answers `retry` and that create is made alone.
+(`fastmcp_tasks.b<hash of the lock key>`); past `BATCH_CREATES`, or with no slot free,
+the check answers `retry` and that create is made alone (so with more than
+`BATCH_SLOTS` processes batching creates at the same moment, some of those creates cost
+a second statement).
+
+Both functions' names carry `BATCH_CREATES` and `BATCH_SLOTS` (`CAPS_CHECK`,
+`CAPS_CHECK_BATCHED`): every `prepare` (re)creates the functions of its own build, and
+a build with other bounds (or one from before batches carried several creates) must not
+replace what this one calls. Such a build's own shared-mode checks keep its own margin,
+so while processes of both run against one schema (a rolling upgrade) the caps may be
+exceeded by at most the difference of the two margins (`BATCH_MARGIN` from a build
+whose batches carried one capped create).
 
 The function takes `caps_check`'s arguments (its `exclusive` is ignored), so the
 statement a batch sends is `sql.create_capped` calling it instead (`batched_create`); a
@@ -34,9 +44,14 @@ from __future__ import annotations
 #: Capped creates one batch's transaction may carry (`postgres.batching` sends no more).
 BATCH_CREATES = 8
 #: Transactions that may carry more than one capped create at once, per caps lock.
-BATCH_SLOTS = 4
+BATCH_SLOTS = 8
 #: What batches add to the creates in flight: the caps' margin grows by it (module doc).
 BATCH_MARGIN = BATCH_SLOTS * (BATCH_CREATES - 1)
+#: The functions' names carry the bounds their margin was made for, so a process that
+#: has other bounds (an earlier build, whose `prepare` (re)creates its own functions)
+#: never replaces the text this one calls (module doc).
+CAPS_CHECK = f"caps_check_{BATCH_CREATES}x{BATCH_SLOTS}"
+CAPS_CHECK_BATCHED = f"caps_check_batched_{BATCH_CREATES}x{BATCH_SLOTS}"
 
 
 def caps_function(name: str, decide: str, declare: str = "") -> str:
@@ -79,7 +94,7 @@ $fn$"""
 #: transaction's `BATCH_CREATES`, or its second with no batch slot free (module doc).
 #: Else it counts the create and takes the caps lock shared.
 CAPS_BATCHED_FUNCTION = caps_function(
-    "caps_check_batched",
+    CAPS_CHECK_BATCHED,
     f"""        IF near OR pass = 2 THEN
             RETURN QUERY SELECT a, o, near;
             RETURN;
@@ -98,7 +113,7 @@ CAPS_BATCHED_FUNCTION = caps_function(
         PERFORM set_config(counter, (made + 1)::text, true);
         PERFORM pg_advisory_xact_lock_shared(hashtextextended(lock_key, 0));
 """,
-    """    counter text := 'fastmcp_tasks.b' || md5(lock_key);
+    """    counter text := 'fastmcp_tasks.b' || to_hex(hashtextextended(lock_key, 0));
     made int;
     slot boolean := false;
 """,
@@ -106,10 +121,10 @@ CAPS_BATCHED_FUNCTION = caps_function(
 
 
 def batched_create(create_capped: str, schema: str) -> str:
-    """`create_capped` calling `caps_check_batched` instead of `caps_check`."""
-    alone, batched = f"{schema}.caps_check(", f"{schema}.caps_check_batched("
+    """`create_capped` calling `CAPS_CHECK_BATCHED` instead of `CAPS_CHECK`."""
+    alone, batched = f"{schema}.{CAPS_CHECK}(", f"{schema}.{CAPS_CHECK_BATCHED}("
     if create_capped.count(alone) != 1:
-        raise AssertionError("create_capped must call caps_check exactly once")
+        raise AssertionError(f"create_capped must call {CAPS_CHECK} exactly once")
     return create_capped.replace(alone, batched)
 
 
@@ -118,6 +133,8 @@ __all__ = [
     "BATCH_MARGIN",
     "BATCH_SLOTS",
     "CAPS_BATCHED_FUNCTION",
+    "CAPS_CHECK",
+    "CAPS_CHECK_BATCHED",
     "batched_create",
     "caps_function",
 ]

@@ -322,7 +322,8 @@ class PostgresConnections:
         the server had closed (a restart since it was last used) runs again on another
         (each pooled connection may be such a one). `batch`: made while another batched
         statement is on its way, it goes with the next batch (`postgres.batching`); a
-        `capped` one (a create that checks the active-task caps) only with reads."""
+        `capped` one (a create that checks the active-task caps) only with reads and
+        other such creates."""
         calls = self._calls
         if not batch or calls is None:
             return await self._alone(query, params, read=read)

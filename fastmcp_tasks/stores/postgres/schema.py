@@ -29,9 +29,9 @@ tasks, in total (`t`) and per owner (`o:<owner>`), in 16 shards each, for `Activ
 `gate_turns`, `tombstones`. The counters are moved by the statements that insert,
 end and delete tasks; a writer adds to its backend's shard (`pg_backend_pid() % 16`),
 so concurrent writers rarely touch one row. Every `prepare` also (re)creates the
-functions `caps_check` (`CAPS_FUNCTION`), `caps_check_batched`
-(`postgres.caps_batched`) and `key_free` (`KEY_FREE_FUNCTION`), which need no version of
-their own.
+functions `caps_check_8x8` (`CAPS_FUNCTION`), `caps_check_batched_8x8`
+(`postgres.caps_batched`, whose names carry the batch bounds their margin is made for)
+and `key_free` (`KEY_FREE_FUNCTION`), which need no version of their own.
 Version 2: the `phase` column of `tasks` (`stores.phases`).
 Version 3: the operator records (`stores.operations`): the tables `task_events` (with
 the trigger deleting a task's events with it), `workers`, `pauses` and `audit`
@@ -49,7 +49,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from fastmcp_tasks.errors import ConfigurationError
-from fastmcp_tasks.stores.postgres.caps_batched import CAPS_BATCHED_FUNCTION, caps_function
+from fastmcp_tasks.stores.postgres.caps_batched import (
+    CAPS_BATCHED_FUNCTION,
+    CAPS_CHECK,
+    caps_function,
+)
 from fastmcp_tasks.stores.postgres.operations_schema import V3 as OPERATIONS_V3
 from fastmcp_tasks.stores.postgres.quiet_readers import GRACE as QUIET_GRACE
 from fastmcp_tasks.stores.postgres.quiet_readers import TABLE as QUIET_TABLE
@@ -218,7 +222,7 @@ MIGRATIONS: dict[int, list[str]] = {
 #: exclusive could deadlock with another). (Re)created by every `prepare`, under its
 #: lock: it is no table, needs no version.
 CAPS_FUNCTION = caps_function(
-    "caps_check",
+    CAPS_CHECK,
     """        IF pass = 2 THEN
             RETURN QUERY SELECT a, o, NOT exclusive AND near;
             RETURN;

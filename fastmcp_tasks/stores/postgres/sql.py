@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastmcp_tasks.stores.base import TaskRecord, encode_json
+from fastmcp_tasks.stores.postgres.caps_batched import CAPS_CHECK
 from fastmcp_tasks.stores.postgres.claims import claim_statements
 from fastmcp_tasks.stores.postgres.feed_parts import QUEUED_ONLY, QUIET, WAKING_KINDS
 from fastmcp_tasks.stores.postgres.quiet_readers import wanted as quiet_wanted
@@ -133,7 +134,7 @@ ch AS ({change} SELECT task_id, 'queued', status, %(details)s, %(now)s FROM ins
         #: The caps lock and counts, read after it is granted (`schema.CAPS_FUNCTION`);
         #: `retry`: run the statement again with `exclusive` (nothing was inserted).
         caps = (
-            f"caps AS (SELECT active, owned, retry FROM {s}.caps_check(%(lock)s::text, "
+            f"caps AS (SELECT active, owned, retry FROM {s}.{CAPS_CHECK}(%(lock)s::text, "
             "%(total)s::bigint, CASE WHEN %(per_owner)s::bigint IS NULL "
             "OR %(owner)s::text IS NULL THEN NULL ELSE 'o:' || %(owner)s::text END, "
             "%(per_owner)s::bigint, %(exclusive)s::boolean))"

@@ -18,24 +18,24 @@ changed: every UPDATE requires an active status, re-checked by PostgreSQL on the
 newest row version when a concurrent transaction changed it first.
 
 Serialisation. `create` with `ActiveCaps` is one statement (one round trip, in
-its own transaction unless it dedupes): its `caps` CTE calls `caps_check`
+its own transaction unless it dedupes): its `caps` CTE calls `caps_check_8x8`
 (`schema.CAPS_FUNCTION`), which takes this schema's advisory transaction lock
 ("caps") and then reads the active-task counters (`active_counts`: the total and
 the owner's, 16 shard rows each, moved by the statements that create and end tasks,
 so a check costs the same with 10 or 10,000 tasks active) in a snapshot taken after
 the lock is granted; the statement inserts only under the caps and commits at once.
-A create far from every cap (more than `max_connections` + `max_prepared_transactions`
-below it) takes the lock shared, so creates in any number of processes do not wait
-for each other; one nearer takes it exclusive, waits for the shared holders, and
-checks exactly; one whose counters moved into that margin between its unlocked look
-and its locked read inserts nothing and runs again exclusive (inside a dedupe
-transaction the check is exclusive from the start). Concurrent creates in any
-process never overshoot (the proof is at `CAPS_FUNCTION`; a task ending meanwhile only
-makes the count high for a moment), and the lock is held for no network round trip.
-A process of an earlier release takes the lock exclusive (`caps_counts`), which the
-rule allows. A create without caps takes no lock and is one statement. A dedupe
-create takes the advisory lock of its key ("dedupe:<key>") before it looks for the
-key's holder, so of two concurrent creates with one key exactly one inserts. An
+A create far from every cap (more than `max_connections` + `max_prepared_transactions` +
+what batches add, `caps_batched.BATCH_MARGIN`, below it) takes the lock shared, so
+creates in any number of processes do not wait for each other; one nearer takes it
+exclusive, waits for the shared holders, and checks exactly; one whose counters moved
+into that margin between its unlocked look and its locked read inserts nothing and runs
+again exclusive (inside a dedupe transaction the check is exclusive from the start).
+Concurrent creates in any process never overshoot (the proof is at `CAPS_FUNCTION`; a
+task ending meanwhile only makes the count high for a moment), and the lock is held for
+no network round trip. A process of an earlier release takes the lock exclusive
+(`caps_counts`), which the rule allows. A create without caps takes no lock and is one
+statement. A dedupe create takes the advisory lock of its key ("dedupe:<key>") before it
+looks for the key's holder, so of two concurrent creates with one key exactly one inserts. An
 idempotency key (matched for the task's whole lifetime, `dedupe_window=inf`) without
 is one statement on its first use, with or without caps: the insert, guarded by the
 function `key_free`, which takes the same lock and then looks for a live holder
@@ -188,7 +188,7 @@ class PostgresTaskStore(
                 return bool(row[0])
 
     def _caps_params(self, caps: ActiveCaps, *, exclusive: bool) -> dict[str, Any]:
-        """The parameters of the caps check (`caps_check`) of a capped create."""
+        """The parameters of the caps check (`CAPS_FUNCTION`) of a capped create."""
         lock = f"{self.schema}:caps"
         return {
             "total": caps.total,
