@@ -52,13 +52,19 @@ class Fault:
 
 
 def to(*statuses: str) -> Predicate:
-    """A `when=` predicate for `transition`: only transitions to these statuses."""
+    """A `when=` predicate for `transition` (or `settle`): only changes to these statuses."""
     wanted = frozenset(statuses)
 
     def matches(task_id: str, status: str, *args: Any, **kwargs: Any) -> bool:
         return status in wanted
 
     return matches
+
+
+def outcome_write(store: TaskStore) -> str:
+    """The method the engine records a run's outcome with: `settle` where the store has
+    it (`stores.settling`), else `transition`."""
+    return "settle" if getattr(store, "settle", None) is not None else "transition"
 
 
 class FaultyStore:

@@ -34,7 +34,7 @@ from tests.fault_server import (
     served,
     store_factory,
 )
-from tests.faults import FaultyStore, to
+from tests.faults import FaultyStore, outcome_write, to
 from tests.test_listen import _listen_params, http_listen
 from tests.wire import WireError, http_server, http_wire_for, memory_wire
 
@@ -69,7 +69,8 @@ async def test_an_outcome_write_that_fails_once_still_ends_right(
 ) -> None:
     store = FaultyStore(inner())
     plan = store.fail if lost == "refused" else store.fail_after_apply
-    plan("transition", when=to(outcome))
+    write = outcome_write(store.inner)
+    plan(write, when=to(outcome))
     async with served(store) as (wire, tasks, probes):
         if outcome == "completed":
             task_id = (await wire.call_tool("quick", {"text": "x"}))["taskId"]
@@ -80,7 +81,7 @@ async def test_an_outcome_write_that_fails_once_still_ends_right(
             await probes.event("c.started").wait()
             await wire.cancel(task_id)
         done = await wire.wait(task_id)
-        assert store.faults_fired["transition"] == 1
+        assert store.faults_fired[write] == 1
         assert done["status"] == outcome, done
         if outcome == "completed":
             assert done["result"]["content"][0]["text"] == "quick x"
@@ -96,7 +97,8 @@ async def test_a_programming_error_in_the_outcome_write_fails_only_that_task(
     inner: Inner,
 ) -> None:
     store = FaultyStore(inner())
-    store.fail("transition", error=TypeError("unexpected keyword"), when=to("completed"))
+    write = outcome_write(store.inner)
+    store.fail(write, error=TypeError("unexpected keyword"), when=to("completed"))
     async with served(store) as (wire, tasks, _):
         done = await wire.wait((await wire.call_tool("quick", {"text": "bug"}))["taskId"])
         assert done["status"] == "failed", done

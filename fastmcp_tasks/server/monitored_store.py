@@ -61,6 +61,7 @@ BOUNDED = frozenset(
         "tombstone",
         "set_status_message",
         "transition",
+        "settle",
         "request_input",
         "answer_input",
         "take_answers",

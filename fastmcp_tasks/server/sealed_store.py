@@ -23,6 +23,7 @@ from typing import Any
 from fastmcp_tasks.server.payloads import Payloads
 from fastmcp_tasks.server.sealing import Sealer
 from fastmcp_tasks.stores.base import TaskChange, TaskRecord, TaskStore
+from fastmcp_tasks.stores.settling import settle
 from fastmcp_tasks.stores.steps import StepRecord
 
 #: The status message of a task whose error (sealed) would have given its own.
@@ -47,6 +48,15 @@ class SealedStore:
         return None if found is None else payloads.opened(found)
 
     async def transition(self, task_id: str, status: Any, **fields: Any) -> TaskRecord | None:
+        found = await self.inner.transition(task_id, status, **self._sealed(task_id, fields))
+        return None if found is None else self.payloads.opened(found)
+
+    async def settle(self, task_id: str, status: Any, **fields: Any) -> bool:
+        """`stores.settling`: sealed as `transition` is, whatever the inner store offers."""
+        return await settle(self.inner, task_id, status, **self._sealed(task_id, fields))
+
+    def _sealed(self, task_id: str, fields: dict[str, Any]) -> dict[str, Any]:
+        """A status change's fields with its result or error sealed (`seal_all`)."""
         payloads = self.payloads
         if payloads.seal_all:
             if fields.get("result") is not None:
@@ -55,8 +65,7 @@ class SealedStore:
                 if fields.get("status_message") == error.get("message"):
                     fields["status_message"] = FAILED_MESSAGE  # the error's words are sealed
                 fields["error"] = payloads.error(task_id, error)
-        found = await self.inner.transition(task_id, status, **fields)
-        return None if found is None else payloads.opened(found)
+        return fields
 
     async def request_input(
         self, task_id: str, requests: dict[str, Any], **fields: Any

@@ -22,11 +22,12 @@ It needs pytest and anyio's pytest plugin (installed with anyio); tests run on
 asyncio (override the `anyio_backend` fixture for trio), each bounded by
 `anyio.fail_after(timeout)` (30 s). The parts are separate classes (`CoreContract`,
 `LeaseContract`, `PhaseContract`, `FeedContract`, `IsolationContract`, `CapsContract`,
-`OperationsContract`, `StepsContract`, `ConcurrencyContract`)
+`OperationsContract`, `StepsContract`, `ConcurrencyContract`, `SettleContract`)
 for a store that keeps only some of the contract. `PhaseContract` checks
 `TaskRecord.phase` and `attempts`, and `start_run` (`fastmcp_tasks.stores.phases`);
 `StepsContract` the durable steps (`fastmcp_tasks.stores.steps`), skipping for a
-store without them.
+store without them; `SettleContract` the optional `settle` (`fastmcp_tasks.stores.settling`)
+against the store's own `transition`, skipping for a store without it.
 `make_record` builds the tasks the tests use.
 Importing `fastmcp_tasks` never imports this module (nor pytest).
 """
@@ -42,6 +43,7 @@ from fastmcp_tasks.testing.isolation import IsolationContract
 from fastmcp_tasks.testing.leases import LeaseContract
 from fastmcp_tasks.testing.operations import OperationsContract
 from fastmcp_tasks.testing.phases import PhaseContract
+from fastmcp_tasks.testing.settling import SettleContract
 from fastmcp_tasks.testing.steps import StepsContract
 
 __all__ = [
@@ -54,6 +56,7 @@ __all__ = [
     "LeaseContract",
     "OperationsContract",
     "PhaseContract",
+    "SettleContract",
     "StepsContract",
     "StoreContract",
     "make_record",
@@ -70,5 +73,6 @@ class StoreContract(
     OperationsContract,
     StepsContract,
     ConcurrencyContract,
+    SettleContract,
 ):
     """The whole `TaskStore` contract; subclass it and provide the `store` fixture."""

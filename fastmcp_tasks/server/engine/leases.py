@@ -55,6 +55,7 @@ from fastmcp_tasks.server.observability import shown_id
 from fastmcp_tasks.server.options import options_of
 from fastmcp_tasks.stores.base import TaskRecord, active_leases
 from fastmcp_tasks.stores.phases import has_begun, start_message, start_run
+from fastmcp_tasks.stores.settling import settle
 
 QUEUED_MESSAGE = f"{QUEUED_PREFIX}waiting for a free worker slot"
 CANCELLED_BEFORE_START = "Cancelled before it started"
@@ -383,7 +384,7 @@ class LeaseKeeper:
 
     async def end(self, task_id: str, status: Any, **fields: Any) -> None:
         """An ending decided here (not a run's outcome): the transition and its event."""
-        if await self.store.transition(task_id, status, **fields) is not None:
+        if await settle(self.store, task_id, status, **fields):
             self.runner.history.note(
                 task_id,
                 "finished",

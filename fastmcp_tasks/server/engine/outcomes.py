@@ -32,6 +32,7 @@ from fastmcp_tasks.server.engine.supervision import GaveUp, retry_store
 from fastmcp_tasks.server.limits import Limits
 from fastmcp_tasks.server.observability import shown_id
 from fastmcp_tasks.stores.base import TaskStore
+from fastmcp_tasks.stores.settling import settle
 from fastmcp_tasks.stores.text import encoded
 
 logger = logging.getLogger("fastmcp_tasks.runner")
@@ -110,8 +111,8 @@ class OutcomeRecorder:
         """Write an outcome; a store outage is waited out (the outcome is kept meanwhile)."""
         task_id = job.task_id
 
-        async def write(status: Any = status, fields: dict[str, Any] = fields) -> Any:
-            return await self.store.transition(task_id, status, **fields)
+        async def write(status: Any = status, fields: dict[str, Any] = fields) -> bool:
+            return await settle(self.store, task_id, status, **fields)  # reads nothing back
 
         try:
             try:
@@ -137,7 +138,7 @@ class OutcomeRecorder:
                 status,
             )
             return "handed back"
-        if applied is None:  # another ending won the race (C21): report what it is
+        if not applied:  # another ending won the race (C21): report what it is
             try:
                 current = await self.store.get(task_id)
             except StoreError:

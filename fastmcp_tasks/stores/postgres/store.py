@@ -2,9 +2,10 @@
 every process that uses the same database and schema.
 
 This module owns `PostgresTaskStore`: creation (with its caps, dedupe and
-`max_tasks`), reads, every state change of a task, and retention. Connections,
-options and errors are `postgres.connections`, the tables `postgres.schema`, the
-statements `postgres.sql`, the change feed `postgres.feed`; leases and the queue
+`max_tasks`), reads, every state change of a task but `transition` and `settle`
+(`postgres.transitions`), and retention. Connections, options and errors are
+`postgres.connections`, the tables `postgres.schema`, the statements `postgres.sql`,
+the change feed `postgres.feed`; leases and the queue
 `postgres.leases` (gated claims `postgres.gates`), flow control `postgres.flow`,
 listing `postgres.listing`, the operator records (histories, workers, pauses, audit)
 `postgres.operations`, the durable steps `postgres.steps`. A finished task keeps its
@@ -64,13 +65,10 @@ from psycopg import AsyncConnection
 from fastmcp_tasks.errors import DuplicateTask, TaskLimitExceeded
 from fastmcp_tasks.stores import rules
 from fastmcp_tasks.stores.base import (
-    UNCHANGED,
     ActiveCaps,
     TaskChange,
     TaskRecord,
-    _Unchanged,
     encode_json,
-    encode_result,
 )
 from fastmcp_tasks.stores.flow import dedupe_match
 from fastmcp_tasks.stores.postgres.connections import DEFAULT_MAX_TASKS, Emit
@@ -78,15 +76,21 @@ from fastmcp_tasks.stores.postgres.flow import MAX_TOMBSTONES, PostgresFlow
 from fastmcp_tasks.stores.postgres.leases import PostgresLeases
 from fastmcp_tasks.stores.postgres.listing import PostgresListing
 from fastmcp_tasks.stores.postgres.operations import PostgresOperations
-from fastmcp_tasks.stores.postgres.schema import COLUMNS, clean_text, dumps, from_row, to_params
+from fastmcp_tasks.stores.postgres.schema import COLUMNS, clean_text, from_row, to_params
 from fastmcp_tasks.stores.postgres.steps import PostgresSteps
-from fastmcp_tasks.wire.names import ACTIVE_STATUSES, TERMINAL_STATUSES, TaskStatus
+from fastmcp_tasks.stores.postgres.transitions import PostgresTransitions
+from fastmcp_tasks.wire.names import ACTIVE_STATUSES
 
 _WIDTH = len(COLUMNS)
 
 
 class PostgresTaskStore(
-    PostgresSteps, PostgresOperations, PostgresFlow, PostgresListing, PostgresLeases
+    PostgresSteps,
+    PostgresOperations,
+    PostgresFlow,
+    PostgresListing,
+    PostgresLeases,
+    PostgresTransitions,
 ):
     """A `TaskStore` in a PostgreSQL schema, shared by every process using it.
 
@@ -255,37 +259,6 @@ class PostgresTaskStore(
             {"id": task_id, "message": message},
             lambda found: found.status_message == message,  # else a change ended it
         )
-
-    async def transition(
-        self,
-        task_id: str,
-        status: TaskStatus,
-        *,
-        expect: frozenset[str] | None = None,
-        status_message: str | _Unchanged | None = UNCHANGED,
-        result: dict[str, Any] | None = None,
-        error: dict[str, Any] | None = None,
-    ) -> TaskRecord | None:
-        sources = rules.transition_sources(status, expect)
-        if not sources:
-            return None
-        keep = isinstance(status_message, _Unchanged)
-        kept = result if status == "completed" else None
-        params = {
-            "id": task_id,
-            "status": status,
-            "sources": sources,
-            "now": time.time(),
-            "keep": keep,
-            "message": None
-            if isinstance(status_message, _Unchanged)
-            else clean_text(status_message),
-            "terminal": status in TERMINAL_STATUSES,
-            "result": None if kept is None else encode_result(kept),
-            "error": dumps(error) if status == "failed" else None,
-        }
-        rows = await self._query(self.sql.transition, params, batch=True)
-        return from_row(rows[0][:_WIDTH]) if rows else None
 
     async def request_input(
         self, task_id: str, requests: dict[str, Any], *, status_message: str | None = None

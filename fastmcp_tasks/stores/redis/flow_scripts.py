@@ -120,9 +120,10 @@ return 'ok'
 #: ARGV[4..]: target status, allowed current statuses (space separated), message mode
 #: ('keep'|'set'|'clear'), message, terminal '1'|'0', has result, result JSON,
 #: has error, error JSON, owner active-set key base, tombstone hash ('' none),
-#: tombstone ms. An ended task keeps its arguments, drops input state and context, and
-#: leaves every queue and its gate's running set; with a retention its dedupe key and
-#: history expire with it and its tombstone is written, dated to its expiry.
+#: tombstone ms, '1' to answer 1 instead of the task hash (`settle`). An ended task keeps
+#: its arguments, drops input state and context, and leaves every queue and its gate's
+#: running set; with a retention its dedupe key and history expire with it and its
+#: tombstone is written, dated to its expiry.
 TRANSITION = """
 local key, id, now = KEYS[1], ARGV[1], ARGV[2]
 local current = redis.call('HGET', key, 'status')
@@ -167,7 +168,8 @@ if ARGV[8] == '1' then
     if app then freed.app = app end
     emit(KEYS[5], ARGV[3], id, 'queued', target, cjson.encode(freed))
   end
-  local snapshot = redis.call('HGETALL', key)
+  local snapshot = 1
+  if ARGV[16] ~= '1' then snapshot = redis.call('HGETALL', key) end
   if retention then expire_task(key, id, retention) end
   return snapshot
 end
@@ -176,6 +178,7 @@ if target == 'working' then
   if #drop > 0 then redis.call('HDEL', key, unpack(drop)) end
 end
 emit(KEYS[5], ARGV[3], id, 'status', target)
+if ARGV[16] == '1' then return 1 end
 return redis.call('HGETALL', key)
 """
 

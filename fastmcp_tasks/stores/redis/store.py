@@ -294,6 +294,33 @@ class RedisTaskStore(RedisFeeds, RedisFlow, RedisLeases, RedisListing, RedisOper
         result: dict[str, Any] | None = None,
         error: dict[str, Any] | None = None,
     ) -> TaskRecord | None:
+        args = self._transition_args(task_id, status, expect, status_message, result, error)
+        return None if args is None else await self._record("transition", task_id, *args, "0")
+
+    async def settle(
+        self,
+        task_id: str,
+        status: TaskStatus,
+        *,
+        expect: frozenset[str] | None = None,
+        status_message: str | _Unchanged | None = UNCHANGED,
+        result: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+    ) -> bool:
+        """`transition`, reading no record back (`stores.settling`)."""
+        args = self._transition_args(task_id, status, expect, status_message, result, error)
+        return args is not None and bool(await self._task_script("transition", task_id, *args, "1"))
+
+    def _transition_args(
+        self,
+        task_id: str,
+        status: TaskStatus,
+        expect: frozenset[str] | None,
+        status_message: str | _Unchanged | None,
+        result: dict[str, Any] | None,
+        error: dict[str, Any] | None,
+    ) -> list[str] | None:
+        """The `transition` script's arguments after the task id (`None`: refused)."""
         sources = rules.transition_sources(status, expect)
         if not sources:
             return None
@@ -305,9 +332,7 @@ class RedisTaskStore(RedisFeeds, RedisFlow, RedisLeases, RedisListing, RedisOper
         kept = result if status == "completed" else None
         failure = error if status == "failed" else None
         terminal = status in TERMINAL_STATUSES
-        return await self._record(
-            "transition",
-            task_id,
+        return [
             status,
             " ".join(sources),
             mode,
@@ -320,7 +345,7 @@ class RedisTaskStore(RedisFeeds, RedisFlow, RedisLeases, RedisListing, RedisOper
             self.keys.owner_active_base,
             self._tomb(task_id) if terminal else "",
             self._tomb_ms(),
-        )
+        ]
 
     async def request_input(
         self, task_id: str, requests: dict[str, Any], *, status_message: str | None = None

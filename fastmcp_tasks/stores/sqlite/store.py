@@ -75,6 +75,9 @@ from fastmcp_tasks.stores.sqlite.steps import SQLiteSteps
 from fastmcp_tasks.stores.sqlite.tx import Tx
 from fastmcp_tasks.wire.names import ACTIVE_STATUSES, TERMINAL_STATUSES, TaskStatus
 
+#: A gated task's application and gate (`settle`, which reads no record back).
+_GATE = "SELECT app, gate FROM tasks WHERE task_id = ? AND gate IS NOT NULL"
+
 
 class SQLiteTaskStore(
     SQLiteSteps, SQLiteOperations, SQLiteFlow, SQLiteListing, SQLiteLeases, SQLiteConnections
@@ -166,11 +169,45 @@ class SQLiteTaskStore(
         result: dict[str, Any] | None = None,
         error: dict[str, Any] | None = None,
     ) -> TaskRecord | None:
+        changed = await self._transition(
+            task_id, status, expect, status_message, result, error, read_back=True
+        )
+        return changed if isinstance(changed, TaskRecord) else None
+
+    async def settle(
+        self,
+        task_id: str,
+        status: TaskStatus,
+        *,
+        expect: frozenset[str] | None = None,
+        status_message: str | _Unchanged | None = UNCHANGED,
+        result: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+    ) -> bool:
+        """`transition`, reading no record back (`stores.settling`)."""
+        changed = await self._transition(
+            task_id, status, expect, status_message, result, error, read_back=False
+        )
+        return changed is not None
+
+    async def _transition(
+        self,
+        task_id: str,
+        status: TaskStatus,
+        expect: frozenset[str] | None,
+        status_message: str | _Unchanged | None,
+        result: dict[str, Any] | None,
+        error: dict[str, Any] | None,
+        *,
+        read_back: bool,
+    ) -> TaskRecord | bool | None:
+        """The change of `transition`: the new record (`read_back`), else `True`; `None`
+        when refused."""
         sources = rules.transition_sources(status, expect)
         if not sources:
             return None
 
-        def change(tx: Tx) -> TaskRecord | None:
+        def change(tx: Tx) -> TaskRecord | bool | None:
             now = time.time()
             columns: dict[str, Any] = {"status": status, "updated_at": now}
             if not isinstance(status_message, _Unchanged):
@@ -197,11 +234,15 @@ class SQLiteTaskStore(
             if cursor.rowcount != 1:
                 return None
             tx.emit(task_id, "status", status)
-            record = tx.load(task_id, live=False)  # retention 0: expired, yet the winner's
-            if record is not None and record.gate is not None and record.is_terminal:
-                # its slot is free: processes waiting on the gate claim at once
-                tx.emit(task_id, "queued", status, {"app": record.app, "gate": record.gate})
-            return record
+            record = tx.load(task_id, live=False) if read_back else None  # retention 0 too
+            if status in TERMINAL_STATUSES:  # a gate's slot is free: its waiters claim at once
+                if record is not None:
+                    freed = [] if record.gate is None else [(record.app, record.gate)]
+                else:
+                    freed = tx.conn.execute(_GATE, (task_id,)).fetchall()
+                for app, gate in freed:
+                    tx.emit(task_id, "queued", status, {"app": app, "gate": gate})
+            return record if read_back else True
 
         return await self._run(change)
 

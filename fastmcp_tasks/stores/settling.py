@@ -1,0 +1,53 @@
+"""A status change that reads nothing back: the optional `settle` capability.
+
+`TaskStore.transition` answers the task's new record, which a store reads back in the
+same round trip and decodes: its arguments, its result, its context. The engine only
+asks whether the change was applied when it records how a run ended, so a store may
+also offer `settle`, exactly `transition` but answering `True` (applied) or `False`
+(refused) and reading no record back. A task with a megabyte of arguments and a
+megabyte of result then costs its worker, and its store, no second copy of either when
+it ends.
+
+`settle(store, ...)` calls the store's `settle` when it has one, else its `transition`
+(a store without the capability loses nothing but the saving). The SQLite, Redis and
+PostgreSQL stores offer it; the memory store's `transition` reads nothing back, so it
+needs none. `testing.SettleContract` checks a store's `settle` against its own
+`transition`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+from fastmcp_tasks.stores.base import UNCHANGED, TaskStore, _Unchanged
+from fastmcp_tasks.wire.names import TaskStatus
+
+
+@runtime_checkable
+class SettlingStore(TaskStore, Protocol):
+    """A store whose status changes can skip reading the record back (module doc)."""
+
+    async def settle(
+        self,
+        task_id: str,
+        status: TaskStatus,
+        *,
+        expect: frozenset[str] | None = None,
+        status_message: str | _Unchanged | None = UNCHANGED,
+        result: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+    ) -> bool:
+        """`transition` with the same arguments and effect; whether it was applied."""
+        ...
+
+
+async def settle(store: TaskStore, task_id: str, status: TaskStatus, **fields: Any) -> bool:
+    """Change `task_id` to `status` as `store.transition` would; whether it was applied,
+    read back only by a store without `settle` (module doc)."""
+    own = getattr(store, "settle", None)
+    if own is not None:
+        return bool(await own(task_id, status, **fields))
+    return await store.transition(task_id, status, **fields) is not None
+
+
+__all__ = ["SettlingStore", "settle"]

@@ -1,0 +1,110 @@
+"""`settle` (`stores.settling`) reads no record back, and the engine records outcomes with it.
+
+Each durable store's `settle` works with its record decoder broken (so it decodes
+nothing); a task run to completion through the wire is recorded with `settle`, never
+with `transition`, and its result reads back as the tool returned it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from fastmcp import FastMCP
+
+from fastmcp_tasks import TasksExtension
+from fastmcp_tasks.stores.base import TaskStore
+from fastmcp_tasks.stores.postgres import transitions as postgres_transitions
+from fastmcp_tasks.stores.redis import store as redis_module
+from fastmcp_tasks.stores.sqlite import SQLiteTaskStore
+from fastmcp_tasks.stores.sqlite.tx import Tx
+from fastmcp_tasks.testing import make_record
+from tests.test_store_contract import postgres_store, redis_store
+from tests.wire import connect
+
+pytestmark = pytest.mark.anyio
+
+
+def broken(*args: Any, **kwargs: Any) -> Any:
+    raise AssertionError("settle read a record back")
+
+
+@pytest.fixture(params=["sqlite", "redis", "postgres"])
+async def durable(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[tuple[str, TaskStore]]:
+    makers: dict[str, Callable[[], TaskStore]] = {
+        "sqlite": lambda: SQLiteTaskStore(str(tmp_path / "tasks.db")),
+        "redis": redis_store,
+        "postgres": postgres_store,
+    }
+    store = makers[request.param]()
+    await store.open()
+    try:
+        yield request.param, store
+    finally:
+        await store.close()
+
+
+async def test_settle_decodes_no_record(
+    durable: tuple[str, TaskStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kind, store = durable
+    ended, waiting = make_record(arguments={"big": "x" * 10_000}), make_record()
+    for record in (ended, waiting):
+        await store.create(record)
+    where: dict[str, tuple[Any, str]] = {
+        "sqlite": (Tx, "load"),
+        "redis": (redis_module, "decode_task"),
+        "postgres": (postgres_transitions, "from_row"),
+    }
+    replies: list[Any] = []
+    sender = {"redis": "_task_script", "postgres": "_query"}.get(kind)
+    if sender is not None:  # what the server answered: no task's fields
+        original = getattr(store, sender)
+
+        async def sent(*args: Any, **kw: Any) -> Any:
+            replies.append(reply := await original(*args, **kw))
+            return reply
+
+        monkeypatch.setattr(store, sender, sent)
+    with monkeypatch.context() as patch:
+        patch.setattr(*where[kind], broken)
+        with anyio.fail_after(10):
+            assert await store.settle(ended.task_id, "completed", result={"n": 1}) is True  # type: ignore[attr-defined]
+            assert await store.settle(ended.task_id, "cancelled") is False  # type: ignore[attr-defined]
+    if sender is not None:
+        assert replies[0] in (1, [(1, 0)], [(1, 1)]), replies  # applied, and nothing else
+    found = await store.get(ended.task_id)
+    assert found is not None and found.status == "completed" and found.result == {"n": 1}
+
+
+async def test_the_engine_records_an_outcome_with_settle(tmp_path: Path) -> None:
+    mcp = FastMCP("settling")
+    extension = TasksExtension(url=f"sqlite:///{tmp_path / 'tasks.db'}")
+    mcp.add_extension(extension)
+
+    @mcp.tool(task=True)
+    async def echo(text: str) -> str:
+        return text
+
+    calls: list[str] = []
+    with anyio.fail_after(20):
+        async with connect(mcp, "memory") as wire:
+            store = extension.store
+            inner = getattr(store, "inner", store)
+            for name in ("transition", "settle"):
+                original = getattr(inner, name)
+
+                async def spy(*args: Any, _name: str = name, _fn: Any = original, **kw: Any) -> Any:
+                    calls.append(_name)
+                    return await _fn(*args, **kw)
+
+                setattr(inner, name, spy)
+            created = await wire.call_tool("echo", {"text": "done"})
+            done = await wire.wait(created["taskId"])
+    assert done["status"] == "completed" and done["result"]["content"][0]["text"] == "done"
+    assert calls == ["settle"]
