@@ -35,6 +35,7 @@ import anyio
 
 from fastmcp_tasks.errors import StoreError
 from fastmcp_tasks.stores.base import TaskChange, TaskStore
+from fastmcp_tasks.stores.settling import defined_by
 
 ANY = "*"  # the tick every call and every fault sets
 
@@ -64,7 +65,7 @@ def to(*statuses: str) -> Predicate:
 def outcome_write(store: TaskStore) -> str:
     """The method the engine records a run's outcome with: `settle` where the store has
     it (`stores.settling`), else `transition`."""
-    return "settle" if getattr(store, "settle", None) is not None else "transition"
+    return "settle" if defined_by(store, "settle") is not None else "transition"
 
 
 class FaultyStore:
@@ -261,6 +262,18 @@ class FaultyStore:
 
     async def transition(self, task_id: str, status: Any, **fields: Any) -> Any:
         return await self._call("transition", task_id, status, **fields)
+
+    async def settle(self, task_id: str, status: Any, **fields: Any) -> Any:
+        """Gated as `settle` where `inner` settles, else this store's `transition`."""
+        if defined_by(self.inner, "settle") is None:
+            return await self.transition(task_id, status, **fields) is not None
+        return await self._call("settle", task_id, status, **fields)
+
+    async def peek(self, task_id: str) -> Any:
+        """Gated as `peek` where `inner` peeks, else this store's `get`."""
+        if defined_by(self.inner, "peek") is None:
+            return await self.get(task_id)
+        return await self._call("peek", task_id)
 
     async def request_input(self, task_id: str, requests: dict[str, Any], **kw: Any) -> Any:
         return await self._call("request_input", task_id, requests, **kw)

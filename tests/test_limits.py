@@ -10,7 +10,7 @@ import anyio
 import pytest
 from fastmcp import Context, FastMCP
 
-from fastmcp_tasks import Limits, TasksExtension
+from fastmcp_tasks import Limits, TasksExtension, task_options
 from fastmcp_tasks.server import limits
 from fastmcp_tasks.stores import text
 from tests.wire import WireError, connect
@@ -131,3 +131,21 @@ async def test_arguments_and_result_are_each_encoded_once(
             done = await wire.wait(created["taskId"])
     assert done["result"]["content"][0]["text"] == marker
     assert counting.encoded == 2  # and the result
+
+
+async def test_arguments_a_concurrency_key_changed_are_stored_as_changed(tmp_path: Path) -> None:
+    """A `concurrency_key` runs after the arguments were sized: whatever it does to them
+    is what the store keeps and the tool gets, as before the arguments carried their text."""
+    mcp = FastMCP("keyed")
+    mcp.add_extension(TasksExtension(url=f"sqlite:///{tmp_path / 'tasks.db'}"))
+
+    @mcp.tool(task=True)
+    @task_options(concurrency=1, concurrency_key=lambda args: args.pop("tenant", "none"))
+    async def echo(text: str, tenant: str = "none") -> str:
+        return f"{text} for {tenant}"
+
+    with anyio.fail_after(20):
+        async with connect(mcp, "memory") as wire:
+            created = await wire.call_tool("echo", {"text": "x", "tenant": "acme"})
+            done = await wire.wait(created["taskId"])
+    assert done["result"]["content"][0]["text"] == "x for none"

@@ -67,6 +67,7 @@ from fastmcp_tasks.server.ownership import current_principal
 from fastmcp_tasks.server.related import related_of_call
 from fastmcp_tasks.stores.base import ActiveCaps, TaskRecord, TaskStore
 from fastmcp_tasks.stores.flow import keeps_flow_control
+from fastmcp_tasks.stores.text import EncodedJSON
 
 logger = logging.getLogger("fastmcp_tasks.validation")
 
@@ -199,6 +200,9 @@ async def create_task(
         except Exception as error:
             logger.exception("concurrency_key of tool %r raised", name)
             raise concurrency_key_failed(name, error) from None
+        if options.concurrency_key is not None and type(arguments) is EncodedJSON:
+            # the key function may have changed them
+            arguments = EncodedJSON(arguments)
     # dedupe tells callers apart by principal: without authentication there is none, and
     # handing one anonymous caller's task (its id is the credential) to another would give
     # its result away, so an unauthenticated call always starts new work

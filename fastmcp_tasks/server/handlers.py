@@ -58,6 +58,7 @@ from fastmcp_tasks.server.ownership import current_principal, may_access, missin
 from fastmcp_tasks.server.pacing import PollPacer
 from fastmcp_tasks.server.payloads import unreadable
 from fastmcp_tasks.stores.base import TaskRecord, TaskStore
+from fastmcp_tasks.stores.peeking import peek
 from fastmcp_tasks.wire.legacy import LEGACY_VERSION, METHOD_LIST, METHOD_RESULT
 from fastmcp_tasks.wire.models import TaskIdParams, UpdateTaskParams
 from fastmcp_tasks.wire.names import (
@@ -240,8 +241,9 @@ class TaskMethods:
         return dict(ACK)
 
     async def _visible(self, task_id: str) -> TaskRecord:
-        """The task, if it exists and the caller may see it; else -32602 (C14, C24)."""
-        record = await self.store.get(task_id) if could_be_task_id(task_id) else None
+        """The task, if it exists and the caller may see it; else -32602 (C14, C24).
+        Without its arguments and context, which no handler here reads (`stores.peeking`)."""
+        record = await peek(self.store, task_id) if could_be_task_id(task_id) else None
         if record is None:
             raise await missing(self.store, task_id)
         if not may_access(record, current_principal()):

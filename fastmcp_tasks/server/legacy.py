@@ -52,6 +52,7 @@ from fastmcp_tasks.server.ownership import current_principal, may_access, missin
 from fastmcp_tasks.server.payloads import unreadable
 from fastmcp_tasks.stores.base import TaskRecord, TaskStore
 from fastmcp_tasks.stores.listing import PageKey, page_key
+from fastmcp_tasks.stores.peeking import peek
 from fastmcp_tasks.wire.legacy import legacy_call_result, legacy_task, related
 from fastmcp_tasks.wire.models import TaskIdParams
 from fastmcp_tasks.wire.render import could_be_task_id
@@ -280,7 +281,8 @@ class LegacyTasks:
         return [r for r in records if before is None or page_key(r) < before][: PAGE + 1]
 
     async def _visible(self, task_id: str) -> TaskRecord:
-        record = await self.store.get(task_id) if could_be_task_id(task_id) else None
+        """As `handlers.TaskMethods._visible`: without its arguments and context."""
+        record = await peek(self.store, task_id) if could_be_task_id(task_id) else None
         if record is None:
             raise await missing(self.store, task_id)
         if not may_access(record, current_principal()):

@@ -47,8 +47,10 @@ from fastmcp_tasks.errors import (
 )
 from fastmcp_tasks.server.health import HealthMonitor
 from fastmcp_tasks.server.sealed_store import SealedStore
-from fastmcp_tasks.stores.base import TaskChange, TaskStore
+from fastmcp_tasks.stores.base import TaskChange, TaskRecord, TaskStore
 from fastmcp_tasks.stores.memory import MemoryTaskStore
+from fastmcp_tasks.stores.peeking import peek
+from fastmcp_tasks.stores.settling import settle
 
 T = TypeVar("T")
 
@@ -57,6 +59,7 @@ BOUNDED = frozenset(
     {
         "create",
         "get",
+        "peek",
         "get_many",
         "tombstone",
         "set_status_message",
@@ -164,6 +167,14 @@ class MonitoredStore:
             raise
         health.store_ok()
         return result
+
+    async def settle(self, task_id: str, status: Any, **fields: Any) -> bool:
+        """`stores.settling`: the inner store's `settle`, or its `transition`."""
+        return await self.call("settle", settle, self.inner, task_id, status, **fields)
+
+    async def peek(self, task_id: str) -> TaskRecord | None:
+        """`stores.peeking`: the inner store's `peek`, or its `get`."""
+        return await self.call("peek", peek, self.inner, task_id)
 
     def __getattr__(self, name: str) -> Any:
         target = getattr(self.inner, name)  # AttributeError when the store lacks it

@@ -23,6 +23,7 @@ from typing import Any
 from fastmcp_tasks.server.payloads import Payloads
 from fastmcp_tasks.server.sealing import Sealer
 from fastmcp_tasks.stores.base import TaskChange, TaskRecord, TaskStore
+from fastmcp_tasks.stores.peeking import peek
 from fastmcp_tasks.stores.settling import settle
 from fastmcp_tasks.stores.steps import StepRecord
 
@@ -49,6 +50,11 @@ class SealedStore:
 
     async def transition(self, task_id: str, status: Any, **fields: Any) -> TaskRecord | None:
         found = await self.inner.transition(task_id, status, **self._sealed(task_id, fields))
+        return None if found is None else self.payloads.opened(found)
+
+    async def peek(self, task_id: str) -> TaskRecord | None:
+        """`stores.peeking`: opened as `get` is, whatever the inner store offers."""
+        found = await peek(self.inner, task_id)
         return None if found is None else self.payloads.opened(found)
 
     async def settle(self, task_id: str, status: Any, **fields: Any) -> bool:

@@ -97,7 +97,7 @@ class Sealer:
 
     def seal(self, task_id: str, payload: dict[str, Any]) -> str:
         """`payload` sealed with the first key, bound to `task_id`."""
-        return self.seal_text(task_id, encode_json(payload))  # an `EncodedJSON`'s own text
+        return self.seal_text(task_id, encode_json(payload))  # as a store would keep it
 
     def open(self, task_id: str, text: str) -> dict[str, Any]:
         """What `seal(task_id, ...)` sealed; `SealError` when no key of ours opens it."""

@@ -8,8 +8,12 @@ also offer `settle`, exactly `transition` but answering `True` (applied) or `Fal
 megabyte of result then costs its worker, and its store, no second copy of either when
 it ends.
 
-`settle(store, ...)` calls the store's `settle` when it has one, else its `transition`
-(a store without the capability loses nothing but the saving). The SQLite, Redis and
+`settle(store, ...)` calls the store's `settle` when its class (or the object itself)
+defines one, else its `transition` (a store without the capability loses nothing but
+the saving). A `settle` a wrapper only forwards through `__getattr__` does not count
+(`defined_by`): a wrapper that overrides `transition` around a store that settles
+would otherwise see its override skipped; a wrapper that wants both defines both, as
+`SealedStore` and `MonitoredStore` do. The SQLite, Redis and
 PostgreSQL stores offer it; the memory store's `transition` reads nothing back, so it
 needs none. `testing.SettleContract` checks a store's `settle` against its own
 `transition`.
@@ -17,6 +21,7 @@ needs none. `testing.SettleContract` checks a store's `settle` against its own
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Protocol, runtime_checkable
 
 from fastmcp_tasks.stores.base import UNCHANGED, TaskStore, _Unchanged
@@ -41,13 +46,23 @@ class SettlingStore(TaskStore, Protocol):
         ...
 
 
+def defined_by(store: object, name: str) -> Any:
+    """`store`'s attribute `name` when its class or the object itself defines it, else
+    `None`: never one a `__getattr__` would forward (module doc)."""
+    try:
+        inspect.getattr_static(store, name)
+    except AttributeError:
+        return None
+    return getattr(store, name)
+
+
 async def settle(store: TaskStore, task_id: str, status: TaskStatus, **fields: Any) -> bool:
     """Change `task_id` to `status` as `store.transition` would; whether it was applied,
     read back only by a store without `settle` (module doc)."""
-    own = getattr(store, "settle", None)
+    own = defined_by(store, "settle")
     if own is not None:
         return bool(await own(task_id, status, **fields))
     return await store.transition(task_id, status, **fields) is not None
 
 
-__all__ = ["SettlingStore", "settle"]
+__all__ = ["SettlingStore", "defined_by", "settle"]

@@ -22,12 +22,15 @@ It needs pytest and anyio's pytest plugin (installed with anyio); tests run on
 asyncio (override the `anyio_backend` fixture for trio), each bounded by
 `anyio.fail_after(timeout)` (30 s). The parts are separate classes (`CoreContract`,
 `LeaseContract`, `PhaseContract`, `FeedContract`, `IsolationContract`, `CapsContract`,
-`OperationsContract`, `StepsContract`, `ConcurrencyContract`, `SettleContract`)
+`OperationsContract`, `StepsContract`, `ConcurrencyContract`, `SettleContract`,
+`PeekContract`)
 for a store that keeps only some of the contract. `PhaseContract` checks
 `TaskRecord.phase` and `attempts`, and `start_run` (`fastmcp_tasks.stores.phases`);
 `StepsContract` the durable steps (`fastmcp_tasks.stores.steps`), skipping for a
 store without them; `SettleContract` the optional `settle` (`fastmcp_tasks.stores.settling`)
-against the store's own `transition`, skipping for a store without it.
+against the store's own `transition`, and `PeekContract` the optional `peek`
+(`fastmcp_tasks.stores.peeking`) against its own `get`, each skipping for a store
+without it.
 `make_record` builds the tasks the tests use.
 Importing `fastmcp_tasks` never imports this module (nor pytest).
 """
@@ -42,6 +45,7 @@ from fastmcp_tasks.testing.feed import FeedContract
 from fastmcp_tasks.testing.isolation import IsolationContract
 from fastmcp_tasks.testing.leases import LeaseContract
 from fastmcp_tasks.testing.operations import OperationsContract
+from fastmcp_tasks.testing.peeking import PeekContract
 from fastmcp_tasks.testing.phases import PhaseContract
 from fastmcp_tasks.testing.settling import SettleContract
 from fastmcp_tasks.testing.steps import StepsContract
@@ -55,6 +59,7 @@ __all__ = [
     "IsolationContract",
     "LeaseContract",
     "OperationsContract",
+    "PeekContract",
     "PhaseContract",
     "SettleContract",
     "StepsContract",
@@ -74,5 +79,6 @@ class StoreContract(
     StepsContract,
     ConcurrencyContract,
     SettleContract,
+    PeekContract,
 ):
     """The whole `TaskStore` contract; subclass it and provide the `store` fixture."""

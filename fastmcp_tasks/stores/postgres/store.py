@@ -54,6 +54,7 @@ leaving tombstones, and prunes tombstones, turns and old change rows.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import AsyncIterator, Callable
@@ -76,12 +77,27 @@ from fastmcp_tasks.stores.postgres.flow import MAX_TOMBSTONES, PostgresFlow
 from fastmcp_tasks.stores.postgres.leases import PostgresLeases
 from fastmcp_tasks.stores.postgres.listing import PostgresListing
 from fastmcp_tasks.stores.postgres.operations import PostgresOperations
-from fastmcp_tasks.stores.postgres.schema import COLUMNS, clean_text, from_row, to_params
+from fastmcp_tasks.stores.postgres.schema import (
+    COLUMNS,
+    SELECT_COLUMNS,
+    clean_text,
+    from_row,
+    to_params,
+)
 from fastmcp_tasks.stores.postgres.steps import PostgresSteps
 from fastmcp_tasks.stores.postgres.transitions import PostgresTransitions
 from fastmcp_tasks.wire.names import ACTIVE_STATUSES
 
 _WIDTH = len(COLUMNS)
+
+
+@functools.lru_cache(maxsize=16)
+def _peeking(get: str) -> str:
+    """`Statements.get` reading neither `arguments` nor `context` (`peek`)."""
+    lean = ", ".join("NULL" if c in ("arguments", "context") else c for c in COLUMNS)
+    if not get.startswith(f"SELECT {SELECT_COLUMNS} FROM "):
+        raise AssertionError("the get statement must select the task's columns")
+    return get.replace(SELECT_COLUMNS, lean, 1)
 
 
 class PostgresTaskStore(
@@ -248,6 +264,12 @@ class PostgresTaskStore(
     async def get(self, task_id: str) -> TaskRecord | None:
         params = {"id": task_id, "now": time.time()}
         rows = await self._query(self.sql.get, params, read=True, batch=True)
+        return from_row(rows[0]) if rows else None
+
+    async def peek(self, task_id: str) -> TaskRecord | None:
+        """`get` without `arguments` and `context` (`stores.peeking`)."""
+        params = {"id": task_id, "now": time.time()}
+        rows = await self._query(_peeking(self.sql.get), params, read=True, batch=True)
         return from_row(rows[0]) if rows else None
 
     # --- changes ----------------------------------------------------------------------

@@ -219,7 +219,20 @@ return 0
 
 #: Script name -> Lua source (with the shared helpers), every script of the store
 #: (`redis.flow_scripts`, `redis.operations_lua` and `redis.steps` too), registered once per store.
+#: KEYS[1]: a task hash; its fields but `arguments` and `context` (`peek`), flat.
+PEEK = """
+local flat, kept = redis.call('HGETALL', KEYS[1]), {}
+for i = 1, #flat, 2 do
+  if flat[i] ~= 'arguments' and flat[i] ~= 'context' then
+    kept[#kept + 1] = flat[i]
+    kept[#kept + 1] = flat[i + 1]
+  end
+end
+return kept
+"""
+
 SCRIPTS: dict[str, str] = {
+    "peek": PEEK,
     **{
         name: PRELUDE + body
         for name, body in {

@@ -8,7 +8,8 @@ each its own `prefix`, and applications sharing one store are told apart by
 `redis.leases`, listing `redis.listing`, creation and flow control (gates, retry
 waits, dedupe, tombstones: `stores.flow`) `redis.flow`, the operator records
 (histories, workers, pauses, audit: `stores.operations`) `redis.operations`, the
-durable steps (`stores.steps`) `redis.steps`; the change feed, the wake stream a
+durable steps (`stores.steps`) `redis.steps`, status changes and the lean read
+(`transition`, `settle`, `peek`) `redis.transitions`; the change feed, the wake stream a
 worker's runner reads instead, and the queue wake-ups shared out to workers are
 `redis.feeds`.
 
@@ -61,12 +62,8 @@ from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from fastmcp_tasks.errors import ConfigurationError, StoreError
-from fastmcp_tasks.stores import rules
 from fastmcp_tasks.stores.base import (
-    UNCHANGED,
     TaskRecord,
-    _Unchanged,
-    encode_result,
     storable_text,
 )
 from fastmcp_tasks.stores.flow import DEFAULT_TOMBSTONE_RETENTION
@@ -86,8 +83,8 @@ from fastmcp_tasks.stores.redis.listing import RedisListing
 from fastmcp_tasks.stores.redis.operations import RedisOperations
 from fastmcp_tasks.stores.redis.scripts import SCRIPTS
 from fastmcp_tasks.stores.redis.steps import RedisSteps
+from fastmcp_tasks.stores.redis.transitions import RedisTransitions
 from fastmcp_tasks.stores.urls import masked
-from fastmcp_tasks.wire.names import TERMINAL_STATUSES, TaskStatus
 
 T = TypeVar("T")
 
@@ -95,7 +92,15 @@ T = TypeVar("T")
 DEFAULT_MAX_TASKS = 100_000
 
 
-class RedisTaskStore(RedisFeeds, RedisFlow, RedisLeases, RedisListing, RedisOperations, RedisSteps):
+class RedisTaskStore(
+    RedisFeeds,
+    RedisFlow,
+    RedisLeases,
+    RedisListing,
+    RedisOperations,
+    RedisSteps,
+    RedisTransitions,
+):
     """A `TaskStore` in Redis, shared by every process that uses the same URL and prefix.
 
     Args:
@@ -283,69 +288,6 @@ class RedisTaskStore(RedisFeeds, RedisFlow, RedisLeases, RedisListing, RedisOper
         mode = "clear" if message is None else "set"
         text = storable_text(message) or ""
         return await self._record("set_status_message", task_id, mode, text)
-
-    async def transition(
-        self,
-        task_id: str,
-        status: TaskStatus,
-        *,
-        expect: frozenset[str] | None = None,
-        status_message: str | _Unchanged | None = UNCHANGED,
-        result: dict[str, Any] | None = None,
-        error: dict[str, Any] | None = None,
-    ) -> TaskRecord | None:
-        args = self._transition_args(task_id, status, expect, status_message, result, error)
-        return None if args is None else await self._record("transition", task_id, *args, "0")
-
-    async def settle(
-        self,
-        task_id: str,
-        status: TaskStatus,
-        *,
-        expect: frozenset[str] | None = None,
-        status_message: str | _Unchanged | None = UNCHANGED,
-        result: dict[str, Any] | None = None,
-        error: dict[str, Any] | None = None,
-    ) -> bool:
-        """`transition`, reading no record back (`stores.settling`)."""
-        args = self._transition_args(task_id, status, expect, status_message, result, error)
-        return args is not None and bool(await self._task_script("transition", task_id, *args, "1"))
-
-    def _transition_args(
-        self,
-        task_id: str,
-        status: TaskStatus,
-        expect: frozenset[str] | None,
-        status_message: str | _Unchanged | None,
-        result: dict[str, Any] | None,
-        error: dict[str, Any] | None,
-    ) -> list[str] | None:
-        """The `transition` script's arguments after the task id (`None`: refused)."""
-        sources = rules.transition_sources(status, expect)
-        if not sources:
-            return None
-        if isinstance(status_message, _Unchanged):
-            mode, message = "keep", ""
-        else:
-            text = storable_text(status_message)
-            mode, message = ("clear", "") if text is None else ("set", text)
-        kept = result if status == "completed" else None
-        failure = error if status == "failed" else None
-        terminal = status in TERMINAL_STATUSES
-        return [
-            status,
-            " ".join(sources),
-            mode,
-            message,
-            "1" if terminal else "0",
-            "0" if kept is None else "1",
-            "" if kept is None else encode_result(kept),
-            "0" if failure is None else "1",
-            "" if failure is None else dumps(failure),
-            self.keys.owner_active_base,
-            self._tomb(task_id) if terminal else "",
-            self._tomb_ms(),
-        ]
 
     async def request_input(
         self, task_id: str, requests: dict[str, Any], *, status_message: str | None = None

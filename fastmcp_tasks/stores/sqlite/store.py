@@ -142,6 +142,10 @@ class SQLiteTaskStore(
     async def get(self, task_id: str) -> TaskRecord | None:
         return await self._read(lambda tx: tx.load(task_id))
 
+    async def peek(self, task_id: str) -> TaskRecord | None:
+        """`get` without `arguments` and `context` (`stores.peeking`)."""
+        return await self._read(lambda tx: tx.load(task_id, lean=True))
+
     # --- changes ------------------------------------------------------------------
 
     async def set_status_message(self, task_id: str, message: str | None) -> TaskRecord | None:

@@ -27,6 +27,13 @@ LEASE_COLUMNS = (
     "lease_owner, lease_expires, cancel_requested, phase"
 )
 
+#: `SELECT_TASK` reading neither `arguments` nor `context` (`peek`, `stores.peeking`).
+PEEK_TASK = (
+    "SELECT "
+    + ", ".join("NULL" if name in ("arguments", "context") else name for name in COLUMNS)
+    + " FROM tasks"
+)
+
 
 def ready_where(app: str | None, now: float) -> tuple[str, tuple[Any, ...]]:
     """`FROM ... WHERE ...` of the claimable ungated tasks of `app` (any application's:
@@ -66,13 +73,15 @@ class Tx:
         self.conn = conn
         self.emitted = False
 
-    def load(self, task_id: str, *, live: bool = True) -> TaskRecord | None:
-        """The task by primary key; with `live`, `None` once it has expired."""
+    def load(self, task_id: str, *, live: bool = True, lean: bool = False) -> TaskRecord | None:
+        """The task by primary key; with `live`, `None` once it has expired; `lean`: without
+        its `arguments` and `context` (`stores.peeking`)."""
+        select = PEEK_TASK if lean else SELECT_TASK
         if live:
-            query = f"{SELECT_TASK} WHERE task_id = ? AND (expires_at IS NULL OR expires_at > ?)"
+            query = f"{select} WHERE task_id = ? AND (expires_at IS NULL OR expires_at > ?)"
             rows = self.conn.execute(query, (task_id, time.time())).fetchall()
         else:
-            rows = self.conn.execute(f"{SELECT_TASK} WHERE task_id = ?", (task_id,)).fetchall()
+            rows = self.conn.execute(f"{select} WHERE task_id = ?", (task_id,)).fetchall()
         return from_row(rows[0]) if rows else None
 
     def save(self, record: TaskRecord) -> None:

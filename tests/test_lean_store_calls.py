@@ -1,8 +1,10 @@
-"""`settle` (`stores.settling`) reads no record back, and the engine records outcomes with it.
+"""The store calls that leave a task's payloads where they are: `settle`
+(`stores.settling`) and `peek` (`stores.peeking`).
 
 Each durable store's `settle` works with its record decoder broken (so it decodes
 nothing); a task run to completion through the wire is recorded with `settle`, never
-with `transition`, and its result reads back as the tool returned it.
+with `transition`, and its result reads back as the tool returned it; `tasks/get`
+reads the task with `peek`, never `get`, on both protocol generations' paths.
 """
 
 from __future__ import annotations
@@ -108,3 +110,77 @@ async def test_the_engine_records_an_outcome_with_settle(tmp_path: Path) -> None
             done = await wire.wait(created["taskId"])
     assert done["status"] == "completed" and done["result"]["content"][0]["text"] == "done"
     assert calls == ["settle"]
+
+
+async def test_tasks_get_reads_the_task_with_peek(tmp_path: Path) -> None:
+    mcp = FastMCP("peeking")
+    extension = TasksExtension(url=f"sqlite:///{tmp_path / 'tasks.db'}")
+    mcp.add_extension(extension)
+
+    @mcp.tool(task=True)
+    async def echo(text: str) -> str:
+        return text
+
+    calls: list[str] = []
+    with anyio.fail_after(20):
+        async with connect(mcp, "memory") as wire:
+            store = extension.store
+            inner = getattr(store, "inner", store)
+            for name in ("get", "peek"):
+                original = getattr(inner, name)
+
+                async def spy(*args: Any, _name: str = name, _fn: Any = original, **kw: Any) -> Any:
+                    calls.append(_name)
+                    return await _fn(*args, **kw)
+
+                setattr(inner, name, spy)
+            created = await wire.call_tool("echo", {"text": "x" * 10_000})
+            await wire.wait(created["taskId"])
+            calls.clear()  # the worker's own reads are not tasks/get's
+            got = await wire.get(created["taskId"])
+    assert got["status"] == "completed" and got["result"]["content"][0]["text"] == "x" * 10_000
+    assert calls == ["peek"]
+
+
+class Redacting:
+    """A third-party wrapper: its own `transition` and `get`, the rest forwarded."""
+
+    def __init__(self, inner: TaskStore) -> None:
+        self.inner = inner
+        self.scheme, self.durable = inner.scheme, inner.durable
+
+    async def transition(self, task_id: str, status: Any, **fields: Any) -> Any:
+        if fields.get("result") is not None:
+            result = dict(fields["result"], content=[{"type": "text", "text": "[redacted]"}])
+            result.pop("structuredContent", None)
+            fields["result"] = result
+        return await self.inner.transition(task_id, status, **fields)
+
+    async def get(self, task_id: str) -> Any:
+        found = await self.inner.get(task_id)
+        if found is not None:
+            found.status_message = "seen by the wrapper"
+        return found
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+async def test_a_wrappers_own_transition_and_get_are_never_skipped(tmp_path: Path) -> None:
+    """The inner store settles and peeks, the wrapper only forwards those: the engine and
+    `tasks/get` use the wrapper's own `transition` and `get`."""
+    inner = SQLiteTaskStore(str(tmp_path / "tasks.db"))
+    mcp = FastMCP("wrapped")
+    mcp.add_extension(TasksExtension(store=Redacting(inner)))  # type: ignore[arg-type]
+
+    @mcp.tool(task=True)
+    async def echo(text: str) -> str:
+        return text
+
+    with anyio.fail_after(20):
+        async with connect(mcp, "memory") as wire:
+            created = await wire.call_tool("echo", {"text": "card 4111"})
+            await wire.wait(created["taskId"])
+            got = await wire.get(created["taskId"])
+    assert got["result"]["content"][0]["text"] == "[redacted]"
+    assert got["statusMessage"] == "seen by the wrapper"
