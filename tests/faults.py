@@ -35,7 +35,7 @@ import anyio
 
 from fastmcp_tasks.errors import StoreError
 from fastmcp_tasks.stores.base import TaskChange, TaskStore
-from fastmcp_tasks.stores.settling import defined_by
+from fastmcp_tasks.stores.settling import lean_method
 
 ANY = "*"  # the tick every call and every fault sets
 
@@ -65,7 +65,7 @@ def to(*statuses: str) -> Predicate:
 def outcome_write(store: TaskStore) -> str:
     """The method the engine records a run's outcome with: `settle` where the store has
     it (`stores.settling`), else `transition`."""
-    return "settle" if defined_by(store, "settle") is not None else "transition"
+    return "settle" if lean_method(store, "settle", "transition") is not None else "transition"
 
 
 class FaultyStore:
@@ -265,13 +265,13 @@ class FaultyStore:
 
     async def settle(self, task_id: str, status: Any, **fields: Any) -> Any:
         """Gated as `settle` where `inner` settles, else this store's `transition`."""
-        if defined_by(self.inner, "settle") is None:
+        if lean_method(self.inner, "settle", "transition") is None:
             return await self.transition(task_id, status, **fields) is not None
         return await self._call("settle", task_id, status, **fields)
 
     async def peek(self, task_id: str) -> Any:
         """Gated as `peek` where `inner` peeks, else this store's `get`."""
-        if defined_by(self.inner, "peek") is None:
+        if lean_method(self.inner, "peek", "get") is None:
             return await self.get(task_id)
         return await self._call("peek", task_id)
 

@@ -19,6 +19,7 @@ from fastmcp import FastMCP
 
 from fastmcp_tasks import TasksExtension
 from fastmcp_tasks.stores.base import TaskStore
+from fastmcp_tasks.stores.peeking import peek
 from fastmcp_tasks.stores.postgres import transitions as postgres_transitions
 from fastmcp_tasks.stores.redis import store as redis_module
 from fastmcp_tasks.stores.sqlite import SQLiteTaskStore
@@ -184,3 +185,39 @@ async def test_a_wrappers_own_transition_and_get_are_never_skipped(tmp_path: Pat
             got = await wire.get(created["taskId"])
     assert got["result"]["content"][0]["text"] == "[redacted]"
     assert got["statusMessage"] == "seen by the wrapper"
+
+
+class Hiding(SQLiteTaskStore):
+    """A subclass of a bundled store whose own `get` hides every task."""
+
+    async def get(self, task_id: str) -> Any:
+        return None
+
+
+class Caching(Redacting):
+    """A wrapper that keeps what it forwards in its own `__dict__`."""
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self.inner, name)
+        self.__dict__[name] = value
+        return value
+
+
+async def test_a_subclass_or_caching_wrapper_keeps_its_own_get(tmp_path: Path) -> None:
+    """`peek` inherited from above a subclass's own `get`, or cached in a wrapper's
+    `__dict__`, is not used instead of it (`stores.settling.lean_method`)."""
+    hiding = Hiding(str(tmp_path / "hiding.db"))
+    caching = Caching(SQLiteTaskStore(str(tmp_path / "caching.db")))
+    assert getattr(caching, "peek", None) is not None  # now in its __dict__
+    for store in (hiding, caching):
+        await store.open()
+        try:
+            record = make_record()
+            await store.create(record)
+            found = await peek(store, record.task_id)
+            if store is hiding:
+                assert found is None
+            else:
+                assert found is not None and found.status_message == "seen by the wrapper"
+        finally:
+            await store.close()

@@ -8,10 +8,9 @@ change a task's state and never its arguments nor its context, yet a client poll
 sent nor decoded (nor, with sealed payloads, opened), so a poll of a task with a
 megabyte of arguments costs what a poll of a small one does.
 
-`peek(store, task_id)` calls the store's `peek` when its class (or the object itself)
-defines one, else `get`: as with `settle` (`stores.settling.defined_by`), a `peek` only
-forwarded through `__getattr__` does not count, so a wrapper's own `get` is never
-skipped. The
+`peek(store, task_id)` calls the store's `peek` when its class defines one at least as
+far down its class tree as its `get`, else `get` (`stores.settling.lean_method`): a
+wrapper's or a subclass's own `get` is never skipped. The
 SQLite, Redis and PostgreSQL stores offer it; the memory store's `get` copies no
 payload, so it needs none. `testing.PeekContract` checks a store's `peek` against its
 own `get`. Use it only where neither field is read.
@@ -22,7 +21,7 @@ from __future__ import annotations
 from typing import Protocol, runtime_checkable
 
 from fastmcp_tasks.stores.base import TaskRecord, TaskStore
-from fastmcp_tasks.stores.settling import defined_by
+from fastmcp_tasks.stores.settling import lean_method
 
 
 @runtime_checkable
@@ -37,7 +36,7 @@ class PeekingStore(TaskStore, Protocol):
 async def peek(store: TaskStore, task_id: str) -> TaskRecord | None:
     """The task as `store.get` answers it, but maybe without `arguments` and `context`
     (module doc)."""
-    own = defined_by(store, "peek")
+    own = lean_method(store, "peek", "get")
     if own is not None:
         found: TaskRecord | None = await own(task_id)
         return found

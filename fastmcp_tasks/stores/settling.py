@@ -8,12 +8,13 @@ also offer `settle`, exactly `transition` but answering `True` (applied) or `Fal
 megabyte of result then costs its worker, and its store, no second copy of either when
 it ends.
 
-`settle(store, ...)` calls the store's `settle` when its class (or the object itself)
-defines one, else its `transition` (a store without the capability loses nothing but
-the saving). A `settle` a wrapper only forwards through `__getattr__` does not count
-(`defined_by`): a wrapper that overrides `transition` around a store that settles
-would otherwise see its override skipped; a wrapper that wants both defines both, as
-`SealedStore` and `MonitoredStore` do. The SQLite, Redis and
+`settle(store, ...)` calls the store's `settle` when its class defines one at least as
+far down its class tree as its `transition`, else its `transition` (a store without the
+capability loses nothing but the saving; `lean_method`). A `settle` a wrapper only
+forwards through `__getattr__` does not count, nor one a subclass inherits from above
+its own `transition`: a wrapper or subclass that overrides `transition` (to redact,
+say) around a store that settles would otherwise see its override skipped. One that
+wants both defines both, as `SealedStore` and `MonitoredStore` do. The SQLite, Redis and
 PostgreSQL stores offer it; the memory store's `transition` reads nothing back, so it
 needs none. `testing.SettleContract` checks a store's `settle` against its own
 `transition`.
@@ -21,7 +22,6 @@ needs none. `testing.SettleContract` checks a store's `settle` against its own
 
 from __future__ import annotations
 
-import inspect
 from typing import Any, Protocol, runtime_checkable
 
 from fastmcp_tasks.stores.base import UNCHANGED, TaskStore, _Unchanged
@@ -46,12 +46,18 @@ class SettlingStore(TaskStore, Protocol):
         ...
 
 
-def defined_by(store: object, name: str) -> Any:
-    """`store`'s attribute `name` when its class or the object itself defines it, else
-    `None`: never one a `__getattr__` would forward (module doc)."""
-    try:
-        inspect.getattr_static(store, name)
-    except AttributeError:
+def lean_method(store: object, name: str, instead_of: str) -> Any:
+    """`store`'s method `name`, used in place of `instead_of`, when its class defines
+    `name` at least as far down its class tree as `instead_of`; else `None`.
+
+    Only classes count, never what an object's `__getattr__` forwards nor what it keeps in
+    its own `__dict__`: a wrapper that overrides `instead_of` and forwards the rest, or a
+    subclass of a bundled store that overrides `instead_of` (to filter or redact, say),
+    keeps its override used (module doc)."""
+    mro = type(store).__mro__
+    own = next((i for i, cls in enumerate(mro) if name in vars(cls)), None)
+    paired = next((i for i, cls in enumerate(mro) if instead_of in vars(cls)), None)
+    if own is None or (paired is not None and paired < own):
         return None
     return getattr(store, name)
 
@@ -59,10 +65,10 @@ def defined_by(store: object, name: str) -> Any:
 async def settle(store: TaskStore, task_id: str, status: TaskStatus, **fields: Any) -> bool:
     """Change `task_id` to `status` as `store.transition` would; whether it was applied,
     read back only by a store without `settle` (module doc)."""
-    own = defined_by(store, "settle")
+    own = lean_method(store, "settle", "transition")
     if own is not None:
         return bool(await own(task_id, status, **fields))
     return await store.transition(task_id, status, **fields) is not None
 
 
-__all__ = ["SettlingStore", "defined_by", "settle"]
+__all__ = ["SettlingStore", "lean_method", "settle"]

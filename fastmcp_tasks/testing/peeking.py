@@ -12,7 +12,7 @@ import dataclasses
 import pytest
 
 from fastmcp_tasks.stores.base import TaskStore
-from fastmcp_tasks.stores.settling import defined_by
+from fastmcp_tasks.stores.settling import lean_method
 from fastmcp_tasks.testing.base import ContractBase, make_record
 
 
@@ -20,7 +20,7 @@ class PeekContract(ContractBase):
     """`peek` against the same store's `get`."""
 
     async def test_peek_answers_get_without_the_payloads(self, store: TaskStore) -> None:
-        peek = defined_by(store, "peek")
+        peek = lean_method(store, "peek", "get")
         if peek is None:
             pytest.skip("the store under test has no peek (stores.peeking)")
         context = {"related": ["other"], "inputKinds": ["elicitation"]}

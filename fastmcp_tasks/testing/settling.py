@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from fastmcp_tasks.stores.base import TaskRecord, TaskStore
-from fastmcp_tasks.stores.settling import defined_by
+from fastmcp_tasks.stores.settling import lean_method
 from fastmcp_tasks.testing.base import ContractBase, make_record
 
 #: What differs between two like tasks changed a moment apart.
@@ -43,7 +43,7 @@ class SettleContract(ContractBase):
     """`settle` against the same store's `transition`."""
 
     async def _pair(self, store: TaskStore) -> tuple[TaskRecord, TaskRecord]:
-        if defined_by(store, "settle") is None:
+        if lean_method(store, "settle", "transition") is None:
             pytest.skip("the store under test has no settle (stores.settling)")
         made = []
         for _ in range(2):

@@ -219,16 +219,20 @@ return 0
 
 #: Script name -> Lua source (with the shared helpers), every script of the store
 #: (`redis.flow_scripts`, `redis.operations_lua` and `redis.steps` too), registered once per store.
-#: KEYS[1]: a task hash; its fields but `arguments` and `context` (`peek`), flat.
+#: KEYS[1]: a task hash; its fields but `arguments` and `context` (`peek`), flat. The
+#: two are never read, not even into the script's memory.
 PEEK = """
-local flat, kept = redis.call('HGETALL', KEYS[1]), {}
-for i = 1, #flat, 2 do
-  if flat[i] ~= 'arguments' and flat[i] ~= 'context' then
-    kept[#kept + 1] = flat[i]
-    kept[#kept + 1] = flat[i + 1]
-  end
+local wanted = {}
+for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
+  if field ~= 'arguments' and field ~= 'context' then wanted[#wanted + 1] = field end
 end
-return kept
+if #wanted == 0 then return {} end
+local values, flat = redis.call('HMGET', KEYS[1], unpack(wanted)), {}
+for i, field in ipairs(wanted) do
+  flat[#flat + 1] = field
+  flat[#flat + 1] = values[i]
+end
+return flat
 """
 
 SCRIPTS: dict[str, str] = {

@@ -8,8 +8,8 @@ each its own `prefix`, and applications sharing one store are told apart by
 `redis.leases`, listing `redis.listing`, creation and flow control (gates, retry
 waits, dedupe, tombstones: `stores.flow`) `redis.flow`, the operator records
 (histories, workers, pauses, audit: `stores.operations`) `redis.operations`, the
-durable steps (`stores.steps`) `redis.steps`, status changes and the lean read
-(`transition`, `settle`, `peek`) `redis.transitions`; the change feed, the wake stream a
+durable steps (`stores.steps`) `redis.steps`, status changes (`transition`, `settle`)
+`redis.transitions`; the change feed, the wake stream a
 worker's runner reads instead, and the queue wake-ups shared out to workers are
 `redis.feeds`.
 
@@ -274,6 +274,11 @@ class RedisTaskStore(
         call = self._batched().command("HGETALL", self.keys.task(task_id))
         fields = await self._guard(call, count=False)
         return self._live(task_id, cast("dict[str, str]", fields))
+
+    async def peek(self, task_id: str) -> TaskRecord | None:
+        """`get` without `arguments` and `context` (`stores.peeking`)."""
+        flat = await self._script("peek", [self.keys.task(task_id)], [])
+        return self._live(task_id, pairs(flat)) if flat else None
 
     def _live(self, task_id: str, fields: dict[str, str]) -> TaskRecord | None:
         if not fields or "status" not in fields:

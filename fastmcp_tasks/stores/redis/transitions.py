@@ -1,10 +1,9 @@
-"""Status changes and the lean read of the Redis store, mixed into `RedisTaskStore`.
+"""Status changes of the Redis store, mixed into `RedisTaskStore`.
 
 `transition` and `settle` (`stores.settling`) run the `transition` script
 (`redis.flow_scripts`); `settle` asks it to answer 1 instead of the task hash, so the
-task's arguments and result are neither sent back nor decoded. `peek`
-(`stores.peeking`) runs the `peek` script: the task hash without its `arguments` and
-`context` fields. All go in the store's batches (`redis.batching`).
+task's arguments and result are neither sent back nor decoded. Both go in the store's
+batches (`redis.batching`).
 """
 
 from __future__ import annotations
@@ -19,12 +18,12 @@ from fastmcp_tasks.stores.base import (
     encode_result,
     storable_text,
 )
-from fastmcp_tasks.stores.redis.keys import RedisKeys, dumps, pairs
+from fastmcp_tasks.stores.redis.keys import RedisKeys, dumps
 from fastmcp_tasks.wire.names import TERMINAL_STATUSES, TaskStatus
 
 
 class RedisTransitions:
-    """`transition`, `settle` and `peek` of `RedisTaskStore` (module doc)."""
+    """`transition` and `settle` of `RedisTaskStore` (module doc)."""
 
     if TYPE_CHECKING:
         keys: RedisKeys
@@ -32,10 +31,6 @@ class RedisTransitions:
         async def _record(self, name: str, task_id: str, *args: Any) -> TaskRecord | None: ...
 
         async def _task_script(self, name: str, task_id: str, *args: Any) -> Any: ...
-
-        async def _script(self, name: str, keys: list[str], args: list[Any]) -> Any: ...
-
-        def _live(self, task_id: str, fields: dict[str, str]) -> TaskRecord | None: ...
 
         def _tomb_ms(self) -> str: ...
 
@@ -103,11 +98,6 @@ class RedisTransitions:
             self._tomb(task_id) if terminal else "",
             self._tomb_ms(),
         ]
-
-    async def peek(self, task_id: str) -> TaskRecord | None:
-        """`get` without `arguments` and `context` (`stores.peeking`)."""
-        flat = await self._script("peek", [self.keys.task(task_id)], [])
-        return self._live(task_id, pairs(flat)) if flat else None
 
 
 __all__ = ["RedisTransitions"]
