@@ -85,8 +85,8 @@ async def test_settle_decodes_no_record(
     assert found is not None and found.status == "completed" and found.result == {"n": 1}
 
 
-async def test_the_engine_records_an_outcome_with_settle(tmp_path: Path) -> None:
-    mcp = FastMCP("settling")
+def echo_server(name: str, tmp_path: Path) -> tuple[FastMCP, TasksExtension]:
+    mcp = FastMCP(name)
     extension = TasksExtension(url=f"sqlite:///{tmp_path / 'tasks.db'}")
     mcp.add_extension(extension)
 
@@ -94,19 +94,28 @@ async def test_the_engine_records_an_outcome_with_settle(tmp_path: Path) -> None
     async def echo(text: str) -> str:
         return text
 
+    return mcp, extension
+
+
+def spy_on(extension: TasksExtension, names: tuple[str, ...], calls: list[str]) -> None:
+    """Note in `calls` each call of `names` on the extension's innermost store."""
+    inner = getattr(extension.store, "inner", extension.store)
+    for name in names:
+        original = getattr(inner, name)
+
+        async def spy(*args: Any, _name: str = name, _fn: Any = original, **kw: Any) -> Any:
+            calls.append(_name)
+            return await _fn(*args, **kw)
+
+        setattr(inner, name, spy)
+
+
+async def test_the_engine_records_an_outcome_with_settle(tmp_path: Path) -> None:
+    mcp, extension = echo_server("settling", tmp_path)
     calls: list[str] = []
     with anyio.fail_after(20):
         async with connect(mcp, "memory") as wire:
-            store = extension.store
-            inner = getattr(store, "inner", store)
-            for name in ("transition", "settle"):
-                original = getattr(inner, name)
-
-                async def spy(*args: Any, _name: str = name, _fn: Any = original, **kw: Any) -> Any:
-                    calls.append(_name)
-                    return await _fn(*args, **kw)
-
-                setattr(inner, name, spy)
+            spy_on(extension, ("transition", "settle"), calls)
             created = await wire.call_tool("echo", {"text": "done"})
             done = await wire.wait(created["taskId"])
     assert done["status"] == "completed" and done["result"]["content"][0]["text"] == "done"
@@ -114,27 +123,11 @@ async def test_the_engine_records_an_outcome_with_settle(tmp_path: Path) -> None
 
 
 async def test_tasks_get_reads_the_task_with_peek(tmp_path: Path) -> None:
-    mcp = FastMCP("peeking")
-    extension = TasksExtension(url=f"sqlite:///{tmp_path / 'tasks.db'}")
-    mcp.add_extension(extension)
-
-    @mcp.tool(task=True)
-    async def echo(text: str) -> str:
-        return text
-
+    mcp, extension = echo_server("peeking", tmp_path)
     calls: list[str] = []
     with anyio.fail_after(20):
         async with connect(mcp, "memory") as wire:
-            store = extension.store
-            inner = getattr(store, "inner", store)
-            for name in ("get", "peek"):
-                original = getattr(inner, name)
-
-                async def spy(*args: Any, _name: str = name, _fn: Any = original, **kw: Any) -> Any:
-                    calls.append(_name)
-                    return await _fn(*args, **kw)
-
-                setattr(inner, name, spy)
+            spy_on(extension, ("get", "peek"), calls)
             created = await wire.call_tool("echo", {"text": "x" * 10_000})
             await wire.wait(created["taskId"])
             calls.clear()  # the worker's own reads are not tasks/get's

@@ -384,10 +384,21 @@ async def test_capped_creates_ride_together_with_reads_each_made_once(
     """Far from the caps, concurrent capped creates and a read share one batch (up to
     `BATCH_CREATES` creates; the others are made alone at once), and each is inserted
     exactly once: none had to be made again."""
-    caps = ActiveCaps(total=100_000, per_owner=100_000)
-    outcomes: dict[str, Any] = {}
     records = [make_record(owner="alice") for _ in range(BATCH_CREATES + 2)]
-    before = store.stats["statements"]
+    caps = ActiveCaps(total=100_000, per_owner=100_000)
+    statements, batched = await create_beside_a_read(store, records, caps)
+    assert batched == BATCH_CREATES  # the read and 8 creates: one round trip
+    assert statements == 2 + len(records)  # none made again
+
+
+async def create_beside_a_read(
+    store: PostgresTaskStore, records: list[TaskRecord], caps: ActiveCaps
+) -> tuple[int, int]:
+    """Create `records` under `caps` while a read is on its way, beside another read (so
+    they form one batch), and check each was created, waiting; the statements made and
+    those that shared a round trip meanwhile."""
+    outcomes: dict[str, Any] = {}
+    before = store.stats["statements"], store.stats.get("batched", 0)
     with anyio.fail_after(10):
         async with anyio.create_task_group() as group:
             group.start_soon(settle, outcomes, "lead", functools.partial(store.get, "lead"))
@@ -395,12 +406,12 @@ async def test_capped_creates_ride_together_with_reads_each_made_once(
             for i, record in enumerate(records):
                 create = functools.partial(store.create, record, caps=caps)
                 group.start_soon(settle, outcomes, f"create {i}", create)
+    made = store.stats["statements"] - before[0], store.stats.get("batched", 0) - before[1]
     assert all(outcomes[f"create {i}"] is None for i in range(len(records))), outcomes
-    assert store.stats.get("batched", 0) == BATCH_CREATES  # the read and 8 creates: one trip
-    assert store.stats["statements"] == before + 2 + len(records)  # none made again
     for record in records:
         got = await store.get(record.task_id)
         assert got is not None and got.status == "working"
+    return made
 
 
 async def test_with_every_batch_slot_taken_a_batchs_second_capped_create_is_made_alone(
@@ -408,28 +419,15 @@ async def test_with_every_batch_slot_taken_a_batchs_second_capped_create_is_made
 ) -> None:
     """Other transactions hold every batch slot: a batch's first capped create is made in
     it, the others insert nothing there and are each made again alone, exactly once."""
-    caps = ActiveCaps(total=100_000)
     slot = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
-    outcomes: dict[str, Any] = {}
     records = [make_record() for _ in range(3)]
     holders = [await psycopg.AsyncConnection.connect(POSTGRES_URL) for _ in range(BATCH_SLOTS)]
     try:
         for i, holder in enumerate(holders, start=1):
             await holder.execute(slot, (f"{store.schema}:caps:batch{i}",))
-        before = store.stats["statements"]
-        with anyio.fail_after(10):
-            async with anyio.create_task_group() as group:
-                group.start_soon(settle, outcomes, "lead", functools.partial(store.get, "lead"))
-                group.start_soon(settle, outcomes, "read", functools.partial(store.get, "other"))
-                for i, record in enumerate(records):
-                    create = functools.partial(store.create, record, caps=caps)
-                    group.start_soon(settle, outcomes, f"create {i}", create)
+        statements, batched = await create_beside_a_read(store, records, ActiveCaps(total=100_000))
     finally:
         for holder in holders:
             await holder.close()
-    assert all(outcomes[f"create {i}"] is None for i in range(len(records))), outcomes
-    assert store.stats.get("batched", 0) == len(records)  # the read and 3 creates: one trip
-    assert store.stats["statements"] == before + 1 + 4 + 2  # two made again alone
-    for record in records:
-        got = await store.get(record.task_id)
-        assert got is not None and got.status == "working"
+    assert batched == len(records)  # the read and 3 creates: one round trip
+    assert statements == 1 + 4 + 2  # two made again alone
