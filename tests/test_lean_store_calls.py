@@ -9,13 +9,14 @@ reads the task with `peek`, never `get`, on both protocol generations' paths.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from fastmcp import FastMCP
+from fastmcp import Client, FastMCP
 
 from fastmcp_tasks import TasksExtension
 from fastmcp_tasks.stores.base import TaskStore
@@ -26,7 +27,7 @@ from fastmcp_tasks.stores.sqlite import SQLiteTaskStore
 from fastmcp_tasks.stores.sqlite.tx import Tx
 from fastmcp_tasks.testing import make_record
 from tests.test_store_contract import postgres_store, redis_store
-from tests.wire import connect
+from tests.wire import connect, memory_wire_for
 
 pytestmark = pytest.mark.anyio
 
@@ -214,3 +215,42 @@ async def test_a_subclass_or_caching_wrapper_keeps_its_own_get(tmp_path: Path) -
                 assert found is not None and found.status_message == "seen by the wrapper"
         finally:
             await store.close()
+
+
+async def test_redis_peek_of_a_task_with_thousands_of_fields_answers_get() -> None:
+    """The `peek` script reads a hash's fields a thousand at a time: 9,000 outstanding
+    input requests, more than Lua's `unpack` takes at once, are answered as `get`
+    answers them."""
+    store = redis_store()
+    await store.open()
+    try:
+        record = make_record(arguments={"big": "x" * 1000})
+        await store.create(record)
+        question = {"method": "elicitation/create", "params": {"message": "?"}}
+        for n in range(5):  # each call below `unpack`'s limit too
+            asked = {f"k{n}-{i}": question for i in range(1800)}
+            assert await store.request_input(record.task_id, asked) is not None
+        full, lean = await store.get(record.task_id), await peek(store, record.task_id)
+        assert full is not None and len(full.input_requests or {}) == 9000
+        assert lean == dataclasses.replace(full, arguments=None, context=None)
+    finally:
+        await store.close()
+
+
+async def test_a_2025_11_25_tasks_get_reads_the_task_with_peek(tmp_path: Path) -> None:
+    mcp, extension = echo_server("legacy-peeking", tmp_path)
+    calls: list[str] = []
+    with anyio.fail_after(20):
+        async with Client(mcp, mode="legacy") as client:
+            wire = memory_wire_for(client, "memory-legacy")
+            spy_on(extension, ("get", "peek"), calls)
+            params = {"name": "echo", "arguments": {"text": "old"}, "task": {}}
+            created = await wire.request("tools/call", params, opt_in=False)
+            task_id = created["task"]["taskId"]
+            while True:
+                calls.clear()  # the worker's own reads are not tasks/get's
+                got = await wire.request("tasks/get", {"taskId": task_id}, opt_in=False)
+                if got["status"] == "completed":
+                    break
+                await anyio.sleep(0.01)
+    assert calls == ["peek"]

@@ -37,17 +37,18 @@ __all__ = ["anyio_backend", "store"]  # the fixtures, shared
 
 
 async def test_batched_capped_creates_of_several_processes_never_overshoot_the_cap() -> None:
-    """Three store objects (three processes' pools) on one schema, each with 55 capped
-    creates batched behind a transition that waits for a row lock, so that their batches'
-    transactions overlap: no more tasks are active than the cap allows. A batch carries
-    one capped create, so the caps' shared mode counts one insert per transaction."""
-    cap, each = 160, 55
+    """Three store objects (three processes' pools) on one schema, each with 80 capped
+    creates queued behind the caps lock another transaction holds, so that when it is
+    released their batches (up to `BATCH_CREATES` creates each) run at once: far from the
+    cap they insert in batches, near it they are made again alone and checked exactly, and
+    the cap fills exactly, never over."""
     base = postgres_store(pool_min=2, pool_max=4)
     assert isinstance(base, PostgresTaskStore)
     await base.open()
     stores = [postgres_store(schema=base.schema, pool_min=2, pool_max=4) for _ in range(3)]
     outcomes: dict[int, Any] = {}
     made = iter(range(1_000_000))
+    each = 80
 
     async def call(make: Any) -> None:
         await settle(outcomes, next(made), make)  # TaskLimitExceeded past the cap
@@ -55,40 +56,45 @@ async def test_batched_capped_creates_of_several_processes_never_overshoot_the_c
     try:
         for store in stores:
             await store.open()
-        blockers = [make_record() for _ in stores]
-        for blocker in blockers:
-            await base.create(blocker)
+        async with await psycopg.AsyncConnection.connect(POSTGRES_URL, autocommit=True) as raw:
+            cap = await margin_of(raw) + 60  # 60 creates far from it, the rest near it
+        assert each * len(stores) > cap
         caps = ActiveCaps(total=cap)
         name = f"fastmcp-tasks:{base.schema}"
         with anyio.fail_after(30):
             async with await psycopg.AsyncConnection.connect(POSTGRES_URL) as locker:
-                ids = [b.task_id for b in blockers]
-                await locker.execute(
-                    f"SELECT 1 FROM {base.schema}.tasks WHERE task_id = ANY(%s) FOR UPDATE",
-                    (ids,),
-                )
+                lock = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
+                await locker.execute(lock, (f"{base.schema}:caps",))
                 async with anyio.create_task_group() as group:
-                    for store, blocker in zip(stores, blockers, strict=True):
+                    for store in stores:
                         group.start_soon(call, functools.partial(store.get, "lead"))  # alone
                         for _ in range(each):
                             record = make_record()
                             group.start_soon(
                                 call, functools.partial(store.create, record, caps=caps)
                             )
-                        end = functools.partial(store.transition, blocker.task_id, "completed")
-                        group.start_soon(call, end)
-                    await lock_waiters(name, len(stores))  # each batch, its caps lock held
+                    await lock_waiters(name, len(stores))  # each store's batch waits for it
                     await locker.rollback()
         async with await psycopg.AsyncConnection.connect(POSTGRES_URL, autocommit=True) as raw:
             query = f"SELECT count(*) FROM {base.schema}.tasks WHERE status = 'working'"
             active = (await (await raw.execute(query)).fetchall())[0][0]
-        assert active <= cap, f"{active} active tasks under a cap of {cap}"
         refused = [o for o in outcomes.values() if isinstance(o, TaskLimitExceeded)]
-        assert active + len(refused) == each * len(stores)  # the blockers ended
+        assert active == cap, f"{active} active tasks under a cap of {cap}"
+        assert active + len(refused) == each * len(stores)
+        assert all(store.stats.get("batched", 0) for store in stores)  # creates shared trips
     finally:
         for store in stores:
             await store.close()
         await base.close()
+
+
+async def margin_of(conn: psycopg.AsyncConnection[Any]) -> int:
+    """The caps' margin: creates that can be in flight at once (module doc)."""
+    settings = (
+        "SELECT current_setting('max_connections')::int"
+        " + current_setting('max_prepared_transactions')::int"
+    )
+    return int((await (await conn.execute(settings)).fetchall())[0][0]) + BATCH_MARGIN
 
 
 async def lock_waiters(name: str, count: int) -> None:
@@ -123,7 +129,7 @@ async def test_the_batched_caps_check_never_takes_the_caps_lock_exclusively(
 async def test_a_capped_create_rides_only_with_reads_and_near_a_cap_is_made_alone(
     store: PostgresTaskStore,
 ) -> None:
-    caps = ActiveCaps(total=130)  # 30 active + the margin (max_connections, >= 100): near
+    caps = ActiveCaps(total=130)  # 30 active + the margin (over 100): near
     for _ in range(30):
         await store.create(make_record(), caps=caps)
     outcomes: dict[str, Any] = {}
@@ -207,11 +213,7 @@ async def test_both_caps_checks_keep_the_batches_share_in_their_margin(
     check = f"SELECT retry FROM {store.schema}.{function}(%s, %s, NULL, NULL, false)"
     with anyio.fail_after(10):
         async with await psycopg.AsyncConnection.connect(POSTGRES_URL) as conn:
-            settings = (
-                "SELECT current_setting('max_connections')::int"
-                " + current_setting('max_prepared_transactions')::int"
-            )
-            margin = (await (await conn.execute(settings)).fetchall())[0][0] + BATCH_MARGIN
+            margin = await margin_of(conn)
             await conn.rollback()
             near = {CAPS_CHECK: (False, ["ExclusiveLock"]), CAPS_CHECK_BATCHED: (True, [])}
             for cap, expected in (

@@ -217,24 +217,28 @@ end
 return 0
 """
 
-#: Script name -> Lua source (with the shared helpers), every script of the store
-#: (`redis.flow_scripts`, `redis.operations_lua` and `redis.steps` too), registered once per store.
 #: KEYS[1]: a task hash; its fields but `arguments` and `context` (`peek`), flat. The
-#: two are never read, not even into the script's memory.
+#: two are never read, not even into the script's memory; the others are read a
+#: thousand at a time (`unpack` takes no more than a few thousand values).
 PEEK = """
-local wanted = {}
+local wanted, flat = {}, {}
 for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
   if field ~= 'arguments' and field ~= 'context' then wanted[#wanted + 1] = field end
 end
-if #wanted == 0 then return {} end
-local values, flat = redis.call('HMGET', KEYS[1], unpack(wanted)), {}
-for i, field in ipairs(wanted) do
-  flat[#flat + 1] = field
-  flat[#flat + 1] = values[i]
+for first = 1, #wanted, 1000 do
+  local last = math.min(first + 999, #wanted)
+  local values = redis.call('HMGET', KEYS[1], unpack(wanted, first, last))
+  for i = first, last do
+    flat[#flat + 1] = wanted[i]
+    flat[#flat + 1] = values[i - first + 1]
+  end
 end
 return flat
 """
 
+#: Script name -> Lua source (with the shared helpers, which `peek` needs none of), every
+#: script of the store (`redis.flow_scripts`, `redis.operations_lua` and `redis.steps`
+#: too), registered once per store.
 SCRIPTS: dict[str, str] = {
     "peek": PEEK,
     **{
