@@ -9,7 +9,8 @@ workers, > 0 for one that runs its tasks itself), `BENCH_CPU_PROFILE` (a directo
 SIGUSR1 starts a `cProfile` of the main thread and SIGUSR2 stops it and writes
 `<role>-<pid>.<k>.prof` there, so the harness profiles exactly its measured window),
 `BENCH_CPU_OPS` (a directory: then SIGHUP writes the round trips the process's store has
-made so far to `<role>-<pid>.ops` there, `store_operations`).
+made so far to `<role>-<pid>.ops` there, `store_operations`), `BENCH_CPU_PROGRESS` (how
+many progress messages `echo` reports, `--progress`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from types import FrameType
 
 from fastmcp import FastMCP
 
-from fastmcp_tasks import TasksExtension
+from fastmcp_tasks import Progress, TasksExtension
 from fastmcp_tasks.server.monitored_store import innermost
 
 TOOL = "echo"
@@ -40,8 +41,12 @@ def build(url: str, concurrency: int) -> FastMCP:
     _extension = TasksExtension(url=url, concurrency=concurrency, max_tasks=1_000_000)
     mcp.add_extension(_extension)
 
+    reports = int(os.environ.get("BENCH_CPU_PROGRESS", "0"))
+
     @mcp.tool(task=True)
-    async def echo(text: str) -> str:
+    async def echo(text: str, progress: Progress = Progress()) -> str:
+        for step in range(reports):  # a task's each a status message, a sync call's not
+            await progress.set_message(f"step {step + 1} of {reports}")
         return text
 
     return mcp

@@ -62,6 +62,12 @@ def to(*statuses: str) -> Predicate:
     return matches
 
 
+def message_write(store: TaskStore) -> str:
+    """The method the engine writes a status message with (`stores.settling`)."""
+    lean = lean_method(store, "settle_message", "set_status_message")
+    return "set_status_message" if lean is None else "settle_message"
+
+
 def outcome_write(store: TaskStore) -> str:
     """The method the engine records a run's outcome with: `settle` where the store has
     it (`stores.settling`), else `transition`."""
@@ -268,6 +274,12 @@ class FaultyStore:
         if lean_method(self.inner, "settle", "transition") is None:
             return await self.transition(task_id, status, **fields) is not None
         return await self._call("settle", task_id, status, **fields)
+
+    async def settle_message(self, task_id: str, message: str | None) -> Any:
+        """Gated as `settle_message` where `inner` has it, else `set_status_message`."""
+        if lean_method(self.inner, "settle_message", "set_status_message") is None:
+            return await self.set_status_message(task_id, message) is not None
+        return await self._call("settle_message", task_id, message)
 
     async def peek(self, task_id: str) -> Any:
         """Gated as `peek` where `inner` peeks, else this store's `get`."""

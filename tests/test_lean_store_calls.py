@@ -18,7 +18,7 @@ import anyio
 import pytest
 from fastmcp import Client, FastMCP
 
-from fastmcp_tasks import TasksExtension
+from fastmcp_tasks import Progress, TasksExtension
 from fastmcp_tasks.stores.base import TaskStore
 from fastmcp_tasks.stores.peeking import peek
 from fastmcp_tasks.stores.postgres import transitions as postgres_transitions
@@ -64,7 +64,7 @@ async def test_settle_decodes_no_record(
         "sqlite": (Tx, "load"),
         "redis": (redis_module, "decode_task"),
         "postgres": (postgres_transitions, "from_row"),
-    }
+    }  # (SQLite's `settle_message` reads two columns, never through `Tx.load`)
     replies: list[Any] = []
     sender = {"redis": "_task_script", "postgres": "_query"}.get(kind)
     if sender is not None:  # what the server answered: no task's fields
@@ -80,10 +80,16 @@ async def test_settle_decodes_no_record(
         with anyio.fail_after(10):
             assert await store.settle(ended.task_id, "completed", result={"n": 1}) is True  # type: ignore[attr-defined]
             assert await store.settle(ended.task_id, "cancelled") is False  # type: ignore[attr-defined]
-    if sender is not None:
-        assert replies[0] in (1, [(1, 0)], [(1, 1)]), replies  # applied, and nothing else
+            say = store.settle_message  # type: ignore[attr-defined]
+            assert await say(waiting.task_id, "step 1") is True
+            assert await say(ended.task_id, "too late") is False
+    if sender is not None:  # applied, and nothing else: 1, (1, count) or (message, count)
+        assert replies[0] in (1, [(1, 0)], [(1, 1)]), replies
+        assert replies[2] in (1, [("step 1", 0)], [("step 1", 1)]), replies
     found = await store.get(ended.task_id)
     assert found is not None and found.status == "completed" and found.result == {"n": 1}
+    said = await store.get(waiting.task_id)
+    assert said is not None and said.status_message == "step 1"
 
 
 def echo_server(name: str, tmp_path: Path) -> tuple[FastMCP, TasksExtension]:
@@ -254,3 +260,23 @@ async def test_a_2025_11_25_tasks_get_reads_the_task_with_peek(tmp_path: Path) -
                     break
                 await anyio.sleep(0.01)
     assert calls == ["peek"]
+
+
+async def test_a_tools_progress_messages_are_written_with_settle_message(tmp_path: Path) -> None:
+    mcp, extension = echo_server("reporting", tmp_path)
+
+    @mcp.tool(task=True)
+    async def count(steps: int, meter: Progress = Progress()) -> str:
+        await meter.set_total(steps)
+        for _ in range(steps):
+            await meter.increment()
+        return f"counted {steps}"
+
+    calls: list[str] = []
+    with anyio.fail_after(20):
+        async with connect(mcp, "memory") as wire:
+            spy_on(extension, ("set_status_message", "settle_message"), calls)
+            created = await wire.call_tool("count", {"steps": 3})
+            done = await wire.wait(created["taskId"])
+    assert done["result"]["content"][0]["text"] == "counted 3"
+    assert calls and set(calls) == {"settle_message"}

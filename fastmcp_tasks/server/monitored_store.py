@@ -50,7 +50,7 @@ from fastmcp_tasks.server.sealed_store import SealedStore
 from fastmcp_tasks.stores.base import TaskChange, TaskRecord, TaskStore
 from fastmcp_tasks.stores.memory import MemoryTaskStore
 from fastmcp_tasks.stores.peeking import peek
-from fastmcp_tasks.stores.settling import settle
+from fastmcp_tasks.stores.settling import settle, settle_message
 
 T = TypeVar("T")
 
@@ -63,6 +63,7 @@ BOUNDED = frozenset(
         "get_many",
         "tombstone",
         "set_status_message",
+        "settle_message",
         "transition",
         "settle",
         "request_input",
@@ -171,6 +172,10 @@ class MonitoredStore:
     async def settle(self, task_id: str, status: Any, **fields: Any) -> bool:
         """`stores.settling`: the inner store's `settle`, or its `transition`."""
         return await self.call("settle", settle, self.inner, task_id, status, **fields)
+
+    async def settle_message(self, task_id: str, message: str | None) -> bool:
+        """`stores.settling`: the inner store's `settle_message`, or `set_status_message`."""
+        return await self.call("settle_message", settle_message, self.inner, task_id, message)
 
     async def peek(self, task_id: str) -> TaskRecord | None:
         """`stores.peeking`: the inner store's `peek`, or its `get`."""

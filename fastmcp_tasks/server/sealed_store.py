@@ -24,7 +24,7 @@ from fastmcp_tasks.server.payloads import Payloads
 from fastmcp_tasks.server.sealing import Sealer
 from fastmcp_tasks.stores.base import TaskChange, TaskRecord, TaskStore
 from fastmcp_tasks.stores.peeking import peek
-from fastmcp_tasks.stores.settling import settle
+from fastmcp_tasks.stores.settling import settle, settle_message
 from fastmcp_tasks.stores.steps import StepRecord
 
 #: The status message of a task whose error (sealed) would have given its own.
@@ -51,6 +51,10 @@ class SealedStore:
     async def transition(self, task_id: str, status: Any, **fields: Any) -> TaskRecord | None:
         found = await self.inner.transition(task_id, status, **self._sealed(task_id, fields))
         return None if found is None else self.payloads.opened(found)
+
+    async def settle_message(self, task_id: str, message: str | None) -> bool:
+        """`stores.settling`: as the inner store sets a message (none is sealed)."""
+        return await settle_message(self.inner, task_id, message)
 
     async def peek(self, task_id: str) -> TaskRecord | None:
         """`stores.peeking`: opened as `get` is, whatever the inner store offers."""

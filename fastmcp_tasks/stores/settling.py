@@ -1,4 +1,4 @@
-"""A status change that reads nothing back: the optional `settle` capability.
+"""Changes that read nothing back: the optional `settle` and `settle_message` capabilities.
 
 `TaskStore.transition` answers the task's new record, which a store reads back in the
 same round trip and decodes: its arguments, its result, its context. The engine only
@@ -8,16 +8,21 @@ also offer `settle`, exactly `transition` but answering `True` (applied) or `Fal
 megabyte of result then costs its worker, and its store, no second copy of either when
 it ends.
 
+Likewise `settle_message(task_id, message)`: `set_status_message` answering only whether
+the task is active (and so now shows `message`). A tool's progress reports each write one
+message; without it every report read the whole task back.
+
 `settle(store, ...)` calls the store's `settle` when its class defines one at least as
 far down its class tree as its `transition`, else its `transition` (a store without the
-capability loses nothing but the saving; `lean_method`). A `settle` a wrapper only
-forwards through `__getattr__` does not count, nor one a subclass inherits from above
-its own `transition`: a wrapper or subclass that overrides `transition` (to redact,
-say) around a store that settles would otherwise see its override skipped. One that
-wants both defines both, as `SealedStore` and `MonitoredStore` do. The SQLite, Redis and
-PostgreSQL stores offer it; the memory store's `transition` reads nothing back, so it
-needs none. `testing.SettleContract` checks a store's `settle` against its own
-`transition`.
+capability loses nothing but the saving; `lean_method`); `settle_message(store, ...)`
+likewise with `set_status_message`. A lean method a wrapper only forwards through
+`__getattr__` does not count, nor one a subclass inherits from above its own
+`transition` (or `set_status_message`): a wrapper or subclass that overrides those (to
+redact, say) around a store that settles would otherwise see its override skipped. One
+that wants both defines both, as `SealedStore` and `MonitoredStore` do. The SQLite,
+Redis and PostgreSQL stores offer both; the memory store reads nothing back, so it needs
+neither. `testing.SettleContract` checks a store's `settle` and `settle_message` against
+its own `transition` and `set_status_message`.
 """
 
 from __future__ import annotations
@@ -43,6 +48,10 @@ class SettlingStore(TaskStore, Protocol):
         error: dict[str, Any] | None = None,
     ) -> bool:
         """`transition` with the same arguments and effect; whether it was applied."""
+        ...
+
+    async def settle_message(self, task_id: str, message: str | None) -> bool:
+        """`set_status_message` with the same effect; whether the task is active."""
         ...
 
 
@@ -71,4 +80,13 @@ async def settle(store: TaskStore, task_id: str, status: TaskStatus, **fields: A
     return await store.transition(task_id, status, **fields) is not None
 
 
-__all__ = ["SettlingStore", "lean_method", "settle"]
+async def settle_message(store: TaskStore, task_id: str, message: str | None) -> bool:
+    """Set `task_id`'s status message as `store.set_status_message` would; whether the
+    task is active, read back only by a store without `settle_message` (module doc)."""
+    own = lean_method(store, "settle_message", "set_status_message")
+    if own is not None:
+        return bool(await own(task_id, message))
+    return await store.set_status_message(task_id, message) is not None
+
+
+__all__ = ["SettlingStore", "lean_method", "settle", "settle_message"]

@@ -1,9 +1,10 @@
-"""The contract of `settle` (`stores.settling`): `transition` without the record read back.
+"""The contract of `settle` and `settle_message` (`stores.settling`): `transition` and
+`set_status_message` without the record read back.
 
-For a store that offers it, each test makes the same change to two like tasks, one
-with `transition` and one with `settle`, and compares what each call answered and what
-the store keeps afterwards. A store without `settle` skips these tests (the engine then
-uses its `transition`).
+For a store that offers them, each test makes the same change to two like tasks, one
+with `transition` (`set_status_message`) and one with `settle` (`settle_message`), and
+compares what each call answered and what the store keeps afterwards. A store without
+`settle` skips these tests (the engine then uses its `transition`).
 """
 
 from __future__ import annotations
@@ -86,6 +87,25 @@ class SettleContract(ContractBase):
         assert await settle(other.task_id, "completed", expect=unexpected, result={}) is False
         found = await store.get(other.task_id)
         assert found is not None and found.status == "working"
+
+    async def test_settle_message_sets_a_message_as_set_status_message_does(
+        self, store: TaskStore
+    ) -> None:
+        told, settled = await self._pair(store)
+        say = lean_method(store, "settle_message", "set_status_message")
+        if say is None:
+            pytest.skip("the store under test has no settle_message (stores.settling)")
+        for message in ("step 1", "step 1", None, "é \ud800"):  # twice: unchanged
+            changed = await store.set_status_message(told.task_id, message)
+            assert changed is not None and await say(settled.task_id, message) is True
+            expected = _kept(await store.get(told.task_id))
+            assert _kept(await store.get(settled.task_id)) == expected
+        for record in (told, settled):
+            assert await store.transition(record.task_id, "cancelled") is not None
+        assert await store.set_status_message(told.task_id, "late") is None
+        assert await say(settled.task_id, "late") is False
+        assert await say("no-such-task", "x") is False
+        assert _kept(await store.get(settled.task_id)) == _kept(await store.get(told.task_id))
 
 
 __all__ = ["SettleContract"]

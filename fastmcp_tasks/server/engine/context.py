@@ -53,6 +53,7 @@ from fastmcp_tasks.server.engine.history import HistoryWriter
 from fastmcp_tasks.server.engine.inputs import InputBroker, elicitation_request, new_key
 from fastmcp_tasks.server.engine.steps import StepRun
 from fastmcp_tasks.stores.base import TaskStore
+from fastmcp_tasks.stores.settling import settle_message
 
 tool_logger = logging.getLogger("fastmcp_tasks.tool")
 logger = logging.getLogger("fastmcp_tasks.runner")
@@ -102,7 +103,7 @@ class RunningTask:
         if message == self.message:
             return
         try:
-            await self.store.set_status_message(self.task_id, message)
+            await settle_message(self.store, self.task_id, message)  # reads nothing back
         except StoreError as exc:
             logger.debug(
                 "Status of task %s not written (%s); the next one retries",

@@ -5,7 +5,9 @@ its change rows, the active-task counters and the notification, answering the ne
 row. `settle` (`stores.settling`) is the same statement answering only that it was
 applied: the final SELECT of the statement names no column of the task, so its
 arguments and result are neither sent back nor decoded (`settling_statement`).
-Both may ride in a batch (`postgres.batching`).
+`settle_message` is `set_status_message`'s statement answering only the task's message
+(`message_statement`), checked as `PostgresTaskStore._fresh` checks the whole row. All
+may ride in a batch (`postgres.batching`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,13 @@ from typing import Any
 from fastmcp_tasks.stores import rules
 from fastmcp_tasks.stores.base import UNCHANGED, TaskRecord, _Unchanged, encode_result
 from fastmcp_tasks.stores.postgres.connections import PostgresConnections
-from fastmcp_tasks.stores.postgres.schema import COLUMNS, clean_text, dumps, from_row
+from fastmcp_tasks.stores.postgres.schema import (
+    COLUMNS,
+    SELECT_COLUMNS,
+    clean_text,
+    dumps,
+    from_row,
+)
 from fastmcp_tasks.wire.names import TERMINAL_STATUSES, TaskStatus
 
 _WIDTH = len(COLUMNS)
@@ -32,6 +40,15 @@ def settling_statement(transition: str) -> str:
     if not select or not tail.endswith(_ANSWER):
         raise AssertionError("the transition statement must end with its row and the count")
     return f"{head}\nSELECT 1, {_ANSWER}"
+
+
+@functools.lru_cache(maxsize=16)
+def message_statement(set_message: str) -> str:
+    """`set_message` answering the task's message, not its row, in both its branches."""
+    rows, lean = f"SELECT {SELECT_COLUMNS}, ", "SELECT status_message, "
+    if set_message.count(rows) != 2:
+        raise AssertionError("the set_message statement must answer the row twice")
+    return set_message.replace(rows, lean)
 
 
 class PostgresTransitions(PostgresConnections):
@@ -70,6 +87,22 @@ class PostgresTransitions(PostgresConnections):
         query = settling_statement(self.sql.transition)
         return bool(await self._query(query, params, batch=True))
 
+    async def settle_message(self, task_id: str, message: str | None) -> bool:
+        """`set_status_message`, reading no record back (`stores.settling`). An unchanged
+        message is read as of the statement's snapshot, which a change committed meanwhile
+        (one that ended the task) may have outdated: then the next statement, with a newer
+        snapshot, tells (as `PostgresTaskStore._fresh` does for the row)."""
+        message = clean_text(message)
+        query = message_statement(self.sql.set_message)
+        for _ in range(3):  # a terminal task stays terminal: the second read settles it
+            params = {"id": task_id, "message": message, "now": time.time()}
+            rows = await self._query(query, params, batch=True)
+            if not rows:
+                return False
+            if rows[0][1] or rows[0][0] == message:
+                return True
+        return True
+
 
 def _params(
     task_id: str,
@@ -98,4 +131,4 @@ def _params(
     }
 
 
-__all__ = ["PostgresTransitions", "settling_statement"]
+__all__ = ["PostgresTransitions", "message_statement", "settling_statement"]

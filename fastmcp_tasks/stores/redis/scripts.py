@@ -85,7 +85,8 @@ local function set_message(key, mode, text)
 end
 """
 
-#: ARGV[4..]: mode ('set'|'clear'), message.
+#: ARGV[4..]: mode ('set'|'clear'), message, '1' to answer 1 instead of the task hash
+#: (`settle_message`).
 SET_STATUS_MESSAGE = """
 local key = KEYS[1]
 local status = redis.call('HGET', key, 'status')
@@ -98,6 +99,7 @@ if changed then
   redis.call('HSET', key, 'updated_at', ARGV[2])
   emit(KEYS[5], ARGV[3], ARGV[1], 'message', status)
 end
+if ARGV[6] == '1' then return 1 end
 return redis.call('HGETALL', key)
 """
 

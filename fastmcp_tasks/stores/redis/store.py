@@ -292,7 +292,12 @@ class RedisTaskStore(
     async def set_status_message(self, task_id: str, message: str | None) -> TaskRecord | None:
         mode = "clear" if message is None else "set"
         text = storable_text(message) or ""
-        return await self._record("set_status_message", task_id, mode, text)
+        return await self._record("set_status_message", task_id, mode, text, "0")
+
+    async def settle_message(self, task_id: str, message: str | None) -> bool:
+        """`set_status_message`, reading no record back (`stores.settling`)."""
+        mode, text = "clear" if message is None else "set", storable_text(message) or ""
+        return bool(await self._task_script("set_status_message", task_id, mode, text, "1"))
 
     async def request_input(
         self, task_id: str, requests: dict[str, Any], *, status_message: str | None = None

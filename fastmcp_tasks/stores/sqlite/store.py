@@ -75,6 +75,11 @@ from fastmcp_tasks.stores.sqlite.steps import SQLiteSteps
 from fastmcp_tasks.stores.sqlite.tx import Tx
 from fastmcp_tasks.wire.names import ACTIVE_STATUSES, TERMINAL_STATUSES, TaskStatus
 
+#: A live task's status and message (`settle_message`, which reads no record back).
+_MESSAGE = (
+    "SELECT status, status_message FROM tasks WHERE task_id = ? "
+    "AND (expires_at IS NULL OR expires_at > ?)"
+)
 #: A gated task's application and gate (`settle`, which reads no record back).
 _GATE = "SELECT app, gate FROM tasks WHERE task_id = ? AND gate IS NOT NULL"
 
@@ -160,6 +165,23 @@ class SQLiteTaskStore(
                 tx.save(record)
                 tx.emit(task_id, "message", record.status)
             return record
+
+        return await self._run(change)
+
+    async def settle_message(self, task_id: str, message: str | None) -> bool:
+        """`set_status_message`, reading no record back (`stores.settling`)."""
+        message = storable_text(message)
+
+        def change(tx: Tx) -> bool:
+            now = time.time()
+            found = tx.conn.execute(_MESSAGE, (task_id, now)).fetchone()
+            if found is None or found[0] not in ACTIVE_STATUSES:
+                return False
+            if found[1] != message:
+                query = "UPDATE tasks SET status_message = ?, updated_at = ? WHERE task_id = ?"
+                tx.conn.execute(query, (message, now, task_id))
+                tx.emit(task_id, "message", found[0])
+            return True
 
         return await self._run(change)
 
