@@ -42,9 +42,16 @@ def build(url: str, concurrency: int) -> FastMCP:
     mcp.add_extension(_extension)
 
     reports = int(os.environ.get("BENCH_CPU_PROGRESS", "0"))
+    if not reports:  # the plain `echo`: no dependency to resolve on any call
 
-    @mcp.tool(task=True)
-    async def echo(text: str, progress: Progress = Progress()) -> str:
+        @mcp.tool(task=True)
+        async def echo(text: str) -> str:
+            return text
+
+        return mcp
+
+    @mcp.tool(task=True, name=TOOL)
+    async def reporting_echo(text: str, progress: Progress = Progress()) -> str:
         for step in range(reports):  # a task's each a status message, a sync call's not
             await progress.set_message(f"step {step + 1} of {reports}")
         return text
