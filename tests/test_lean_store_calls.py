@@ -10,6 +10,7 @@ reads the task with `peek`, never `get`, on both protocol generations' paths.
 from __future__ import annotations
 
 import dataclasses
+import secrets
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -19,10 +20,17 @@ import pytest
 from fastmcp import Client, FastMCP
 
 from fastmcp_tasks import Progress, TasksExtension
+from fastmcp_tasks.server.health import HealthMonitor
+from fastmcp_tasks.server.monitored_store import monitored
+from fastmcp_tasks.server.sealed_store import sealed_store
+from fastmcp_tasks.server.sealing import Sealer
 from fastmcp_tasks.stores.base import TaskStore
 from fastmcp_tasks.stores.peeking import peek
+from fastmcp_tasks.stores.postgres import PostgresTaskStore
 from fastmcp_tasks.stores.postgres import transitions as postgres_transitions
+from fastmcp_tasks.stores.redis import RedisTaskStore
 from fastmcp_tasks.stores.redis import store as redis_module
+from fastmcp_tasks.stores.settling import lean_method
 from fastmcp_tasks.stores.sqlite import SQLiteTaskStore
 from fastmcp_tasks.stores.sqlite.tx import Tx
 from fastmcp_tasks.testing import make_record
@@ -280,3 +288,28 @@ async def test_a_tools_progress_messages_are_written_with_settle_message(tmp_pat
             done = await wire.wait(created["taskId"])
     assert done["result"]["content"][0]["text"] == "counted 3"
     assert calls and set(calls) == {"settle_message"}
+
+
+LEAN = (("settle", "transition"), ("settle_message", "set_status_message"), ("peek", "get"))
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "redis", "postgres"])
+@pytest.mark.parametrize("sealed", [False, True], ids=["plain", "sealed"])
+def test_every_bundled_durable_store_takes_every_lean_path(
+    kind: str, sealed: bool, tmp_path: Path
+) -> None:
+    """Each lean method is defined at least as far down as the one it replaces, in each
+    bundled durable store and in the wrappers a server puts around it: none is skipped
+    (`stores.settling.lean_method`)."""
+    made: dict[str, Callable[[], TaskStore]] = {
+        "sqlite": lambda: SQLiteTaskStore(str(tmp_path / "tasks.db")),
+        "redis": lambda: RedisTaskStore("redis://127.0.0.1:6379/15"),
+        "postgres": lambda: PostgresTaskStore("postgresql://127.0.0.1/test"),
+    }
+    store = made[kind]()  # not opened: the choice is the classes'
+    sealer = Sealer([secrets.token_urlsafe(32)]) if sealed else None
+    layers = [store, sealed_store(store, sealer, seal_all=True)]
+    layers.append(monitored(layers[-1], HealthMonitor(), 5.0))
+    for layer in layers:
+        for lean, full in LEAN:
+            assert lean_method(layer, lean, full) is not None, (type(layer).__name__, lean)

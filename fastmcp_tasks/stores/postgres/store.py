@@ -2,8 +2,9 @@
 every process that uses the same database and schema.
 
 This module owns `PostgresTaskStore`: creation (with its caps, dedupe and
-`max_tasks`), reads, every state change of a task but `transition` and `settle`
-(`postgres.transitions`), and retention. Connections, options and errors are
+`max_tasks`), reads, every state change of a task but a status or message change
+(`transition`, `settle`, `set_status_message`, `settle_message`: `postgres.transitions`),
+and retention. Connections, options and errors are
 `postgres.connections`, the tables `postgres.schema`, the statements `postgres.sql`,
 the change feed `postgres.feed`; leases and the queue
 `postgres.leases` (gated claims `postgres.gates`), flow control `postgres.flow`,
@@ -57,7 +58,7 @@ from __future__ import annotations
 import functools
 import math
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -80,7 +81,6 @@ from fastmcp_tasks.stores.postgres.operations import PostgresOperations
 from fastmcp_tasks.stores.postgres.schema import (
     COLUMNS,
     SELECT_COLUMNS,
-    clean_text,
     from_row,
     to_params,
 )
@@ -274,14 +274,6 @@ class PostgresTaskStore(
 
     # --- changes ----------------------------------------------------------------------
 
-    async def set_status_message(self, task_id: str, message: str | None) -> TaskRecord | None:
-        message = clean_text(message)
-        return await self._fresh(
-            self.sql.set_message,
-            {"id": task_id, "message": message},
-            lambda found: found.status_message == message,  # else a change ended it
-        )
-
     async def request_input(
         self, task_id: str, requests: dict[str, Any], *, status_message: str | None = None
     ) -> TaskRecord | None:
@@ -326,23 +318,6 @@ class PostgresTaskStore(
             {"id": task_id},
             lambda found: found.status not in ACTIVE_STATUSES,  # else a change ended it
         )
-
-    async def _fresh(
-        self, query: str, params: dict[str, Any], unchanged: Callable[[TaskRecord], bool]
-    ) -> TaskRecord | None:
-        """Run a change statement whose last column says whether it changed the task: the
-        record it returns. Unchanged, its row is as of the statement's snapshot, which a
-        transaction committed meanwhile (the UPDATE waited for it, then skipped the row it
-        made terminal) may have outdated: `unchanged(record)` false says so, and the next
-        statement, with a newer snapshot, returns the current record instead."""
-        for _ in range(3):  # a terminal task stays terminal: the second read settles it
-            rows = await self._query(query, {**params, "now": time.time()}, batch=True)
-            if not rows:
-                return None
-            found = from_row(rows[0][:_WIDTH])
-            if rows[0][_WIDTH] or unchanged(found):
-                return found
-        return found
 
     def changes(
         self, task_ids: frozenset[str] | None = None, kinds: frozenset[str] | None = None

@@ -5,15 +5,17 @@ its change rows, the active-task counters and the notification, answering the ne
 row. `settle` (`stores.settling`) is the same statement answering only that it was
 applied: the final SELECT of the statement names no column of the task, so its
 arguments and result are neither sent back nor decoded (`settling_statement`).
-`settle_message` is `set_status_message`'s statement answering only the task's message
-(`message_statement`), checked as `PostgresTaskStore._fresh` checks the whole row. All
-may ride in a batch (`postgres.batching`).
+`set_status_message` is one statement too (`Statements.set_message`), its answer checked
+against a change committed meanwhile (`_fresh`); `settle_message` is that statement
+answering only the task's message (`message_statement`), checked the same way. All may
+ride in a batch (`postgres.batching`).
 """
 
 from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Callable
 from typing import Any
 
 from fastmcp_tasks.stores import rules
@@ -52,7 +54,7 @@ def message_statement(set_message: str) -> str:
 
 
 class PostgresTransitions(PostgresConnections):
-    """`transition` and `settle` of `PostgresTaskStore` (module doc)."""
+    """The status and message changes of `PostgresTaskStore` (module doc)."""
 
     async def transition(
         self,
@@ -87,11 +89,19 @@ class PostgresTransitions(PostgresConnections):
         query = settling_statement(self.sql.transition)
         return bool(await self._query(query, params, batch=True))
 
+    async def set_status_message(self, task_id: str, message: str | None) -> TaskRecord | None:
+        message = clean_text(message)
+        return await self._fresh(
+            self.sql.set_message,
+            {"id": task_id, "message": message},
+            lambda found: found.status_message == message,  # else a change ended it
+        )
+
     async def settle_message(self, task_id: str, message: str | None) -> bool:
         """`set_status_message`, reading no record back (`stores.settling`). An unchanged
         message is read as of the statement's snapshot, which a change committed meanwhile
         (one that ended the task) may have outdated: then the next statement, with a newer
-        snapshot, tells (as `PostgresTaskStore._fresh` does for the row)."""
+        snapshot, tells (as `_fresh` does for the row)."""
         message = clean_text(message)
         query = message_statement(self.sql.set_message)
         for _ in range(3):  # a terminal task stays terminal: the second read settles it
@@ -102,6 +112,23 @@ class PostgresTransitions(PostgresConnections):
             if rows[0][1] or rows[0][0] == message:
                 return True
         return True
+
+    async def _fresh(
+        self, query: str, params: dict[str, Any], unchanged: Callable[[TaskRecord], bool]
+    ) -> TaskRecord | None:
+        """Run a change statement whose last column says whether it changed the task: the
+        record it returns. Unchanged, its row is as of the statement's snapshot, which a
+        transaction committed meanwhile (the UPDATE waited for it, then skipped the row it
+        made terminal) may have outdated: `unchanged(record)` false says so, and the next
+        statement, with a newer snapshot, returns the current record instead."""
+        for _ in range(3):  # a terminal task stays terminal: the second read settles it
+            rows = await self._query(query, {**params, "now": time.time()}, batch=True)
+            if not rows:
+                return None
+            found = from_row(rows[0][:_WIDTH])
+            if rows[0][_WIDTH] or unchanged(found):
+                return found
+        return found
 
 
 def _params(
