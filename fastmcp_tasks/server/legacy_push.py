@@ -29,6 +29,7 @@ import mcp_types
 from fastmcp_tasks.errors import StoreError
 from fastmcp_tasks.server.legacy import LegacyTasks
 from fastmcp_tasks.stores.base import TaskRecord
+from fastmcp_tasks.stores.peeking import peek
 from fastmcp_tasks.wire.legacy import legacy_create_result, legacy_status, legacy_task, related
 
 logger = logging.getLogger("fastmcp_tasks.legacy")
@@ -78,7 +79,7 @@ async def follow(
         async with tasks.store.changes(frozenset({task_id})) as feed:
             changes = aiter(feed)
             while True:
-                record = await tasks.store.get(task_id)
+                record = await peek(tasks.store, task_id)  # no arguments, no context
                 if record is None:
                     return
                 task = legacy_task(record)
