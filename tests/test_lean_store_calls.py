@@ -316,3 +316,25 @@ def test_every_bundled_durable_store_takes_every_lean_path(
     for layer in layers:
         for lean, full in LEAN:
             assert lean_method(layer, lean, full) is not None, (type(layer).__name__, lean)
+
+
+async def test_tasks_cancel_ends_a_waiting_task_with_settle(tmp_path: Path) -> None:
+    """A task no process runs (a front end with `concurrency=0`) is ended by `tasks/cancel`
+    itself, without the task read back."""
+    mcp = FastMCP("cancelling")
+    extension = TasksExtension(url=f"sqlite:///{tmp_path / 'tasks.db'}", concurrency=0)
+    mcp.add_extension(extension)
+
+    @mcp.tool(task=True)
+    async def echo(text: str) -> str:
+        return text
+
+    calls: list[str] = []
+    with anyio.fail_after(20):
+        async with connect(mcp, "memory") as wire:
+            spy_on(extension, ("transition", "settle"), calls)
+            created = await wire.call_tool("echo", {"text": "never run"})
+            await wire.cancel(created["taskId"])
+            done = await wire.get(created["taskId"])
+    assert done["status"] == "cancelled"
+    assert calls == ["settle"]

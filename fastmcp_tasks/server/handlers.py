@@ -59,6 +59,7 @@ from fastmcp_tasks.server.pacing import PollPacer
 from fastmcp_tasks.server.payloads import unreadable
 from fastmcp_tasks.stores.base import TaskRecord, TaskStore
 from fastmcp_tasks.stores.peeking import peek
+from fastmcp_tasks.stores.settling import settle
 from fastmcp_tasks.wire.legacy import LEGACY_VERSION, METHOD_LIST, METHOD_RESULT
 from fastmcp_tasks.wire.models import TaskIdParams, UpdateTaskParams
 from fastmcp_tasks.wire.names import (
@@ -226,17 +227,17 @@ class TaskMethods:
             raise await missing(self.store, task_id)
         if record.is_active:
             self.history.note(task_id, "cancel_requested", by="client")
-        if record.is_active and record.lease_owner is None:
+        if record.is_active and record.lease_owner is None:  # (settle: nothing read back)
             message: str | None = CANCELLED_BEFORE_START
-            ended = await self.store.transition(task_id, "cancelled", status_message=message)
+            ended = await settle(self.store, task_id, "cancelled", status_message=message)
         elif record.status == "input_required":
             message = CANCELLED_MESSAGE
-            ended = await self.store.transition(
-                task_id, "cancelled", expect=PARKED, status_message=message
+            ended = await settle(
+                self.store, task_id, "cancelled", expect=PARKED, status_message=message
             )
         else:
-            message = ended = None
-        if ended is not None:
+            message, ended = None, False
+        if ended:
             self.history.note(task_id, "finished", **ending("cancelled", message=message))
         return dict(ACK)
 
