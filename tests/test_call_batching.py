@@ -14,6 +14,7 @@ from typing import Any
 
 import anyio
 import pytest
+from anyio.abc import TaskGroup
 
 from fastmcp_tasks.stores.call_batching import ALONE, CallBatcher
 
@@ -90,6 +91,26 @@ def calling(batcher: CallBatcher[int], recorder: Recorder, outcomes: dict[Any, A
         await settle(outcomes, n, functools.partial(batcher.call, n, recorder.alone_call(n)))
 
     return call
+
+
+def batch_on_its_way() -> tuple[Recorder, CallBatcher[int], dict[Any, Any], Any]:
+    """A recorder whose batches and calls made alone each wait until told (`release`,
+    `alone_release`), its batcher, the calls' outcomes and `calling`'s `call`."""
+    recorder = Recorder()
+    recorder.release.clear()
+    recorder.alone_release = asyncio.Event()
+    batcher = batcher_of(recorder)
+    outcomes: dict[Any, Any] = {}
+    return recorder, batcher, outcomes, calling(batcher, recorder, outcomes)
+
+
+async def send_a_batch_of_2_and_3(group: TaskGroup, recorder: Recorder, call: Any) -> None:
+    """Calls 1 to 3: 1 goes alone and answers, then the batch [2, 3] goes, and is held."""
+    for n in range(1, 4):
+        group.start_soon(call, n)
+    await anyio.wait_all_tasks_blocked()
+    recorder.alone_release.set()
+    await anyio.wait_all_tasks_blocked()
 
 
 async def test_an_idle_call_goes_alone_and_is_never_batched() -> None:
@@ -188,21 +209,10 @@ async def test_a_lone_survivor_of_a_batch_is_made_by_its_caller() -> None:
 
 
 async def test_closing_lets_the_batch_on_its_way_end_and_fails_what_is_queued() -> None:
-    recorder = Recorder()
-    recorder.release.clear()  # a batch stays on its way until told
-    recorder.alone_release = asyncio.Event()  # so does a call made alone
-    batcher = batcher_of(recorder)
-    outcomes: dict[int, Any] = {}
-
-    call = calling(batcher, recorder, outcomes)
-
+    recorder, batcher, outcomes, call = batch_on_its_way()
     with anyio.fail_after(5):
         async with anyio.create_task_group() as group:
-            for n in range(1, 4):
-                group.start_soon(call, n)
-            await anyio.wait_all_tasks_blocked()
-            recorder.alone_release.set()  # 1 answers; the batch [2, 3] goes, and is held
-            await anyio.wait_all_tasks_blocked()
+            await send_a_batch_of_2_and_3(group, recorder, call)
             for n in range(4, 6):  # queued behind it
                 group.start_soon(call, n)
             await anyio.wait_all_tasks_blocked()
@@ -247,21 +257,10 @@ async def test_a_send_that_answers_the_wrong_number_of_calls_fails_them_all() ->
 
 
 async def test_a_cancelled_close_still_answers_what_is_queued() -> None:
-    recorder = Recorder()
-    recorder.release.clear()  # the batch on its way never answers in time
-    recorder.alone_release = asyncio.Event()
-    batcher = batcher_of(recorder)
-    outcomes: dict[int, Any] = {}
-
-    call = calling(batcher, recorder, outcomes)
-
+    recorder, batcher, outcomes, call = batch_on_its_way()  # it never answers in time
     with anyio.fail_after(5):
         async with anyio.create_task_group() as group:
-            for n in range(1, 4):
-                group.start_soon(call, n)
-            await anyio.wait_all_tasks_blocked()
-            recorder.alone_release.set()  # 1 answers; the batch [2, 3] goes, and is held
-            await anyio.wait_all_tasks_blocked()
+            await send_a_batch_of_2_and_3(group, recorder, call)
             group.start_soon(call, 4)  # queued behind it
             await anyio.wait_all_tasks_blocked()
             with anyio.move_on_after(0.05):  # closing gives up waiting for the batch
