@@ -5,9 +5,10 @@ schema gets; histories of migrated tasks removed with them), and the row locks t
 make the records race-free between processes, each race staged with a transaction left
 open on a connection of the test's own: an append to a history neither holds back a
 claim of the task nor outlives a delete of it (in either order), and a hold racing a
-`resume` never leaves a task held for a pause that is gone (in either order). Each test
-uses a fresh schema and drops it; without a server at `POSTGRES_URL` they skip (fail
-when `CI=true`).
+`resume` never leaves a task held for a pause that is gone (in either order). And a
+plan: the append finds its tasks by primary key even under a generic plan the server
+cached while the table was small. Each test uses a fresh schema and drops it; without a
+server at `POSTGRES_URL` they skip (fail when `CI=true`).
 """
 
 from __future__ import annotations
@@ -250,3 +251,48 @@ async def test_a_hold_after_a_resume_holds_nothing(
     assert held == [None]
     got = await store.get(task.task_id)
     assert got is not None and got.lease_owner == "w1" and got.not_before is None
+
+
+# --- plans ---------------------------------------------------------------------------------
+
+
+def numbered(statement: str) -> str:
+    """`statement` with its named parameters as `$1..$5` (`append`'s, for `PREPARE`)."""
+    for n, name in enumerate(("ids", "ats", "kinds", "details", "now"), 1):
+        statement = statement.replace(f"%({name})s", f"${n}")
+    assert "%(" not in statement
+    return statement
+
+
+async def test_an_append_finds_its_tasks_by_key_under_a_plan_made_while_the_table_was_small(
+    store: PostgresTaskStore,
+) -> None:
+    """A prepared statement's generic plan is kept until the table is analyzed again: the
+    plan of an append made when the store held a few tasks must not scan the table for
+    every batch once it holds thousands (the history is written every fraction of a
+    second by every process)."""
+    first = record()
+    await store.create(first)
+    tasks = f"{store.schema}.tasks"
+    params = ([first.task_id], [1.0], ["created"], ["{}"], time.time())
+    append = "EXECUTE append(%s::text[], %s::float8[], %s::text[], %s::text[], %s::float8)"
+    connect = psycopg.AsyncConnection.connect  # client-side binding: PREPARE takes `$n`
+    async with await connect(
+        POSTGRES_URL, autocommit=True, cursor_factory=psycopg.AsyncClientCursor
+    ) as conn:
+        await conn.execute(f"ALTER TABLE {tasks} SET (autovacuum_enabled = false)")
+        await conn.execute("SET plan_cache_mode = force_generic_plan")
+        types = "text[], float8[], text[], text[], float8"
+        await conn.execute(f"PREPARE append({types}) AS {numbered(store.ops_sql.add_events)}")
+        await conn.execute(append, params)  # the generic plan, made for a one-task table
+        copied = ", ".join(c for c in COLUMNS if c != "task_id")
+        await conn.execute(
+            f"INSERT INTO {tasks} (task_id, {copied}) SELECT task_id || '-' || g, {copied} "
+            f"FROM {tasks}, generate_series(1, 3000) AS g WHERE task_id = %s",
+            (first.task_id,),
+        )
+        cur = await conn.execute(f"EXPLAIN {append}", params)
+        plan = "\n".join(str(row[0]) for row in await cur.fetchall())
+    assert "tasks_pkey" in plan, plan
+    assert "Seq Scan on tasks" not in plan, plan
+    assert await store.events(first.task_id) == [TaskEvent(1.0, "created", {})]  # EXECUTEd once

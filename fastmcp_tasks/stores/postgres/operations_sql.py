@@ -4,7 +4,10 @@ Written once per schema, like `postgres.sql.Statements`, whose change-row INSERT
 notify CTE the statements that change tasks reuse, and whose `delete_finished`
 (`purge_finished` of a chosen set) serves here. `postgres.operations` runs them.
 
-- `add_events`: a batch of events of any tasks, one statement. It locks each named
+- `add_events`: a batch of events of any tasks, one statement. It finds each named task
+  by its primary key, one lookup per task (a lateral join): a plan the server cached for
+  the prepared statement while the table was small would otherwise scan the whole table
+  for every batch until the table is analyzed again. It locks each named
   live task `FOR KEY SHARE`: a DELETE of the task waits for the append to commit and
   its trigger then deletes what was appended, and an append that meets a task deleted
   meanwhile drops its events, so none is ever left behind. Claims and loads lock
@@ -48,7 +51,9 @@ WITH e AS (
         %(details)s::text[]) WITH ORDINALITY AS e(task_id, at, kind, details, i)
 ),
 live AS (
-    SELECT task_id FROM {t} WHERE task_id = ANY(%(ids)s::text[]) AND {LIVE} FOR KEY SHARE
+    SELECT k.task_id FROM (SELECT DISTINCT task_id FROM e) d CROSS JOIN LATERAL (
+        SELECT task_id FROM {t} WHERE task_id = d.task_id AND {LIVE} FOR KEY SHARE
+    ) k
 ),
 ranked AS (
     SELECT e.*, (SELECT count(*) FROM {events} x WHERE x.task_id = e.task_id) AS stored,
