@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
 
 import pytest
 from opentelemetry import metrics, trace
@@ -15,6 +18,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from fastmcp_tasks.server.observability import fingerprint
 from tests.private_postgres import shared_schema
 from tests.servers import make_server
+from tests.spawn import fresh_interpreter
 from tests.wire import connect
 
 pytestmark = pytest.mark.anyio
@@ -98,3 +102,41 @@ async def test_a_span_names_its_store_without_the_password() -> None:
         f"postgresql://postgres:***@{host} (schema {schema})"
     )
     assert not any("s3cretpw" in str(value) for value in span.attributes.values())
+
+
+#: Run by a fresh interpreter: the module's fixture installs an SDK in this one.
+WITHOUT_A_PROVIDER = """
+from fastmcp.telemetry import get_tracer
+from opentelemetry import trace
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+from fastmcp_tasks.server.observability import task_span, tracing_installed
+
+assert not tracing_installed()
+caller = NonRecordingSpan(SpanContext(0x1234, 0x5678, is_remote=True, trace_flags=TraceFlags(1)))
+for current in (trace.INVALID_SPAN, caller):
+    with trace.use_span(current):
+        with get_tracer().start_as_current_span("task echo"):  # what the API would do
+            expected = trace.get_current_span().get_span_context()
+        with task_span("a-task-id", "echo", 1, "sqlite") as span:
+            inside = trace.get_current_span().get_span_context()
+            span.set_attribute("mcp.task.status", "completed")
+    assert inside == expected == current.get_span_context(), (inside, expected)
+    assert span is current
+print("same")
+"""
+
+
+def test_without_a_tracer_provider_a_run_carries_the_span_the_api_would_give_it() -> None:
+    """No SDK installed: `task_span` makes no span, and the run sees the span context the
+    API's own no-op span would have given it (a caller's, propagated; or none)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    with fresh_interpreter():  # not a fork of this process, which has an SDK installed
+        done = subprocess.run(
+            [sys.executable, "-c", WITHOUT_A_PROVIDER],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 0 and done.stdout.strip() == "same", done.stderr

@@ -2,8 +2,8 @@
 
 Everything goes through the OpenTelemetry API (a FastMCP dependency), so it
 costs next to nothing until the application installs an OpenTelemetry SDK and
-exporters; spans come from FastMCP's own tracer and so honour its telemetry
-settings.
+exporters (until then a run makes no span at all: `task_span`); spans come from
+FastMCP's own tracer and so honour its telemetry settings.
 
 - Span `task <tool>` around each run, with `mcp.task.id`, `mcp.tool.name`,
   `mcp.task.attempt`, `fastmcp_tasks.store` (the store's description, masked:
@@ -34,8 +34,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from fastmcp.telemetry import get_tracer
-from opentelemetry import metrics
-from opentelemetry.trace import Span
+from opentelemetry import metrics, trace
+from opentelemetry.trace import ProxyTracerProvider, Span
 
 transition_logger = logging.getLogger("fastmcp_tasks.transitions")
 
@@ -74,9 +74,24 @@ def shown_id(task_id: str) -> str:
     return task_id if _full_ids else fingerprint(task_id)
 
 
+def tracing_installed() -> bool:
+    """Whether spans can be recorded: an OpenTelemetry SDK (or another tracer provider) is
+    installed, in code or by `OTEL_PYTHON_TRACER_PROVIDER`. Until then the API answers
+    with its proxy provider, whose spans carry the current span's context and record
+    nothing."""
+    return not isinstance(trace.get_tracer_provider(), ProxyTracerProvider)
+
+
 @contextmanager
 def task_span(task_id: str, tool: str, attempt: int, store: str = "") -> Iterator[Span]:
-    """The span of one run of a task; `store` is the store's (masked) description."""
+    """The span of one run of a task; `store` is the store's (masked) description.
+
+    Without a tracer provider (`tracing_installed`) the run keeps the current span, which
+    is what the API's no-op span would carry anyway, and nothing is made or attached:
+    no attributes, no fingerprint, no context switch."""
+    if not tracing_installed():
+        yield trace.get_current_span()
+        return
     attributes: dict[str, Any] = {
         "mcp.task.id": shown_id(task_id),
         "mcp.tool.name": tool,
