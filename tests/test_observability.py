@@ -108,6 +108,7 @@ async def test_a_span_names_its_store_without_the_password() -> None:
 WITHOUT_A_PROVIDER = """
 from fastmcp.telemetry import get_tracer
 from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from fastmcp_tasks.server.observability import task_span, tracing_installed
@@ -122,7 +123,13 @@ for current in (trace.INVALID_SPAN, caller):
             inside = trace.get_current_span().get_span_context()
             span.set_attribute("mcp.task.status", "completed")
     assert inside == expected == current.get_span_context(), (inside, expected)
-    assert span is current
+# a span recording in a provider of the application's own: the run's attributes stay off it
+mine = TracerProvider().get_tracer("app")
+with mine.start_as_current_span("request") as request:
+    with task_span("a-task-id", "echo", 1) as span:
+        span.set_attribute("mcp.task.status", "completed")
+    assert "mcp.task.status" not in request.attributes
+    assert span.get_span_context() == request.get_span_context()
 print("same")
 """
 

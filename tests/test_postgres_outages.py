@@ -10,23 +10,33 @@ the store; stale pooled connections are never handed out after a restart. A busy
 on a healthy server still waits its whole timeout. Plus the per-connection settings
 (keepalives, `statement_timeout`) and whether the URL's own win. Each test uses a fresh
 random schema and drops it; without a server at `POSTGRES_URL` they skip.
+
+And a black hole (`tests.private_servers.blackhole_proxy`): a server that stops answering
+without closing anything. Each request through the extension still answers within one
+`store_timeout`, even when the store's own timeout is longer, however the driver cleans
+up the statement it was cancelled in.
 """
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 import pytest
 from anyio.abc import SocketStream, TaskGroup, TaskStatus
+from fastmcp import FastMCP
 
+from fastmcp_tasks import TasksExtension
 from fastmcp_tasks.errors import StoreError, StoreTimeout
 from fastmcp_tasks.stores.postgres import PostgresTaskStore
 from fastmcp_tasks.stores.postgres.liveness import session_defaults
+from tests.private_servers import blackhole_proxy
 from tests.test_store_contract import (
     POSTGRES_URL,
     drop_schema,
@@ -34,7 +44,7 @@ from tests.test_store_contract import (
     postgres_store,
     record,
 )
-from tests.wire import free_port
+from tests.wire import WireError, free_port, memory_wire
 
 pytestmark = pytest.mark.anyio
 
@@ -218,3 +228,39 @@ async def test_pooled_connections_bound_their_statements_on_the_server() -> None
             assert await store._query("SHOW statement_timeout", read=True) == [("3s",)]
     finally:
         await store.close()
+
+
+async def test_a_black_holed_server_answers_each_request_within_one_store_timeout() -> None:
+    """psycopg cancels a statement by asking the server (another connection) and waiting
+    for the reply: the bound must end that wait too, not only the statement."""
+    postgres_available()
+    target = urlsplit(POSTGRES_URL)
+    schema = f"test_{uuid.uuid4().hex[:16]}"
+    host, port = target.hostname or "127.0.0.1", target.port or 5432
+    try:
+        async with blackhole_proxy(port, target_host=host) as hole:
+            netloc = f"{target.username or 'postgres'}@127.0.0.1:{hole.port}"
+            url = urlunsplit(target._replace(netloc=netloc, query=f"schema={schema}&timeout=30"))
+            mcp = FastMCP("outage")
+            mcp.add_extension(TasksExtension(url, store_timeout=timedelta(seconds=1)))
+
+            @mcp.tool(task=True)
+            async def echo(text: str) -> str:
+                return text
+
+            async with memory_wire(mcp) as wire:
+                task_id = (await wire.call_tool("echo", {"text": "before"}))["taskId"]
+                assert (await wire.wait(task_id))["status"] == "completed"
+                hole.black_hole()
+                for request in (
+                    lambda: wire.call_tool("echo", {"text": "in the hole"}),
+                    lambda: wire.get(task_id),
+                    lambda: wire.cancel(task_id),
+                ):
+                    started = time.monotonic()
+                    with pytest.raises(WireError, match="Task store unavailable"):
+                        await request()
+                    assert time.monotonic() - started < 1.5
+                hole.resume()
+    finally:
+        drop_schema(schema)

@@ -139,14 +139,6 @@ class deadline_at:  # named as a function: `with deadline_at(when):`
             self._token = None
 
 
-def _on_asyncio() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
-
-
 def request_deadline(store: TaskStore) -> float | None:
     """The deadline of a request that begins now: `store_timeout` from now (anyio's
     clock), or `None` for a store without a bound (the in-memory store)."""
@@ -178,10 +170,8 @@ class MonitoredStore:
         try:
             if limit is None:
                 result = await fn(*args, **kw)
-            elif _on_asyncio():  # half the cost of a cancel scope; TimeoutError as well
-                async with asyncio.timeout(limit):
-                    result = await fn(*args, **kw)
-            else:
+            else:  # a cancel scope: it cancels every await until the call ends (a driver's
+                # own cleanup after a cancel, psycopg's, ends at once), not only the first
                 with anyio.fail_after(limit):
                     result = await fn(*args, **kw)
         except TimeoutError:

@@ -35,7 +35,7 @@ from typing import Any
 
 from fastmcp.telemetry import get_tracer
 from opentelemetry import metrics, trace
-from opentelemetry.trace import ProxyTracerProvider, Span
+from opentelemetry.trace import NonRecordingSpan, ProxyTracerProvider, Span
 
 transition_logger = logging.getLogger("fastmcp_tasks.transitions")
 
@@ -86,11 +86,17 @@ def tracing_installed() -> bool:
 def task_span(task_id: str, tool: str, attempt: int, store: str = "") -> Iterator[Span]:
     """The span of one run of a task; `store` is the store's (masked) description.
 
-    Without a tracer provider (`tracing_installed`) the run keeps the current span, which
-    is what the API's no-op span would carry anyway, and nothing is made or attached:
-    no attributes, no fingerprint, no context switch."""
+    Without a tracer provider (`tracing_installed`) nothing is made or attached (no
+    attributes, no fingerprint, no context switch): the run keeps the current context and
+    gets the span the API's no-op tracer would give it, one that records nothing and
+    carries the current span's context (never the current span itself: one recording in
+    an application's own provider must not get this run's attributes)."""
     if not tracing_installed():
-        yield trace.get_current_span()
+        current = trace.get_current_span()
+        if isinstance(current, NonRecordingSpan):
+            yield current
+        else:
+            yield NonRecordingSpan(current.get_span_context())
         return
     attributes: dict[str, Any] = {
         "mcp.task.id": shown_id(task_id),
