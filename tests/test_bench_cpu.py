@@ -1,4 +1,4 @@
-"""`bench.cpu` runs end to end, and its report adds up.
+"""`bench.cpu` (and `bench.cpu_growth`) run end to end, and the report adds up.
 
 A tiny run (100 tasks, memory and SQLite, one worker: about 10 s) through the real command,
 so the benchmark the docs quote keeps working; and the report's arithmetic on fixed
@@ -66,3 +66,26 @@ def test_the_report_adds_up() -> None:
     assert run["store_ops"] == 4.5
     merged = cpu_report.merge([{"a": 1.0, "b": [1.0], "x_ns": [1]}, {"a": 2.0, "b": [2.0]}])
     assert merged == {"a": 3.0, "b": [3.0], "x_ns": [1]}
+
+
+def test_a_tiny_growth_run_measures_each_phase_with_what_it_retained(tmp_path: Path) -> None:
+    out = tmp_path / "growth.json"
+    tiny = ["--stores", "sqlite", "--phases", "2", "--seconds", "1", "--callers", "2"]
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.cpu_growth", *tiny, "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    phases = json.loads(out.read_text())["runs"]
+    assert [(p["store"], p["phase"]) for p in phases] == [("sqlite", 0), ("sqlite", 1)]
+    assert 0 < phases[0]["retained"] < phases[1]["retained"]
+    assert phases[1]["retained"] == phases[0]["retained"] + phases[1]["tasks"]
+    for phase in phases:
+        assert phase["front_end_ms"] > 0 and phase["worker_ms"] >= 0
+        assert phase["task_ms"] == pytest.approx(
+            phase["front_end_ms"] + phase["worker_ms"] + phase["store_server_ms"]
+        )
+    assert "| sqlite |" in done.stdout
