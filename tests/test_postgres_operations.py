@@ -5,10 +5,9 @@ schema gets; histories of migrated tasks removed with them), and the row locks t
 make the records race-free between processes, each race staged with a transaction left
 open on a connection of the test's own: an append to a history neither holds back a
 claim of the task nor outlives a delete of it (in either order), and a hold racing a
-`resume` never leaves a task held for a pause that is gone (in either order). And plans:
-the append finds its tasks by primary key even under a generic plan the server cached
-while the table was small, and the statements that find tasks by a list of ids are never
-prepared. Each test uses a fresh schema and drops it; without a
+`resume` never leaves a task held for a pause that is gone (in either order). And a
+plan: the append finds its tasks by primary key even under a generic plan the server
+cached while the table was small. Each test uses a fresh schema and drops it; without a
 server at `POSTGRES_URL` they skip (fail when `CI=true`).
 """
 
@@ -297,27 +296,3 @@ async def test_an_append_finds_its_tasks_by_key_under_a_plan_made_while_the_tabl
     assert "tasks_pkey" in plan, plan
     assert "Seq Scan on tasks" not in plan, plan
     assert await store.events(first.task_id) == [TaskEvent(1.0, "created", {})]  # EXECUTEd once
-
-
-async def test_statements_finding_tasks_by_a_list_of_ids_are_planned_each_time() -> None:
-    """Lease renewals, listings by id, gated claims and chosen purges are never prepared on
-    the store's connections (so never run from a plan cached on a small table), while the
-    hot statements are."""
-    store = postgres_store(pool_min=1, pool_max=1)  # one connection: its prepared statements
-    assert isinstance(store, PostgresTaskStore)
-    await store.open()
-    try:
-        task = record(app="app")
-        await store.create(task)
-        for _ in range(6):  # past psycopg's and the server's thresholds
-            await store.get(task.task_id)
-            await store.get_many([task.task_id])
-            await store.renew("w", frozenset({task.task_id}), time.time() + 60)
-            await store.delete_finished([task.task_id])
-        rows = await store._query("SELECT statement FROM pg_prepared_statements", read=True)
-        prepared = {str(row[0]) for row in rows}
-    finally:
-        await store.close()
-    # as the server shows them, with `$n` for psycopg's named parameters
-    assert any(f"{store.schema}.tasks WHERE task_id = $1 AND" in text for text in prepared)
-    assert not any("task_id = ANY(" in text for text in prepared), prepared

@@ -8,7 +8,7 @@ the change feed (`postgres.feed`, its own LISTEN connection), and the checks at 
 `ConfigurationError`; `postgres.sessions`: no transaction-mode pooler where a session
 is needed; then `schema.prepare`). Hot statements are prepared on each connection
 (`prepare=True`; the URL option `prepare=false` turns that off, for a transaction-mode
-pooler); those finding tasks by a list of ids never are (`planning`).
+pooler).
 
 Failures. Every call is bounded as a whole by `timeout` (waiting for a pooled
 connection, connecting, the statements): past it the caller gets `StoreTimeout`.
@@ -50,7 +50,6 @@ from fastmcp_tasks.stores.postgres import schema as tables
 from fastmcp_tasks.stores.postgres.batching import PostgresCalls
 from fastmcp_tasks.stores.postgres.feed import QUIET_LAG, PostgresChangeFeed
 from fastmcp_tasks.stores.postgres.liveness import Reach, returns_rows, session_defaults, setter
-from fastmcp_tasks.stores.postgres.planning import prepare_of
 from fastmcp_tasks.stores.postgres.sql import Statements, save_params
 from fastmcp_tasks.stores.postgres.urls import parse_store_url, redact, secrets
 
@@ -299,7 +298,7 @@ class PostgresConnections:
         """One statement on `conn` (in whatever transaction it is in): its rows (`fetch`:
         it has rows to fetch; without, in a pipeline, nothing waits for its answer)."""
         self.stats["statements"] += 1
-        cur = await conn.execute(query, params, prepare=prepare_of(self.sql, query, self._prepare))
+        cur = await conn.execute(query, params, prepare=self._prepare)
         return await cur.fetchall() if fetch else []
 
     async def send_statement(
@@ -345,8 +344,7 @@ class PostgresConnections:
                 async with asyncio.timeout(self.timeout), self._checkout(pool) as conn:
                     self.stats["statements"] += 1
                     try:
-                        prepare = prepare_of(self.sql, query, self._prepare)
-                        cur = await conn.execute(query, params, prepare=prepare)
+                        cur = await conn.execute(query, params, prepare=self._prepare)
                         return await cur.fetchall() if returns_rows(cur) else []
                     except psycopg.OperationalError:
                         if not (read and attempt < self.pool_max and conn.closed):
