@@ -16,6 +16,7 @@ longer holds the working set. Results go to `--out` (JSON) and a table on stdout
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import tempfile
 import time
@@ -38,12 +39,13 @@ async def grow(store: str, cfg: argparse.Namespace, logs: Path) -> list[dict[str
     async with server.store_url(store) as url:
         ops = logs / f"{store}-ops"
         ops.mkdir()
-        front = FrontEnd(url, 0, logs / f"{store}-front.log", None, ops)
         env = {"BENCH_CPU_URL": url, "BENCH_CPU_OPS": str(ops)}
-        worker = Worker(url, cfg.worker_concurrency, 0, logs / f"{store}-worker.log", APP, env)
+        front = FrontEnd(url, 0, logs / f"{store}-front.log", None, ops)
+        worker: Worker | None = None
         callers: list[Caller] = []
         try:
             await front.ready()
+            worker = Worker(url, cfg.worker_concurrency, 0, logs / f"{store}-worker.log", APP, env)
             await worker.ready()
             meter = Meter(store, url, front, [worker], ops)
             callers = [Caller(front.port) for _ in range(cfg.callers)]
@@ -81,14 +83,18 @@ async def grow(store: str, cfg: argparse.Namespace, logs: Path) -> list[dict[str
                 row["task_ms"] = row["front_end_ms"] + row["worker_ms"] + row["store_server_ms"]
                 print(line(row), flush=True)
                 phases.append(row)
-        finally:
-            for caller in callers:
-                await caller.raw.aclose()
-            worker.terminate()
-            await worker.stop()
-            await front.stop()
-            if store == "postgres" and "meter" in locals():
-                meter.pg.close()  # type: ignore[union-attr]
+        finally:  # every process ends, whatever failed
+            with contextlib.suppress(Exception):
+                for caller in callers:
+                    await caller.raw.aclose()
+            try:
+                if worker is not None:
+                    worker.terminate()
+                    await worker.stop()
+            finally:
+                await front.stop()
+                if store == "postgres" and "meter" in locals():
+                    meter.pg.close()  # type: ignore[union-attr]
     return phases
 
 

@@ -14,6 +14,9 @@
   for `seconds` (or until `release()`); `await lock.held()`, `await lock.released()`.
 - `Lines(stream)`: a subprocess pipe read line by line in a thread; `await
   lines.wait_for(predicate, within)`.
+- `answers_within_one_bound(url, hole)`: a server on the store at `url` (reached through
+  the black-hole proxy `hole`) answers `tools/call`, `tasks/get` and `tasks/cancel` within
+  one `store_timeout` once the hole swallows everything.
 
 Every process is started by us and ended by its pid.
 """
@@ -27,6 +30,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -257,6 +261,40 @@ async def blackhole_proxy(target_port: int, target_host: str = LOOPBACK) -> Asyn
         finally:
             proxy.resume()
             group.cancel_scope.cancel()
+
+
+async def answers_within_one_bound(url: str, hole: Proxy) -> None:
+    """A task made and finished on the store at `url`, then `hole.black_hole()`: each of
+    `tools/call`, `tasks/get` and `tasks/cancel` fails "Task store unavailable" within one
+    `store_timeout` (1 s, with a margin), however long the store's own timeout."""
+    from datetime import timedelta
+
+    from fastmcp import FastMCP
+
+    from fastmcp_tasks import TasksExtension
+    from tests.wire import WireError, memory_wire
+
+    mcp = FastMCP("outage")
+    mcp.add_extension(TasksExtension(url, store_timeout=timedelta(seconds=1)))
+
+    @mcp.tool(task=True)
+    async def echo(text: str) -> str:
+        return text
+
+    async with memory_wire(mcp) as wire:
+        task_id = (await wire.call_tool("echo", {"text": "before"}))["taskId"]
+        assert (await wire.wait(task_id))["status"] == "completed"
+        hole.black_hole()
+        for request in (
+            lambda: wire.call_tool("echo", {"text": "in the hole"}),
+            lambda: wire.get(task_id),
+            lambda: wire.cancel(task_id),
+        ):
+            started = time.monotonic()
+            with pytest.raises(WireError, match="Task store unavailable"):
+                await request()
+            assert time.monotonic() - started < 1.5
+        hole.resume()
 
 
 @asynccontextmanager

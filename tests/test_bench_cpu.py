@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,19 +21,23 @@ from bench import cpu_report
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_a_tiny_run_measures_every_process_and_the_floor(tmp_path: Path) -> None:
-    out = tmp_path / "cpu.json"
-    # 100 calls: enough CPU that /proc's 10 ms ticks see every phase even on a busy machine
-    tiny = ["--tasks", "100", "--callers", "4", "--stores", "memory,sqlite", "--workers", "1"]
+def bench(module: str, args: list[str], out: Path) -> tuple[str, list[dict[str, Any]]]:
+    """`python -m <module> <args> --out <out>` run as written: its stdout and JSON runs."""
     done = subprocess.run(
-        [sys.executable, "-m", "bench.cpu", *tiny, "--out", str(out)],
+        [sys.executable, "-m", module, *args, "--out", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=180,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    runs = json.loads(out.read_text())["runs"]
+    return done.stdout, json.loads(out.read_text())["runs"]
+
+
+def test_a_tiny_run_measures_every_process_and_the_floor(tmp_path: Path) -> None:
+    # 100 calls: enough CPU that /proc's 10 ms ticks see every phase even on a busy machine
+    tiny = ["--tasks", "100", "--callers", "4", "--stores", "memory,sqlite", "--workers", "1"]
+    stdout, runs = bench("bench.cpu", tiny, tmp_path / "cpu.json")
     assert [(r["store"], r["workers"]) for r in runs] == [("memory", 0), ("sqlite", 1)]
     for run in runs:
         assert run["sync_ms"] > 0 and run["task_ms"] > 0 and run["request_ms"] >= 0
@@ -41,7 +46,7 @@ def test_a_tiny_run_measures_every_process_and_the_floor(tmp_path: Path) -> None
     assert runs[0]["store_ops"] == 0  # the memory store makes no round trip
     assert runs[1]["store_ops"] > 0  # SQLite: transactions, reads and feed polls
     assert runs[1]["workers_ms"] > 0  # the worker process ran the tasks
-    assert "| sqlite | 1 |" in done.stdout and "floor" in done.stdout
+    assert "| sqlite | 1 |" in stdout and "floor" in stdout
 
 
 def test_the_report_adds_up() -> None:
@@ -69,17 +74,8 @@ def test_the_report_adds_up() -> None:
 
 
 def test_a_tiny_growth_run_measures_each_phase_with_what_it_retained(tmp_path: Path) -> None:
-    out = tmp_path / "growth.json"
     tiny = ["--stores", "sqlite", "--phases", "2", "--seconds", "1", "--callers", "2"]
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.cpu_growth", *tiny, "--out", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    phases = json.loads(out.read_text())["runs"]
+    stdout, phases = bench("bench.cpu_growth", tiny, tmp_path / "growth.json")
     assert [(p["store"], p["phase"]) for p in phases] == [("sqlite", 0), ("sqlite", 1)]
     assert 0 < phases[0]["retained"] < phases[1]["retained"]
     assert phases[1]["retained"] == phases[0]["retained"] + phases[1]["tasks"]
@@ -88,4 +84,4 @@ def test_a_tiny_growth_run_measures_each_phase_with_what_it_retained(tmp_path: P
         assert phase["task_ms"] == pytest.approx(
             phase["front_end_ms"] + phase["worker_ms"] + phase["store_server_ms"]
         )
-    assert "| sqlite |" in done.stdout
+    assert "| sqlite |" in stdout

@@ -19,24 +19,20 @@ up the statement it was cancelled in.
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 import pytest
 from anyio.abc import SocketStream, TaskGroup, TaskStatus
-from fastmcp import FastMCP
 
-from fastmcp_tasks import TasksExtension
 from fastmcp_tasks.errors import StoreError, StoreTimeout
 from fastmcp_tasks.stores.postgres import PostgresTaskStore
 from fastmcp_tasks.stores.postgres.liveness import session_defaults
-from tests.private_servers import blackhole_proxy
+from tests.private_servers import answers_within_one_bound, blackhole_proxy
 from tests.test_store_contract import (
     POSTGRES_URL,
     drop_schema,
@@ -44,7 +40,7 @@ from tests.test_store_contract import (
     postgres_store,
     record,
 )
-from tests.wire import WireError, free_port, memory_wire
+from tests.wire import free_port
 
 pytestmark = pytest.mark.anyio
 
@@ -241,26 +237,6 @@ async def test_a_black_holed_server_answers_each_request_within_one_store_timeou
         async with blackhole_proxy(port, target_host=host) as hole:
             netloc = f"{target.username or 'postgres'}@127.0.0.1:{hole.port}"
             url = urlunsplit(target._replace(netloc=netloc, query=f"schema={schema}&timeout=30"))
-            mcp = FastMCP("outage")
-            mcp.add_extension(TasksExtension(url, store_timeout=timedelta(seconds=1)))
-
-            @mcp.tool(task=True)
-            async def echo(text: str) -> str:
-                return text
-
-            async with memory_wire(mcp) as wire:
-                task_id = (await wire.call_tool("echo", {"text": "before"}))["taskId"]
-                assert (await wire.wait(task_id))["status"] == "completed"
-                hole.black_hole()
-                for request in (
-                    lambda: wire.call_tool("echo", {"text": "in the hole"}),
-                    lambda: wire.get(task_id),
-                    lambda: wire.cancel(task_id),
-                ):
-                    started = time.monotonic()
-                    with pytest.raises(WireError, match="Task store unavailable"):
-                        await request()
-                    assert time.monotonic() - started < 1.5
-                hole.resume()
+            await answers_within_one_bound(url, hole)
     finally:
         drop_schema(schema)

@@ -18,7 +18,6 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -27,16 +26,14 @@ import anyio
 import anyio.abc
 import pytest
 import redis.asyncio as aioredis
-from fastmcp import FastMCP
 
-from fastmcp_tasks import TasksExtension
 from fastmcp_tasks.errors import StoreError
 from fastmcp_tasks.stores.redis import RedisTaskStore
 from fastmcp_tasks.stores.redis.scripts import SCRIPTS
-from tests.private_servers import PrivateRedis, blackhole_proxy
+from tests.private_servers import PrivateRedis, answers_within_one_bound, blackhole_proxy
 from tests.test_redis_store import pair, raw
 from tests.test_store_contract import REDIS_URL, record, redis_store
-from tests.wire import WireError, free_port, memory_wire
+from tests.wire import free_port
 
 pytestmark = pytest.mark.anyio
 
@@ -169,27 +166,7 @@ async def test_a_black_holed_redis_answers_each_request_within_one_store_timeout
         host, port = target.hostname or "127.0.0.1", target.port or 6379
         async with blackhole_proxy(port, target_host=host) as hole:
             url = f"redis://127.0.0.1:{hole.port}{target.path}?prefix={direct.keys.prefix}"
-            mcp = FastMCP("outage")
-            mcp.add_extension(TasksExtension(url, store_timeout=timedelta(seconds=1)))
-
-            @mcp.tool(task=True)
-            async def echo(text: str) -> str:
-                return text
-
-            async with memory_wire(mcp) as wire:
-                task_id = (await wire.call_tool("echo", {"text": "before"}))["taskId"]
-                assert (await wire.wait(task_id))["status"] == "completed"
-                hole.black_hole()
-                for request in (
-                    lambda: wire.call_tool("echo", {"text": "in the hole"}),
-                    lambda: wire.get(task_id),
-                    lambda: wire.cancel(task_id),
-                ):
-                    started = time.monotonic()
-                    with pytest.raises(WireError, match="Task store unavailable"):
-                        await request()
-                    assert time.monotonic() - started < 1.5
-                hole.resume()
+            await answers_within_one_bound(url, hole)
     finally:
         await direct.close()
 
