@@ -256,43 +256,72 @@ async def test_a_hold_after_a_resume_holds_nothing(
 # --- plans ---------------------------------------------------------------------------------
 
 
-def numbered(statement: str) -> str:
-    """`statement` with its named parameters as `$1..$5` (`append`'s, for `PREPARE`)."""
-    for n, name in enumerate(("ids", "ats", "kinds", "details", "now"), 1):
+#: The typed parameters, in order, of the statements whose plans are checked.
+TYPES = {"ids": "text[]", "ats": "float8[]", "kinds": "text[]", "details": "text[]"}
+
+
+async def plan_after_growth(store: PostgresTaskStore, statement: str, **params: Any) -> str:
+    """The plan `statement` runs with once the table grew from one task to 3,001: prepared
+    and run once with a generic plan while the table held one task (the plan a connection
+    keeps until the table is analyzed again), then the table grown, autovacuum off."""
+    names = [name for name in (*TYPES, "now") if f"%({name})s" in statement]
+    for n, name in enumerate(names, 1):
         statement = statement.replace(f"%({name})s", f"${n}")
     assert "%(" not in statement
-    return statement
-
-
-async def test_an_append_finds_its_tasks_by_key_under_a_plan_made_while_the_table_was_small(
-    store: PostgresTaskStore,
-) -> None:
-    """A prepared statement's generic plan is kept until the table is analyzed again: the
-    plan of an append made when the store held a few tasks must not scan the table for
-    every batch once it holds thousands (the history is written every fraction of a
-    second by every process)."""
-    first = record()
-    await store.create(first)
+    types = [TYPES.get(name, "float8") for name in names]
+    run = f"EXECUTE checked({', '.join(f'%s::{kind}' for kind in types)})"
+    values = [params[name] for name in names]
     tasks = f"{store.schema}.tasks"
-    params = ([first.task_id], [1.0], ["created"], ["{}"], time.time())
-    append = "EXECUTE append(%s::text[], %s::float8[], %s::text[], %s::text[], %s::float8)"
     connect = psycopg.AsyncConnection.connect  # client-side binding: PREPARE takes `$n`
     async with await connect(
         POSTGRES_URL, autocommit=True, cursor_factory=psycopg.AsyncClientCursor
     ) as conn:
         await conn.execute(f"ALTER TABLE {tasks} SET (autovacuum_enabled = false)")
         await conn.execute("SET plan_cache_mode = force_generic_plan")
-        types = "text[], float8[], text[], text[], float8"
-        await conn.execute(f"PREPARE append({types}) AS {numbered(store.ops_sql.add_events)}")
-        await conn.execute(append, params)  # the generic plan, made for a one-task table
+        await conn.execute(f"PREPARE checked({', '.join(types)}) AS {statement}")
+        await conn.execute(run, values)  # the generic plan, made for a one-task table
         copied = ", ".join(c for c in COLUMNS if c != "task_id")
         await conn.execute(
             f"INSERT INTO {tasks} (task_id, {copied}) SELECT task_id || '-' || g, {copied} "
             f"FROM {tasks}, generate_series(1, 3000) AS g WHERE task_id = %s",
-            (first.task_id,),
+            (params["ids"][0],),
         )
-        cur = await conn.execute(f"EXPLAIN {append}", params)
-        plan = "\n".join(str(row[0]) for row in await cur.fetchall())
+        cur = await conn.execute(f"EXPLAIN {run}", values)
+        return "\n".join(str(row[0]) for row in await cur.fetchall())
+
+
+async def test_an_append_finds_its_tasks_by_key_under_a_plan_made_while_the_table_was_small(
+    store: PostgresTaskStore,
+) -> None:
+    """The plan of an append made when the store held a few tasks must not scan the table
+    for every batch once it holds thousands (the history is written every fraction of a
+    second by every process)."""
+    first = record()
+    await store.create(first)
+    plan = await plan_after_growth(
+        store,
+        store.ops_sql.add_events,
+        ids=[first.task_id],
+        ats=[1.0],
+        kinds=["created"],
+        details=["{}"],
+        now=time.time(),
+    )
     assert "tasks_pkey" in plan, plan
     assert "Seq Scan on tasks" not in plan, plan
     assert await store.events(first.task_id) == [TaskEvent(1.0, "created", {})]  # EXECUTEd once
+
+
+async def test_get_many_finds_its_tasks_by_key_under_a_plan_made_while_the_table_was_small(
+    store: PostgresTaskStore,
+) -> None:
+    """`subscriptions/listen` reads each batch of changed tasks with `get_many`."""
+    first = record()
+    await store.create(first)
+    plan = await plan_after_growth(store, store.get_many_sql, ids=[first.task_id], now=time.time())
+    assert "tasks_pkey" in plan, plan
+    assert "Seq Scan on tasks" not in plan, plan
+    copies = [f"{first.task_id}-{n}" for n in (1, 2999)]
+    found = await store.get_many([first.task_id, *copies, first.task_id, "no-such-task"])
+    assert sorted(found) == sorted([first.task_id, *copies])
+    assert found[copies[1]].tool == first.tool

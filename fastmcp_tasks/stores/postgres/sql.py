@@ -100,9 +100,6 @@ class Statements:
         )
 
         self.get = f"SELECT {SELECT_COLUMNS} FROM {t} WHERE task_id = %(id)s AND {LIVE}"
-        self.get_many = (
-            f"SELECT {SELECT_COLUMNS} FROM {t} WHERE task_id = ANY(%(ids)s::text[]) AND {LIVE}"
-        )
         self.load = f"{self.get} FOR NO KEY UPDATE"
         self.lock = "SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 0))"
 
