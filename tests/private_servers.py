@@ -33,6 +33,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import IO, Any
 
@@ -41,8 +42,10 @@ import anyio.abc
 import httpx2
 import pytest
 from anyio.abc import SocketStream, TaskGroup
+from fastmcp import FastMCP
 
-from tests.wire import free_port
+from fastmcp_tasks import TasksExtension
+from tests.wire import WireError, free_port, memory_wire
 
 LOOPBACK = "127.0.0.1"
 
@@ -267,13 +270,6 @@ async def answers_within_one_bound(url: str, hole: Proxy) -> None:
     """A task made and finished on the store at `url`, then `hole.black_hole()`: each of
     `tools/call`, `tasks/get` and `tasks/cancel` fails "Task store unavailable" within one
     `store_timeout` (1 s, with a margin), however long the store's own timeout."""
-    from datetime import timedelta
-
-    from fastmcp import FastMCP
-
-    from fastmcp_tasks import TasksExtension
-    from tests.wire import WireError, memory_wire
-
     mcp = FastMCP("outage")
     mcp.add_extension(TasksExtension(url, store_timeout=timedelta(seconds=1)))
 
