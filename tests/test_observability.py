@@ -84,6 +84,23 @@ async def test_task_runs_are_spans_metrics_and_log_lines(
     assert len(shown) == 13 and shown != fingerprint(failed["taskId"])
 
 
+async def test_with_a_tracer_provider_a_poll_keeps_its_request_span() -> None:
+    """The poll lane (`server.poll_lane`) stands aside while spans can be recorded: every
+    `tasks/get` still gets FastMCP's SERVER span, over the wire as in memory."""
+    mcp, _ = make_server()
+    for transport in ("memory", "http"):
+        async with connect(mcp, transport) as wire:
+            created = await wire.call_tool("echo", {"text": "polled"})
+            before = len(SPANS.get_finished_spans())
+            await wire.wait(created["taskId"])
+            polls = len(wire.sent) - 1
+            spans = SPANS.get_finished_spans()[before:]
+        server_spans = [
+            s for s in spans if s.kind == trace.SpanKind.SERVER and s.name.startswith("tasks/get")
+        ]
+        assert polls >= 1 and len(server_spans) == polls, (transport, polls, server_spans)
+
+
 async def test_a_span_names_its_store_without_the_password() -> None:
     async with shared_schema() as url:
         schema = url.rpartition("schema=")[2]

@@ -11,6 +11,7 @@ from typing import Any
 import mcp_types
 from fastmcp import Client, FastMCP
 from fastmcp.server import dependencies as core_dependencies
+from fastmcp.server import low_level as fastmcp_low_level
 from fastmcp.server.mixins import mcp_operations
 from fastmcp.tools import function_tool
 from fastmcp.tools.base import Tool, ToolResult
@@ -248,3 +249,20 @@ def core_seams() -> Checks:
             _sdk_prefixes_present
         ),
     }
+
+
+# --- server: the request seam ------------------------------------------------------
+
+
+def request_seam_chain(server: FastMCP) -> list[Any]:
+    """The SDK server's middleware list (`Server.middleware`, public in the SDK), which
+    holds FastMCP's request seam; `server.poll_lane` swaps an entry of it."""
+    chain: list[Any] = low_level_server(server).middleware
+    return chain
+
+
+def is_request_seam(entry: Any) -> bool:
+    """Whether `entry` is FastMCP's request seam: the adapter that runs the shared context,
+    the SERVER span and the method-agnostic middleware pass for every request."""
+    seam = getattr(fastmcp_low_level, "FastMCPServerMiddleware", None)
+    return isinstance(seam, type) and isinstance(entry, seam)

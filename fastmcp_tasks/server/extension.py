@@ -10,8 +10,9 @@
   {"idempotencyKey": ...}` (through FastMCP's public `experimental_capabilities`,
   so `initialize` and `server/discover` both carry it).
 - `lifespan()` warns about task options that do nothing on this server (`misuse`),
-  opens the store, serves `subscriptions/listen` (see `listen`) and runs the runner
-  for the server's lifetime.
+  opens the store, serves `subscriptions/listen` (see `listen`), lets a `tasks/get` no
+  middleware or tracer could watch skip FastMCP's request seam (`poll_lane`) and runs
+  the runner for the server's lifetime.
 
 Faults. Handlers, listen and the runner use the store through
 `monitored_store` (every request-serving call bounded by `store_timeout`, every
@@ -43,7 +44,7 @@ from fastmcp_tasks.errors import (
     missing_capability,
     too_large,
 )
-from fastmcp_tasks.server import observability
+from fastmcp_tasks.server import observability, poll_lane
 from fastmcp_tasks.server.creation import TASK_ID_BYTES, Admission, create_task, new_task_id
 from fastmcp_tasks.server.durations import Duration, duration, optional_duration
 from fastmcp_tasks.server.engine.call import leaf_of, resolve_tool
@@ -231,6 +232,7 @@ class TasksExtension(ServerExtension):
         self.legacy = LegacyTasks(self._store, self.history) if legacy_tasks else None
         self._methods = TaskMethods(self._store, self.limits, self.legacy, self.history)
         self.listen = ListenService(self._store)
+        self.poll_lane: poll_lane.PollLane | None = None  # while the lifespan runs
 
     def clone(self) -> TasksExtension:
         return TasksExtension(**self._config)
@@ -255,6 +257,7 @@ class TasksExtension(ServerExtension):
         await warn_about(self.server, self.store)  # options that do nothing here, once
         opened = await self._open_store()
         self.listen.install(_compat.low_level_server(self.server))
+        self.poll_lane = poll_lane.install(self.server)
         self._advertise_idempotency()
         if self.legacy is not None:  # 2025-11-25 connections get the V1 surface
             _compat.allow_task_results()
@@ -290,6 +293,8 @@ class TasksExtension(ServerExtension):
                     self.runner = None
                     monitor.running = False
         finally:
+            poll_lane.uninstall(self.server, self.poll_lane)
+            self.poll_lane = None
             await self.store.close()
 
     async def _open_store(self) -> bool:

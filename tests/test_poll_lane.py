@@ -1,0 +1,153 @@
+"""A `tasks/get` no middleware or tracer could watch skips FastMCP's request seam
+(`server.poll_lane`): it answers exactly as through the seam, whatever the answer; a
+middleware that would see it puts it back through the seam at once; the seam is back in
+its place when the server stops.
+
+A tracer provider also puts it back: `test_observability` checks that FastMCP's SERVER
+span of a `tasks/get` is still there with an OpenTelemetry SDK installed. Here the check
+is pinned to "no provider", since another test module may have installed one in this
+worker process.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+from fastmcp import FastMCP
+from fastmcp.server.middleware import Middleware, MiddlewareContext
+from fastmcp.server.middleware.middleware import CallNext
+from mcp.shared.exceptions import MCPError
+
+from fastmcp_tasks import TasksExtension, _compat
+from fastmcp_tasks.server import poll_lane
+from fastmcp_tasks.server.poll_lane import PollLane, observing_middleware
+from tests.wire import Wire, WireError, connect
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(autouse=True)
+def no_tracer_provider(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(poll_lane, "tracing_installed", lambda: False)
+
+
+class Watcher(Middleware):
+    """Sees every request in FastMCP's method-agnostic pass."""
+
+    def __init__(self) -> None:
+        self.methods: list[str] = []
+
+    async def on_request(
+        self, context: MiddlewareContext[Any], call_next: CallNext[Any, Any]
+    ) -> Any:
+        self.methods.append(str(context.method))
+        return await call_next(context)
+
+
+class ToolsOnly(Middleware):
+    """Watches tool calls only: never sees a `tasks/get`."""
+
+    async def on_call_tool(
+        self, context: MiddlewareContext[Any], call_next: CallNext[Any, Any]
+    ) -> Any:
+        return await call_next(context)
+
+
+def server() -> tuple[FastMCP, TasksExtension]:
+    mcp = FastMCP("lane")
+    extension = TasksExtension()
+    mcp.add_extension(extension)
+
+    @mcp.tool(task=True)
+    async def echo(text: str) -> str:
+        return text
+
+    @mcp.tool(task=True)
+    async def refused() -> str:
+        raise MCPError(code=-32050, message="upstream refused", data={"retryAfter": 3})
+
+    return mcp, extension
+
+
+async def answers(wire: Wire, done: str, failed: str) -> list[Any]:
+    """One `tasks/get` of every kind of answer, as the client sees it (errors included)."""
+    asks: list[tuple[dict[str, Any], dict[str, Any]]] = [
+        ({"taskId": done}, {}),
+        ({"taskId": failed}, {}),
+        ({"taskId": "no-such-task"}, {}),
+        ({"taskId": done}, {"opt_in": False}),
+        ({"taskId": done}, {"headers": {"Mcp-Name": failed}}),
+        ({"taskId": 7}, {"malformed": True}),
+        ({}, {"malformed": True}),
+    ]
+    out: list[Any] = []
+    for params, options in asks:
+        try:
+            out.append(("result", await wire.request("tasks/get", params, **options)))
+        except WireError as error:
+            out.append(("error", error.code, error.message, error.data, error.http_status))
+    return out
+
+
+@pytest.mark.parametrize("transport", ["memory", "http"])
+async def test_a_poll_answers_the_same_past_the_seam_and_through_it(transport: str) -> None:
+    mcp, extension = server()
+    with anyio.fail_after(30):
+        async with connect(mcp, transport) as wire:
+            done = (await wire.call_tool("echo", {"text": "hi"}))["taskId"]
+            failed = (await wire.call_tool("refused"))["taskId"]
+            await wire.wait(done)
+            await wire.wait(failed)
+            lane = extension.poll_lane
+            assert isinstance(lane, PollLane)
+            mcp.add_middleware(ToolsOnly())  # sees no tasks/get: the lane stays open
+            before = lane.taken
+            past = await answers(wire, done, failed)
+            assert lane.taken - before == len(past)
+
+            watcher = Watcher()
+            mcp.add_middleware(watcher)
+            taken = lane.taken
+            through = await answers(wire, done, failed)
+            assert lane.taken == taken  # every one went through the seam
+            assert watcher.methods.count("tasks/get") == len(through)
+    assert past[0][1]["status"] == "completed" and past[1][1]["status"] == "failed"
+    # unknown id, no opt-in, two malformed; over HTTP also the other task's Mcp-Name
+    assert [kind for kind, *_ in past].count("error") == (5 if transport == "http" else 4)
+    assert past == through
+
+
+async def test_the_seam_is_back_in_place_when_the_server_stops() -> None:
+    mcp, extension = server()
+    chain = _compat.request_seam_chain(mcp)
+    seam = next(entry for entry in chain if _compat.is_request_seam(entry))
+    with anyio.fail_after(30):
+        async with connect(mcp, "memory"):
+            assert extension.poll_lane is not None and extension.poll_lane.seam is seam
+            assert seam not in chain and extension.poll_lane in chain
+        assert seam in chain and extension.poll_lane is None
+        assert not any(isinstance(entry, PollLane) for entry in chain)
+        async with connect(mcp, "memory"):  # started again: one lane, not two
+            assert sum(isinstance(entry, PollLane) for entry in chain) == 1
+
+
+def test_which_middleware_would_see_a_poll() -> None:
+    class OwnCall(Middleware):
+        async def __call__(self, context: Any, call_next: Any) -> Any:
+            return await call_next(context)
+
+    class OnMessage(Middleware):
+        async def on_message(self, context: Any, call_next: Any) -> Any:
+            return await call_next(context)
+
+    async def plain_callable(context: Any, call_next: Any) -> Any:
+        return await call_next(context)
+
+    assert observing_middleware(Watcher())
+    assert observing_middleware(OwnCall())
+    assert observing_middleware(OnMessage())
+    assert observing_middleware(plain_callable)
+    assert not observing_middleware(ToolsOnly())
+    assert not observing_middleware(Middleware())
