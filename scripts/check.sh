@@ -71,6 +71,13 @@ if (( QUICK )); then
   printf '  %s\n' "${TIMES[@]}"
   exit 0
 fi
+# The real clients' environments (.interop/) are built here, before the suite, when node
+# and npm are there: on a machine whose package caches are cold the build can take longer
+# than one test may (its session fixture would build them inside a test's time limit).
+# A failed build is not fatal here: the fixture then says why, and fails the run in CI.
+if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
+  step "interop envs" bash -c 'scripts/interop_envs.sh || echo "check: scripts/interop_envs.sh failed; the real-client tests will say why" >&2'
+fi
 step "pytest" "$PY" -m pytest "${PARALLEL[@]}"
 if [[ "${CHECK_SKIP_LOWEST:-0}" != 1 ]]; then
   step "lowest fastmcp" env PYTHON3="${PYTHON3:-python3}" LOWEST_WORKERS="$WORKERS" scripts/lowest.sh
