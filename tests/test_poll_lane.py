@@ -16,6 +16,7 @@ from typing import Any
 import anyio
 import pytest
 from fastmcp import FastMCP
+from fastmcp.server.auth.providers.jwt import StaticTokenVerifier
 from fastmcp.server.middleware import Middleware, MiddlewareContext
 from fastmcp.server.middleware.middleware import CallNext
 from mcp.shared.exceptions import MCPError
@@ -23,7 +24,7 @@ from mcp.shared.exceptions import MCPError
 from fastmcp_tasks import TasksExtension, _compat
 from fastmcp_tasks.server import poll_lane
 from fastmcp_tasks.server.poll_lane import PollLane, observing_middleware
-from tests.wire import Wire, WireError, connect
+from tests.wire import Wire, WireError, connect, http_server, http_wire_for
 
 pytestmark = pytest.mark.anyio
 
@@ -145,9 +146,67 @@ def test_which_middleware_would_see_a_poll() -> None:
     async def plain_callable(context: Any, call_next: Any) -> Any:
         return await call_next(context)
 
+    class OwnChain(Middleware):
+        async def _dispatch_handler(self, context: Any, call_next: Any, phase: Any = "all") -> Any:
+            return await super()._dispatch_handler(context, call_next, phase)
+
+    hooked = Middleware()
+    hooked.on_request = plain_callable  # type: ignore[method-assign]
+
     assert observing_middleware(Watcher())
+    assert observing_middleware(OwnChain())
+    assert observing_middleware(hooked)
     assert observing_middleware(OwnCall())
     assert observing_middleware(OnMessage())
     assert observing_middleware(plain_callable)
     assert not observing_middleware(ToolsOnly())
     assert not observing_middleware(Middleware())
+
+
+TRACE = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+TOKENS = {
+    "alice-token": {"client_id": "app", "sub": "alice", "scopes": []},
+    "bob-token": {"client_id": "app", "sub": "bob", "scopes": []},
+}
+
+
+async def test_each_caller_sees_only_its_own_tasks_past_the_seam_and_traced_polls_keep_it() -> None:
+    """Authenticated over HTTP: the owner's poll answers, another principal's is -32602, the
+    same past the seam as through it; a poll carrying a trace context in `_meta` goes
+    through the seam, which makes that context current for the handler."""
+    mcp = FastMCP("owned", auth=StaticTokenVerifier(tokens=TOKENS))
+    extension = TasksExtension()
+    mcp.add_extension(extension)
+
+    @mcp.tool(task=True)
+    async def job() -> str:
+        return "done"
+
+    alice = {"Authorization": "Bearer alice-token"}
+    bob = {"Authorization": "Bearer bob-token"}
+
+    async def polls(wire: Wire, task_id: str, meta: dict[str, Any]) -> list[Any]:
+        out: list[Any] = []
+        for headers in (alice, bob):
+            try:
+                params = {"taskId": task_id, "_meta": meta}
+                out.append((await wire.request("tasks/get", params, headers=headers))["status"])
+            except WireError as error:
+                out.append(error.code)
+        return out
+
+    with anyio.fail_after(30):
+        async with http_server(mcp) as url, http_wire_for(url) as wire:
+            task_id = (await wire.call_tool("job", headers=alice))["taskId"]
+            await wire.wait(task_id, headers=alice)
+            lane = extension.poll_lane
+            assert lane is not None
+            taken = lane.taken
+            past = await polls(wire, task_id, {})
+            assert lane.taken - taken == 2
+            traced = await polls(wire, task_id, TRACE)
+            assert lane.taken - taken == 2  # both went through the seam
+            mcp.add_middleware(Watcher())
+            through = await polls(wire, task_id, {})
+            assert lane.taken - taken == 2
+    assert past == traced == through == ["completed", -32602]

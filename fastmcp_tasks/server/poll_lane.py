@@ -10,23 +10,31 @@ answers; the pass only lets middleware and tracing watch it.
 
 `tasks/get` is what clients repeat while they wait, so `PollLane` takes the adapter's
 place and sends a modern-era `tasks/get` straight on to that same dispatch when the
-pass would be unobservable: no middleware on the server overrides a hook the pass
-calls (`observing_middleware`), and no tracer provider is installed
-(`observability.tracing_installed`). The answer is the same either way; about a sixth
-of the request's CPU is saved. Every other request, and any `tasks/get` while a
-middleware or a provider could watch, goes through the adapter as before. The
-condition is read per request (the middleware list's verdict is kept until the list
-changes), so middleware added or a provider installed after startup is honoured at
-once. The 2025-11-25 `tasks/get` always takes the adapter.
+pass would be unobservable:
+
+- no middleware on the server would see it (`observing_middleware`: none overrides,
+  on its class or on the instance, a hook the pass calls);
+- no tracer provider is installed (`observability.tracing_installed`), so the seam's
+  SERVER span would record nothing;
+- the request carries no trace context in its `_meta` (`traceparent`, `tracestate`),
+  which the seam would make current for the handler even without a provider.
+
+The answer is the same either way; about a sixth of the request's instructions are
+saved. Every other request, and any `tasks/get` something could watch, goes through the
+adapter as before. The condition is read per request, so middleware added or a provider
+installed after startup is honoured at once. The 2025-11-25 `tasks/get` always takes
+the adapter.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from fastmcp import FastMCP
 from fastmcp.server.middleware import Middleware
+from fastmcp.telemetry import TRACE_PARENT_KEY, TRACE_STATE_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from fastmcp_tasks import _compat
@@ -36,18 +44,33 @@ from fastmcp_tasks.wire.names import METHOD_GET
 logger = logging.getLogger("fastmcp_tasks.configuration")
 
 _MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
-#: The hooks FastMCP's method-agnostic pass calls on a middleware.
-_PASS_HOOKS = ("__call__", "on_message", "on_request")
+#: What FastMCP's method-agnostic pass calls on a middleware (`_dispatch_handler` builds
+#: the chain of hooks).
+_PASS_HOOKS = ("__call__", "on_message", "on_request", "_dispatch_handler")
+#: The `_meta` keys of a trace context the seam would make current.
+_TRACE_KEYS = (TRACE_PARENT_KEY, TRACE_STATE_KEY)
 
 
 def observing_middleware(middleware: Any) -> bool:
     """Whether `middleware` would see a `tasks/get` in FastMCP's method-agnostic pass:
-    it overrides one of the hooks that pass calls, or is not a FastMCP `Middleware` at
-    all (a plain callable sees every message)."""
+    its class overrides one of the hooks that pass calls, or the instance holds one of
+    its own, or it is not a FastMCP `Middleware` at all (a plain callable sees every
+    message)."""
     if not isinstance(middleware, Middleware):
         return True
-    kind = type(middleware)
-    return any(getattr(kind, hook) is not getattr(Middleware, hook) for hook in _PASS_HOOKS)
+    own = getattr(middleware, "__dict__", None) or {}
+    return any(hook in own for hook in _PASS_HOOKS) or _class_observes(type(middleware))
+
+
+_verdicts: dict[type, bool] = {}  # a middleware class's verdict, judged once
+
+
+def _class_observes(kind: type) -> bool:
+    verdict = _verdicts.get(kind)
+    if verdict is None:
+        verdict = any(getattr(kind, h) is not getattr(Middleware, h) for h in _PASS_HOOKS)
+        _verdicts[kind] = verdict
+    return verdict
 
 
 class PollLane:
@@ -60,8 +83,6 @@ class PollLane:
         self.server = server
         self.seam = seam  # FastMCP's adapter: everything else goes through it
         self.taken = 0
-        self._seen: tuple[Any, ...] | None = None  # the middleware list last judged
-        self._quiet = False
 
     async def __call__(self, ctx: Any, call_next: Any) -> Any:
         if ctx.method == METHOD_GET and self._unobserved(ctx):
@@ -72,11 +93,13 @@ class PollLane:
     def _unobserved(self, ctx: Any) -> bool:
         if ctx.request_id is None or ctx.protocol_version not in _MODERN:
             return False
-        listed = tuple(self.server.middleware)
-        if listed != self._seen:
-            self._quiet = not any(observing_middleware(m) for m in listed)
-            self._seen = listed
-        return self._quiet and not tracing_installed()
+        params = ctx.params
+        meta = params.get("_meta") if isinstance(params, Mapping) else None
+        if isinstance(meta, Mapping) and any(key in meta for key in _TRACE_KEYS):
+            return False
+        if any(observing_middleware(m) for m in self.server.middleware):
+            return False
+        return not tracing_installed()
 
 
 def install(server: FastMCP) -> PollLane | None:
