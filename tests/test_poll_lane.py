@@ -163,6 +163,36 @@ def test_which_middleware_would_see_a_poll() -> None:
     assert not observing_middleware(Middleware())
 
 
+def test_a_patched_base_middleware_counts_as_watching(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An instrumentation library that wraps `Middleware.on_request` itself makes every
+    middleware watch requests, though no subclass overrides the hook."""
+
+    async def wrapped(self: Any, context: Any, call_next: Any) -> Any:
+        return await call_next(context)
+
+    monkeypatch.setattr(Middleware, "on_request", wrapped)
+    assert observing_middleware(ToolsOnly())
+    assert observing_middleware(Middleware())
+
+
+async def test_a_start_that_fails_after_the_lane_puts_the_seam_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    mcp, extension = server()
+    chain = _compat.request_seam_chain(mcp)
+    seam = next(entry for entry in chain if _compat.is_request_seam(entry))
+
+    def refuse() -> None:
+        raise RuntimeError("advertising failed")
+
+    monkeypatch.setattr(extension, "_advertise_idempotency", refuse)
+    with anyio.fail_after(30), pytest.raises(Exception, match="advertising failed"):
+        async with connect(mcp, "memory"):
+            pass
+    assert seam in chain and not any(isinstance(entry, PollLane) for entry in chain)
+    assert extension.poll_lane is None
+
+
 TRACE = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
 TOKENS = {
     "alice-token": {"client_id": "app", "sub": "alice", "scopes": []},

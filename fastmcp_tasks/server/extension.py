@@ -257,13 +257,13 @@ class TasksExtension(ServerExtension):
         await warn_about(self.server, self.store)  # options that do nothing here, once
         opened = await self._open_store()
         self.listen.install(_compat.low_level_server(self.server))
-        self.poll_lane = poll_lane.install(self.server)
-        self._advertise_idempotency()
-        if self.legacy is not None:  # 2025-11-25 connections get the V1 surface
-            _compat.allow_task_results()
-            _compat.advertise_tasks(self.server, LEGACY_CAPABILITY)
-        monitor = self.health_monitor
         try:
+            self.poll_lane = poll_lane.install(self.server)
+            self._advertise_idempotency()
+            if self.legacy is not None:  # 2025-11-25 connections get the V1 surface
+                _compat.allow_task_results()
+                _compat.advertise_tasks(self.server, LEGACY_CAPABILITY)
+            monitor = self.health_monitor
             runner = TaskRunner(
                 self.server,
                 self._store,
