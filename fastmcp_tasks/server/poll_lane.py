@@ -59,17 +59,20 @@ def observing_middleware(middleware: Any) -> bool:
     message)."""
     if not isinstance(middleware, Middleware):
         return True
-    own = getattr(middleware, "__dict__", None) or {}
-    if any(hook in own for hook in _PASS_HOOKS):
+    own = getattr(middleware, "__dict__", None)
+    if own and not own.keys().isdisjoint(_PASS_HOOKS):
         return True
     kind = type(middleware)
     # against the base's hooks as they were at import: a base patched since (by an
     # instrumentation library, say) counts as watching, whatever the subclass does
-    return any(getattr(kind, hook, None) is not _BASE_HOOKS[hook] for hook in _PASS_HOOKS)
+    for hook, base in _BASE_HOOKS:
+        if getattr(kind, hook, None) is not base:
+            return True
+    return False
 
 
 #: `Middleware`'s own hooks, kept at import (see `observing_middleware`).
-_BASE_HOOKS = {hook: getattr(Middleware, hook) for hook in _PASS_HOOKS}
+_BASE_HOOKS = tuple((hook, getattr(Middleware, hook)) for hook in _PASS_HOOKS)
 
 
 class PollLane:
