@@ -156,8 +156,9 @@ async def sync_call(caller: Caller, i: int) -> None:
     assert result.get("resultType") != "task" and not result.get("isError"), result
 
 
-#: The floor request: a method no server has, answered -32601 by the MCP SDK before any
-#: FastMCP handler, middleware, tool or extension code runs; what any request costs.
+#: The floor request: a method no server has, answered -32601 by the MCP SDK's dispatch
+#: after FastMCP's request seam, before any handler, tool or extension code runs; what
+#: any request through the seam costs.
 FLOOR_METHOD = "bench/unknown-method"
 
 

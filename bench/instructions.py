@@ -1,9 +1,10 @@
 """Instructions a request costs, counted by callgrind: `python -m bench.instructions`.
 
 CPU time moves by 2-10 % from run to run on a shared machine, more than most single
-changes move it. An instruction count does not: valgrind's callgrind counts the
-instructions a process executes, the same for the same code, inputs and environment
-(within about 1 % here, with the other core busy or not). This bench counts them for the
+changes move it. An instruction count moves less: valgrind's callgrind counts the
+instructions a process executes (two runs of one code agreed within 0.5 % on the memory
+store, about 1 % on SQLite and Redis, 2-11 % on PostgreSQL, whose periodic work depends
+on timing). This bench counts them for the
 front end's side of a task, against a plain call of the same tool, so that a change to
 it can be judged in one run.
 

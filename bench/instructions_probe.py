@@ -79,9 +79,11 @@ async def signal(signals: Path, state: str, answer: str) -> None:
 
 async def settled() -> None:
     """Until this process's runner holds no task and no outcome waits to be written, then
-    long enough for the history's batched write (about every 0.2 s) to happen; no request
-    is made, so nothing but the tasks' own work is counted. (`echo` has no gate or
-    concurrency limit, so each creation hands its task to the runner at once.)"""
+    long enough for the history's batched write (about every 0.2 s) to happen. No request
+    is made; what runs meanwhile is the tasks' own work and the process's idle and
+    periodic work (the event loop, the store's feed), which is counted too and shared out
+    over the requests. (`echo` has no gate or concurrency limit, so each creation hands
+    its task to the runner at once.)"""
     from bench import cpu_app
 
     runner = cpu_app._extension.runner if cpu_app._extension is not None else None
