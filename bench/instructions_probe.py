@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bench.cpu import FLOOR_METHOD
 from bench.proto import caps, request_frame
 
 KINDS = ("floor", "sync", "create", "get")
@@ -101,7 +102,7 @@ async def run(kind: str, n: int, signals: Path) -> None:
         first = json.loads(await call(app, "tools/call", ECHO, True, 0))["result"]["taskId"]
         await settled()
         method, params, opt_in = {
-            "floor": ("bench/unknown-method", {}, False),
+            "floor": (FLOOR_METHOD, {}, False),
             "sync": ("tools/call", ECHO, False),
             "create": ("tools/call", ECHO, True),
             "get": ("tasks/get", {"taskId": first}, True),
