@@ -9,7 +9,8 @@ fails if one does.
 Modules: `core` (the server's dispatch, argument pre-check, `Progress`, the
 client's claim index), `mounts` (a task's run: mounted servers, what the
 caller's request carries in), `client` (the elicitation callback, FastMCP's
-result parser), `proxy` (a FastMCP proxy's backend session), `shape` and
+result parser), `modern_entry` (the SDK's entry for a modern HTTP request: its reply
+mode chosen per request), `proxy` (a FastMCP proxy's backend session), `shape` and
 `checks` (how the seams are checked). Callers import this package only.
 
 `check_seams()` runs at import of `fastmcp_tasks` and checks that every seam
@@ -45,11 +46,13 @@ from fastmcp_tasks._compat.core import (
     result_claims,
     run_tool,
     server_extension,
+    server_extensions,
     server_lifespan,
     set_core_progress_aenter,
     validate_input,
 )
 from fastmcp_tasks._compat.legacy import advertise_tasks, allow_task_results, requested_task
+from fastmcp_tasks._compat.modern_entry import Answer, choose_reply, forget_reply, sse_deferral
 from fastmcp_tasks._compat.mounts import (
     adopt_request_state,
     carry_into_task,
@@ -69,6 +72,7 @@ from fastmcp_tasks._compat.proxy import (
 
 __all__ = [
     "SDK_TRANSPORT_ERRORS",
+    "Answer",
     "CoreProgress",
     "adopt_request_state",
     "advertise_tasks",
@@ -80,8 +84,10 @@ __all__ = [
     "check_seams",
     "check_server",
     "child_middleware",
+    "choose_reply",
     "core_progress_aenter",
     "elicitation_callback",
+    "forget_reply",
     "install_default_http_client",
     "is_client_tool_call",
     "is_function_tool",
@@ -101,11 +107,13 @@ __all__ = [
     "result_claims",
     "run_tool",
     "server_extension",
+    "server_extensions",
     "server_lifespan",
     "session_claim",
     "session_read_timeout",
     "set_core_progress_aenter",
     "set_proxy_session_class",
+    "sse_deferral",
     "uncarry",
     "validate_input",
 ]

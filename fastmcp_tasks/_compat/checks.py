@@ -7,6 +7,7 @@ from fastmcp import FastMCP
 from fastmcp_tasks._compat.client import client_seams
 from fastmcp_tasks._compat.core import core_seams
 from fastmcp_tasks._compat.legacy import legacy_seams
+from fastmcp_tasks._compat.modern_entry import modern_entry_seams
 from fastmcp_tasks._compat.mounts import task_run_seams
 from fastmcp_tasks._compat.proxy import proxy_seams
 from fastmcp_tasks._compat.shape import _raise_for, missing_of
@@ -14,7 +15,14 @@ from fastmcp_tasks._compat.shape import _raise_for, missing_of
 
 def missing_seams() -> list[str]:
     """The seams the installed FastMCP / SDK no longer provides in the shape we need."""
-    checks = core_seams() | task_run_seams() | client_seams() | proxy_seams() | legacy_seams()
+    checks = (
+        core_seams()
+        | task_run_seams()
+        | client_seams()
+        | proxy_seams()
+        | legacy_seams()
+        | modern_entry_seams()
+    )
     return missing_of(checks)
 
 

@@ -92,6 +92,12 @@ def server_extension(server: FastMCP, identifier: str) -> Any | None:
     return extensions.get(identifier)
 
 
+def server_extensions(server: FastMCP) -> dict[str, Any]:
+    """Every extension registered on `server`, by identifier (FastMCP has no getter)."""
+    extensions: dict[str, Any] = server._extensions
+    return extensions
+
+
 def server_lifespan(server: FastMCP) -> AbstractAsyncContextManager[None]:
     """`server`'s full lifespan (its own, its extensions', its providers').
 

@@ -11,7 +11,8 @@
   so `initialize` and `server/discover` both carry it).
 - `lifespan()` warns about task options that do nothing on this server (`misuse`),
   opens the store, serves `subscriptions/listen` (see `listen`), lets a `tasks/get` no
-  middleware or tracer could watch skip FastMCP's request seam (`poll_lane`) and runs
+  middleware or tracer could watch skip FastMCP's request seam (`poll_lane`), has a
+  task's own requests answered without the SDK's SSE deferral (`json_replies`) and runs
   the runner for the server's lifetime.
 
 Faults. Handlers, listen and the runner use the store through
@@ -44,10 +45,10 @@ from fastmcp_tasks.errors import (
     missing_capability,
     too_large,
 )
-from fastmcp_tasks.server import observability, poll_lane
+from fastmcp_tasks.server import json_replies, observability, poll_lane
 from fastmcp_tasks.server.creation import TASK_ID_BYTES, Admission, create_task, new_task_id
 from fastmcp_tasks.server.durations import Duration, duration, optional_duration
-from fastmcp_tasks.server.engine.call import leaf_of, resolve_tool
+from fastmcp_tasks.server.engine.call import leaf_of
 from fastmcp_tasks.server.engine.heartbeat import DEFAULT_INTERVAL
 from fastmcp_tasks.server.engine.history import HistoryWriter
 from fastmcp_tasks.server.engine.runner import TaskRunner
@@ -232,7 +233,8 @@ class TasksExtension(ServerExtension):
         self.legacy = LegacyTasks(self._store, self.history) if legacy_tasks else None
         self._methods = TaskMethods(self._store, self.limits, self.legacy, self.history)
         self.listen = ListenService(self._store)
-        self.poll_lane: poll_lane.PollLane | None = None  # while the lifespan runs
+        self.poll_lane: poll_lane.PollLane | None = None  # these two while the lifespan runs
+        self.json_replies: json_replies.JsonReplies | None = None
 
     def clone(self) -> TasksExtension:
         return TasksExtension(**self._config)
@@ -259,6 +261,7 @@ class TasksExtension(ServerExtension):
         self.listen.install(_compat.low_level_server(self.server))
         try:
             self.poll_lane = poll_lane.install(self.server)
+            self.json_replies = json_replies.install(self.server, self.store_timeout)
             self._advertise_idempotency()
             if self.legacy is not None:  # 2025-11-25 connections get the V1 surface
                 _compat.allow_task_results()
@@ -294,7 +297,8 @@ class TasksExtension(ServerExtension):
                     monitor.running = False
         finally:
             poll_lane.uninstall(self.server, self.poll_lane)
-            self.poll_lane = None
+            json_replies.uninstall(self.server)
+            self.poll_lane = self.json_replies = None
             await self.store.close()
 
     async def _open_store(self) -> bool:
@@ -340,7 +344,7 @@ class TasksExtension(ServerExtension):
         # The version exactly as core's `_on_call_tool` resolves it: from the raw
         # request `_meta`, a string only (`VersionSpec(eq=...)`), else the highest.
         version = extract_version_spec(request.meta)
-        tool = await resolve_tool(context.fastmcp, params.name, version)
+        tool = await json_replies.call_tool_of(context.fastmcp, params.name, version)
         legacy = request.protocol_version not in _MODERN and self.legacy is not None
         wants_task = legacy and _compat.requested_task(context) is not None  # V1 opt-in
         if tool is None or tool.task_config.mode == "forbidden":

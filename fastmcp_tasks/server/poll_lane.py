@@ -47,32 +47,29 @@ logger = logging.getLogger("fastmcp_tasks.configuration")
 _MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
 #: What FastMCP's method-agnostic pass calls on a middleware (`_dispatch_handler` builds
 #: the chain of hooks).
-_PASS_HOOKS = ("__call__", "on_message", "on_request", "_dispatch_handler")
+PASS_HOOKS = ("__call__", "on_message", "on_request", "_dispatch_handler")
 #: The `_meta` keys of a trace context the seam would make current.
 _TRACE_KEYS = (TRACE_PARENT_KEY, TRACE_STATE_KEY)
 
 
-def observing_middleware(middleware: Any) -> bool:
-    """Whether `middleware` would see a `tasks/get` in FastMCP's method-agnostic pass:
-    its class overrides one of the hooks that pass calls, or the instance holds one of
-    its own, or it is not a FastMCP `Middleware` at all (a plain callable sees every
-    message)."""
+def observing_middleware(middleware: Any, hooks: tuple[str, ...] = PASS_HOOKS) -> bool:
+    """Whether `middleware` would see a request whose pass calls `hooks` (by default a
+    `tasks/get`'s, the method-agnostic ones): its class overrides one of them, or the
+    instance holds one of its own, or it is not a FastMCP `Middleware` at all (a plain
+    callable sees every message)."""
     if not isinstance(middleware, Middleware):
         return True
     own = getattr(middleware, "__dict__", None)
-    if own and not own.keys().isdisjoint(_PASS_HOOKS):
+    if own and not own.keys().isdisjoint(hooks):
         return True
     kind = type(middleware)
     # against the base's hooks as they were at import: a base patched since (by an
     # instrumentation library, say) counts as watching, whatever the subclass does
-    for hook, base in _BASE_HOOKS:
-        if getattr(kind, hook, None) is not base:
-            return True
-    return False
+    return any(getattr(kind, hook, None) is not _BASE_HOOKS[hook] for hook in hooks)
 
 
 #: `Middleware`'s own hooks, kept at import (see `observing_middleware`).
-_BASE_HOOKS = tuple((hook, getattr(Middleware, hook)) for hook in _PASS_HOOKS)
+_BASE_HOOKS = {hook: getattr(Middleware, hook) for hook in (*PASS_HOOKS, "on_call_tool")}
 
 
 class PollLane:
@@ -131,4 +128,4 @@ def uninstall(server: FastMCP, lane: PollLane | None) -> None:
             return
 
 
-__all__ = ["PollLane", "install", "observing_middleware", "uninstall"]
+__all__ = ["PASS_HOOKS", "PollLane", "install", "observing_middleware", "uninstall"]

@@ -1,0 +1,114 @@
+"""The SDK's entry for a 2026-07-28-era HTTP request, and a per-server choice of its reply mode.
+
+The SDK's Streamable HTTP session manager
+(`mcp.server.streamable_http_manager.StreamableHTTPSessionManager`) hands every request
+at a modern protocol version to the module-level `handle_modern_request(app,
+security_settings, json_response, lifespan_state, scope, receive, send)`, passing the
+manager's `json_response`. With it off (FastMCP's default) that entry runs the handler
+as a sibling task beside a disconnect watcher and defers choosing between
+`application/json` and `text/event-stream` until the handler emits a notification or
+`SSE_DEFERRAL` seconds pass; a handler that finishes first without emitting is answered
+in JSON, the same bytes and status JSON mode gives. With it on, the entry awaits the
+handler in the ASGI task and answers in JSON.
+
+`choose_reply(app, chooser)` lets one SDK server pick JSON mode per request that the
+manager would serve in SSE mode: while any server has a chooser, the manager module's
+name is bound to `_entry`, which hands that server's chooser the request and a
+continuation, `answer(json_response, receive)`, that runs the SDK's entry (the chooser
+awaits it once, so it can hold a context variable for the request's handler; refcounted:
+the SDK's own function is put back when the last chooser leaves). FastMCP builds its
+session manager inside its HTTP app's lifespan and offers no seam to it, so the module
+name the manager calls through is the one place to choose.
+
+See `fastmcp_tasks._compat` for what a seam is and how it is checked.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from mcp.server import _streamable_http_modern as modern_module
+from mcp.server import streamable_http_manager as manager_module
+from starlette.types import Receive, Scope, Send
+
+from fastmcp_tasks._compat.shape import Checks, _params
+
+#: `answer(json_response, receive)`: the SDK's entry for this request, in the mode
+#: chosen, reading from `receive` (a chooser that read the body passes one replaying it).
+Answer = Callable[[bool, Receive], Awaitable[None]]
+#: `chooser(scope, receive, answer)`: awaits `answer` exactly once.
+Chooser = Callable[[Scope, Receive, Answer], Awaitable[None]]
+
+_ENTRY_PARAMS = {
+    "app",
+    "security_settings",
+    "json_response",
+    "lifespan_state",
+    "scope",
+    "receive",
+    "send",
+}
+
+_choosers: weakref.WeakKeyDictionary[Any, Chooser] = weakref.WeakKeyDictionary()
+_sdk_entry: Any = None  # the SDK's function while `_entry` stands in for it
+
+
+def sse_deferral() -> float:
+    """Seconds the SDK's SSE mode waits for a handler's first notification before it
+    commits to `text/event-stream` (and pings): a handler done sooner is answered in JSON."""
+    interval: float = modern_module._SSE_PING_INTERVAL
+    return interval
+
+
+async def _entry(
+    app: Any,
+    security_settings: Any,
+    json_response: bool,
+    lifespan_state: Any,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+) -> None:
+    sdk = _sdk_entry or modern_module.handle_modern_request
+    chooser = None if json_response else _choosers.get(app)
+    if chooser is None:
+        await sdk(app, security_settings, json_response, lifespan_state, scope, receive, send)
+        return
+
+    async def answer(json_mode: bool, replay: Receive) -> None:
+        await sdk(app, security_settings, json_mode, lifespan_state, scope, replay, send)
+
+    await chooser(scope, receive, answer)
+
+
+def choose_reply(app: Any, chooser: Chooser) -> None:
+    """Ask `chooser` for each modern request the SDK server `app` would answer in SSE mode."""
+    global _sdk_entry
+    if manager_module.handle_modern_request is not _entry:
+        _sdk_entry = manager_module.handle_modern_request
+        manager_module.handle_modern_request = _entry
+    _choosers[app] = chooser
+
+
+def forget_reply(app: Any) -> None:
+    """Stop asking for `app`; the SDK's entry is back once no server asks."""
+    global _sdk_entry
+    _choosers.pop(app, None)
+    if not _choosers and manager_module.handle_modern_request is _entry:
+        manager_module.handle_modern_request = _sdk_entry
+        _sdk_entry = None
+
+
+def modern_entry_seams() -> Checks:
+    """The checks of the seams in this module."""
+    return {
+        "mcp.server.streamable_http_manager.handle_modern_request(app, security_settings, "
+        "json_response, lifespan_state, scope, receive, send)": lambda: (
+            _params(manager_module.handle_modern_request) == _ENTRY_PARAMS
+        ),
+        "mcp.server._streamable_http_modern._SSE_PING_INTERVAL": lambda: isinstance(
+            modern_module._SSE_PING_INTERVAL, int | float
+        ),
+    }

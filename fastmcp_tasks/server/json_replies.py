@@ -1,0 +1,258 @@
+"""A task's own requests answered in one JSON body, without the SDK's SSE deferral.
+
+In SSE mode (FastMCP's default) the SDK serves a modern-era request by running its
+handler as a sibling task beside a disconnect watcher and deferring the choice between
+`application/json` and `text/event-stream` until the handler emits a notification or
+`_compat.sse_deferral()` seconds (15) pass (`_compat.modern_entry`). A handler that ends
+sooner without emitting is answered in JSON: the bytes and status JSON mode sends. That
+machinery (a task group, two tasks, a memory stream, a cancel scope) costs about as many
+instructions as a poll's own work, and two requests of a task never need it:
+
+- `tasks/get`: its handler sends no notification;
+- a `tools/call` that creates a task: the tool runs later, in the engine, never inside
+  the request, so nothing of it can emit there.
+
+Both are bounded by `store_timeout`. `JsonReplies` has the SDK answer them in JSON mode
+when all of this holds, and leaves every other request to SSE mode:
+
+- `store_timeout` is set and shorter than the deferral, so the SDK could not have
+  committed to SSE before the handler ended;
+- the request accepts `application/json` and `text/event-stream` (else SSE mode's `406`
+  stands);
+- no FastMCP middleware would see it (`poll_lane.observing_middleware`, with
+  `on_call_tool` for a call), and for a call no other extension intercepts tool calls;
+- a call is unauthenticated, its `_meta` declares the tasks extension (C2, read as the
+  interceptor reads it), the server resolves names from its own tools only (no mounted
+  server, proxy, or provider or transform other than FastMCP's visibility rules: their
+  answers could depend on the request), and the tool it names, resolved as core
+  resolves it at the version asked, is a task tool with no `foreground_input` hook
+  (the only code of the tool's author that runs before a task exists). The interceptor
+  then creates a task, refuses with an error, or lets core report invalid arguments:
+  none of them emits.
+
+An unauthenticated modern-era call has no client identity for per-client visibility
+rules to hang on, so its tool resolves inside the request exactly as it did before:
+the interceptor takes that resolution (`call_tool_of`, through a context variable set
+only while the SDK answers the call) instead of resolving it a second time. An
+authenticated call keeps SSE mode: inside the request its principal's rules could make
+the name another tool than the one resolved before.
+
+The one difference left: a client that drops the connection mid-request no longer
+cancels the handler; the bounded work finishes and its answer is dropped. A call's body
+is read once here (the SDK's body limit has already buffered it) and replayed to the SDK.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import weakref
+from collections.abc import Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+from fastmcp import FastMCP
+from fastmcp.server.dependencies import extract_version_spec
+from fastmcp.server.extensions import ServerExtension
+from fastmcp.server.sessions import current_principal
+from fastmcp.server.transforms import Visibility
+from fastmcp.tools.base import Tool
+from mcp.server.streamable_http import check_accept_headers
+from mcp_types import CLIENT_CAPABILITIES_META_KEY
+from starlette.requests import Request
+from starlette.types import Message, Receive, Scope
+
+from fastmcp_tasks import _compat
+from fastmcp_tasks.server.engine.call import leaf_of, resolve_tool
+from fastmcp_tasks.server.options import options_of
+from fastmcp_tasks.server.poll_lane import PASS_HOOKS, observing_middleware
+from fastmcp_tasks.wire.names import METHOD_GET, TASKS_EXTENSION_ID
+
+logger = logging.getLogger("fastmcp_tasks.json_replies")
+
+_METHOD_HEADER = b"mcp-method"
+_CALL = "tools/call"
+_CALL_HOOKS = (*PASS_HOOKS, "on_call_tool")
+#: In the body of every call that declares the tasks extension (unless JSON-escaped:
+#: then the call takes SSE mode, as it would have anyway).
+_OPT_IN = TASKS_EXTENSION_ID.encode()
+
+
+@dataclass(frozen=True)
+class _Resolved:
+    """The tool a chosen call's name resolved to, for that call's interceptor."""
+
+    server: FastMCP
+    name: str
+    version: str | None
+    tool: Tool
+
+
+#: Set only while the SDK answers a call `JsonReplies` chose (module doc).
+_resolved: ContextVar[_Resolved | None] = ContextVar("fastmcp_tasks_resolved", default=None)
+
+
+class JsonReplies:
+    """The chooser `_compat.choose_reply` asks for one server (module doc).
+
+    `taken` counts, per method, the requests answered in JSON mode.
+    """
+
+    def __init__(self, server: FastMCP, store_timeout: float | None) -> None:
+        self._server = weakref.ref(server)
+        self.bounded = store_timeout is not None and store_timeout < _compat.sse_deferral()
+        self.taken = {METHOD_GET: 0, _CALL: 0}
+
+    async def __call__(self, scope: Scope, receive: Receive, answer: _compat.Answer) -> None:
+        method = _header(scope, _METHOD_HEADER)
+        if method not in self.taken or not self.bounded:
+            await answer(False, receive)
+            return
+        message: Message = {}
+        if method == _CALL:  # most calls run in the foreground: the cheapest test first
+            message = await receive()
+            receive = _replaying(message, receive)
+            if _OPT_IN not in message.get("body", b"") or _authenticated(scope):
+                await answer(False, receive)
+                return
+        server = self._server()
+        if server is None or not self._plain(scope, server, method):
+            await answer(False, receive)
+            return
+        if method == METHOD_GET:
+            self.taken[method] += 1
+            await answer(True, receive)
+            return
+        resolved = await self._task_tool(server, message)
+        if resolved is None:
+            await answer(False, receive)
+            return
+        self.taken[method] += 1
+        token = _resolved.set(resolved)
+        try:
+            await answer(True, receive)
+        finally:
+            _resolved.reset(token)
+
+    @staticmethod
+    def _plain(scope: Scope, server: FastMCP, method: str) -> bool:
+        """Nothing but the handler would see the request, and SSE mode would not 406 it."""
+        has_json, has_sse = check_accept_headers(Request(scope))
+        hooks = PASS_HOOKS if method == METHOD_GET else _CALL_HOOKS
+        return (
+            has_json
+            and has_sse
+            and not any(observing_middleware(m, hooks) for m in server.middleware)
+        )
+
+    async def _task_tool(self, server: FastMCP, message: Message) -> _Resolved | None:
+        """The call's tool, when the interceptor will make it a task (module doc)."""
+        if message.get("type") != "http.request" or message.get("more_body", False):
+            return None
+        try:
+            params = json.loads(message["body"]).get("params")
+        except (ValueError, RecursionError, AttributeError):
+            return None  # the SDK answers it
+        if not isinstance(params, Mapping) or not _opted_in(params.get("_meta")):
+            return None
+        name = params.get("name")
+        if not isinstance(name, str) or _other_interceptors(server) or not _own_tools(server):
+            return None
+        version = extract_version_spec(params["_meta"])
+        try:
+            tool = await resolve_tool(server, name, version)
+            if tool is None or tool.task_config.mode == "forbidden":
+                return None
+            if options_of(await leaf_of(tool)).foreground_input is not None:
+                return None
+        except Exception:  # the request itself will meet whatever this was
+            logger.debug("could not resolve %r before its call", name, exc_info=True)
+            return None
+        return _Resolved(server, name, version, tool)
+
+
+async def call_tool_of(server: FastMCP, name: str, version: str | None) -> Tool | None:
+    """The tool a `tools/call` of `name` at `version` runs, resolved as core resolves it
+    (`engine.call.resolve_tool`), or the one this call resolved to before its handler ran
+    when `JsonReplies` chose it: an unauthenticated modern-era call, so no per-client
+    visibility rule applies and the resolution inside the request is the same."""
+    stash = _resolved.get()
+    if (
+        stash is not None
+        and stash.server is server
+        and (stash.name, stash.version)
+        == (
+            name,
+            version,
+        )
+    ):
+        return stash.tool
+    return await resolve_tool(server, name, version)
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return str(value.decode("latin-1"))
+    return None
+
+
+def _authenticated(scope: Scope) -> bool:
+    """Whether the request carries a principal: per-client visibility rules could then
+    make its tool another inside the request than before it (module doc)."""
+    user = scope.get("user")
+    return bool(getattr(user, "is_authenticated", False)) or current_principal() is not None
+
+
+def _opted_in(meta: Any) -> bool:
+    """Whether `_meta` declares the tasks extension, as FastMCP's reading of it says."""
+    if not isinstance(meta, Mapping):
+        return False
+    capabilities = meta.get(CLIENT_CAPABILITIES_META_KEY)
+    extensions = capabilities.get("extensions") if isinstance(capabilities, Mapping) else None
+    return isinstance(extensions, Mapping) and isinstance(
+        extensions.get(TASKS_EXTENSION_ID), Mapping
+    )
+
+
+def _other_interceptors(server: FastMCP) -> bool:
+    """Whether an extension other than ours wraps tool calls (it might emit)."""
+    base = ServerExtension.intercept_tool_call
+    return any(
+        identifier != TASKS_EXTENSION_ID and type(extension).intercept_tool_call is not base
+        for identifier, extension in _compat.server_extensions(server).items()
+    )
+
+
+def _own_tools(server: FastMCP) -> bool:
+    """Whether `server` resolves a name from its own tools only, through FastMCP's own
+    visibility rules: nothing in that depends on the request (a mounted server, a proxy
+    or a provider or transform of the author's own might)."""
+    local = server.local_provider
+    transforms = (*server.transforms, *local.transforms)
+    return server.providers == [local] and all(type(t) is Visibility for t in transforms)
+
+
+def _replaying(message: Message, receive: Receive) -> Receive:
+    pending = [message]
+
+    async def replay() -> Message:
+        return pending.pop() if pending else await receive()
+
+    return replay
+
+
+def install(server: FastMCP, store_timeout: float | None) -> JsonReplies:
+    """Have the SDK ask a new `JsonReplies` for `server`'s modern requests."""
+    replies = JsonReplies(server, store_timeout)
+    _compat.choose_reply(_compat.low_level_server(server), replies)
+    return replies
+
+
+def uninstall(server: FastMCP) -> None:
+    """Stop asking for `server`: SSE mode for all its requests again."""
+    _compat.forget_reply(_compat.low_level_server(server))
+
+
+__all__ = ["JsonReplies", "call_tool_of", "install", "uninstall"]
