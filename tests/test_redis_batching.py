@@ -187,3 +187,61 @@ async def test_a_reply_that_cannot_be_decoded_never_makes_a_batch_run_twice() ->
         await raw.delete(store.keys.task("garbled"))
         await raw.aclose()
         await store.close()
+
+
+async def own_connections(raw: aioredis.Redis, store: RedisTaskStore) -> set[str]:
+    """The ids of the store's connections Redis sees (it names them after the prefix)."""
+    name = f"fastmcp-tasks:{store.keys.prefix}"
+    return {c["id"] for c in await raw.client_list() if c.get("name") == name}
+
+
+async def test_calls_made_alone_share_one_connection_that_redis_may_close() -> None:
+    """One after another, calls go on the store's own connection (the pool hands out no
+    other); one Redis closed under it is made again by the next call, which answers."""
+    store = RedisTaskStore(REDIS_URL, prefix=f"own-{time.time_ns()}")
+    await store.open()
+    raw = aioredis.Redis.from_url(REDIS_URL, decode_responses=True)
+    try:
+        with anyio.fail_after(10):
+            task = make_record()
+            await store.create(task)
+            held = await own_connections(raw, store)
+            for _ in range(20):
+                assert await store.get(task.task_id) is not None
+            assert await own_connections(raw, store) == held and len(held) == 1
+            for client in held:
+                await raw.client_kill_filter(_id=client)
+            found = await store.get(task.task_id)
+            assert found is not None and found.task_id == task.task_id
+    finally:
+        await raw.aclose()
+        await store.close()
+
+
+async def test_a_call_abandoned_mid_reply_leaves_no_reply_for_the_next(
+    server: PrivateRedis,
+) -> None:
+    """A call past the store's timeout gives its connection up: the next call on it never
+    reads the abandoned call's late reply as its own."""
+    store = RedisTaskStore(server.url, prefix="batch-abandoned", timeout=0.5)
+    await store.open()
+    raw = aioredis.Redis.from_url(server.url, decode_responses=True)
+    try:
+        with anyio.fail_after(15):
+            first, second = make_record(), make_record()
+            await store.create(first)
+            await store.create(second)
+            await raw.client_pause(1500, all=True)  # every client's command waits
+            with pytest.raises(StoreError, match="unreachable"):
+                await store.get(first.task_id)
+            deadline = time.monotonic() + 5
+            while True:
+                try:
+                    found = await store.get(second.task_id)
+                    break
+                except StoreError:  # still paused
+                    assert time.monotonic() < deadline
+            assert found is not None and found.task_id == second.task_id
+    finally:
+        await raw.aclose()
+        await store.close()
