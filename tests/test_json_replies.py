@@ -7,6 +7,7 @@ is its own again when the servers stop.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from datetime import timedelta
@@ -22,7 +23,9 @@ from fastmcp.tools.base import TaskConfig
 from mcp.server import streamable_http_manager
 from mcp.shared.exceptions import MCPError
 
-from fastmcp_tasks import TasksExtension, task_options
+from fastmcp_tasks import TasksExtension, _compat, task_options
+from fastmcp_tasks._compat import modern_entry
+from fastmcp_tasks.server import json_replies
 from fastmcp_tasks.server.json_replies import JsonReplies
 from tests.test_poll_lane import TOKENS, ToolsOnly, Watcher
 from tests.wire import MODERN, http_server, memory_wire, serve_asgi
@@ -129,10 +132,11 @@ async def settle(http: httpx.AsyncClient, url: str, task_id: str) -> None:
 
 async def task_requests(http: httpx.AsyncClient, url: str) -> list[tuple[int, str, str]]:
     """Every kind of answer a task's own requests get."""
-    done = await post(http, url, "tools/call", {"name": "echo", "arguments": {"text": "hi"}})
-    failed = await post(http, url, "tools/call", {"name": "refused", "arguments": {}})
-    only = await post(http, url, "tools/call", {"name": "only_task", "arguments": {"text": "x"}})
-    bad = await post(http, url, "tools/call", {"name": "echo", "arguments": {"text": 5}})
+    call = functools.partial(post, http, url, "tools/call", progress=True)
+    done = await call({"name": "echo", "arguments": {"text": "hi"}})
+    failed = await call({"name": "refused", "arguments": {}})
+    only = await call({"name": "only_task", "arguments": {"text": "x"}})
+    bad = await call({"name": "echo", "arguments": {"text": 5}})
     ids = [reply.message()["result"]["taskId"] for reply in (done, failed, only)]
     for task_id in ids:
         await settle(http, url, task_id)
@@ -144,7 +148,7 @@ async def task_requests(http: httpx.AsyncClient, url: str) -> list[tuple[int, st
         ({"taskId": ids[0]}, False),
         ({"taskId": 7}, True),
     ]:
-        replies.append(await post(http, url, "tasks/get", params, opt_in=opt_in))
+        replies.append(await post(http, url, "tasks/get", params, opt_in=opt_in, progress=True))
     return [reply.seen() for reply in replies]
 
 
@@ -263,16 +267,80 @@ async def test_a_server_in_json_mode_is_never_asked() -> None:
                 assert extension.json_replies.taken == {"tasks/get": 0, "tools/call": 0}
 
 
-async def test_the_sdk_entry_is_its_own_again_when_the_servers_stop() -> None:
+async def test_the_entry_is_bound_once_and_a_stopped_server_is_not_asked() -> None:
+    """Another library that wraps the manager's entry while a server runs keeps its wrapper
+    working after that server stops and another starts (the entry is never captured
+    again, so it never calls a wrapper of itself)."""
     first, _ = server()
-    second, _ = server()
-    with anyio.fail_after(30):
+    second, extension = server()
+    wrapped: list[str] = []
+    with anyio.fail_after(60):
         async with memory_wire(first):
-            assert streamable_http_manager.handle_modern_request is not SDK_ENTRY
-            async with memory_wire(second):
-                pass
-            assert streamable_http_manager.handle_modern_request is not SDK_ENTRY
-        assert streamable_http_manager.handle_modern_request is SDK_ENTRY
+            entry = streamable_http_manager.handle_modern_request
+            assert entry is not SDK_ENTRY and modern_entry._choosers.get(
+                _compat.low_level_server(first)
+            )
+
+            async def instrumented(*args: Any) -> None:  # an instrumentation library's
+                wrapped.append("seen")
+                await entry(*args)
+
+            streamable_http_manager.handle_modern_request = instrumented
+        try:
+            assert _compat.low_level_server(first) not in modern_entry._choosers
+            async with http_server(second) as url, httpx.AsyncClient(timeout=10) as http:
+                polled = await post(http, url, "tasks/get", {"taskId": "nope"})
+                replies = extension.json_replies
+                assert replies is not None and replies.taken["tasks/get"] == 1
+        finally:
+            streamable_http_manager.handle_modern_request = entry
+    assert polled.message()["error"]["code"] == -32602 and wrapped == ["seen"]
+
+
+class Emitting:
+    """A middleware in the SDK server's own list: it reports progress on every request."""
+
+    async def __call__(self, ctx: Any, call_next: Any) -> Any:
+        await ctx.session.report_progress(1, 2, f"saw {ctx.method}")
+        return await call_next(ctx)
+
+
+async def test_a_request_the_sdks_own_middleware_sees_keeps_sse_mode() -> None:
+    mcp, extension = server()
+    with anyio.fail_after(60):
+        async with http_server(mcp) as url, httpx.AsyncClient(timeout=10) as http:
+            _compat.low_level_server(mcp).middleware.insert(0, Emitting())
+            made = await post(
+                http, url, "tools/call", {"name": "echo", "arguments": {"text": "a"}}, progress=True
+            )
+            polled = await post(http, url, "tasks/get", {"taskId": "nope"}, progress=True)
+            assert extension.json_replies is not None
+            assert extension.json_replies.taken == {"tasks/get": 0, "tools/call": 0}
+    for reply in (made, polled):
+        assert reply.kind == "text/event-stream" and "saw " in reply.text
+    assert made.message()["result"]["resultType"] == "task"
+
+
+async def test_a_chosen_call_resolves_its_tool_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The interceptor takes the tool the chooser resolved; a call through SSE mode
+    resolves it in the interceptor only."""
+    mcp, _ = server()
+    looked_up: list[str] = []
+    resolve = json_replies.resolve_tool
+
+    async def counted(server: Any, name: str, version: Any) -> Any:
+        looked_up.append(name)
+        return await resolve(server, name, version)
+
+    monkeypatch.setattr(json_replies, "resolve_tool", counted)
+    with anyio.fail_after(60):
+        async with http_server(mcp) as url, httpx.AsyncClient(timeout=10) as http:
+            params = {"name": "echo", "arguments": {"text": "a"}}
+            await post(http, url, "tools/call", params)
+            chosen = list(looked_up)
+            mcp.add_middleware(Watcher())
+            await post(http, url, "tools/call", params)
+    assert chosen == ["echo"] and looked_up == ["echo", "echo"]
 
 
 async def test_an_authenticated_call_keeps_sse_mode_and_its_polls_do_not() -> None:

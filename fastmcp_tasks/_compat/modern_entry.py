@@ -12,13 +12,15 @@ in JSON, the same bytes and status JSON mode gives. With it on, the entry awaits
 handler in the ASGI task and answers in JSON.
 
 `choose_reply(app, chooser)` lets one SDK server pick JSON mode per request that the
-manager would serve in SSE mode: while any server has a chooser, the manager module's
-name is bound to `_entry`, which hands that server's chooser the request and a
-continuation, `answer(json_response, receive)`, that runs the SDK's entry (the chooser
-awaits it once, so it can hold a context variable for the request's handler; refcounted:
-the SDK's own function is put back when the last chooser leaves). FastMCP builds its
-session manager inside its HTTP app's lifespan and offers no seam to it, so the module
-name the manager calls through is the one place to choose.
+manager would serve in SSE mode. At the first call in a process the manager module's
+name is bound to `_entry`, once and for good (never captured again, so never a wrapper
+of `_entry` that another library may have put there since): for a server with a chooser
+it hands the chooser the request and a continuation, `answer(json_response, receive)`,
+that runs the SDK's entry (the chooser awaits it once, so it can hold a context variable
+for the request's handler); for any other request it calls the SDK's entry unchanged.
+`forget_reply(app)` stops asking for that server. FastMCP builds its session manager
+inside its HTTP app's lifespan and offers no seam to it, so the module name the manager
+calls through is the one place to choose.
 
 See `fastmcp_tasks._compat` for what a seam is and how it is checked.
 """
@@ -52,7 +54,7 @@ _ENTRY_PARAMS = {
 }
 
 _choosers: weakref.WeakKeyDictionary[Any, Chooser] = weakref.WeakKeyDictionary()
-_sdk_entry: Any = None  # the SDK's function while `_entry` stands in for it
+_sdk_entry: Any = None  # what the manager called before `_entry` (the SDK's function)
 
 
 def sse_deferral() -> float:
@@ -86,19 +88,15 @@ async def _entry(
 def choose_reply(app: Any, chooser: Chooser) -> None:
     """Ask `chooser` for each modern request the SDK server `app` would answer in SSE mode."""
     global _sdk_entry
-    if manager_module.handle_modern_request is not _entry:
+    if _sdk_entry is None:
         _sdk_entry = manager_module.handle_modern_request
         manager_module.handle_modern_request = _entry
     _choosers[app] = chooser
 
 
 def forget_reply(app: Any) -> None:
-    """Stop asking for `app`; the SDK's entry is back once no server asks."""
-    global _sdk_entry
+    """Stop asking for `app`: its requests go to the SDK's entry unchanged."""
     _choosers.pop(app, None)
-    if not _choosers and manager_module.handle_modern_request is _entry:
-        manager_module.handle_modern_request = _sdk_entry
-        _sdk_entry = None
 
 
 def modern_entry_seams() -> Checks:

@@ -15,12 +15,16 @@ instructions as a poll's own work, and two requests of a task never need it:
 Both are bounded by `store_timeout`. `JsonReplies` has the SDK answer them in JSON mode
 when all of this holds, and leaves every other request to SSE mode:
 
-- `store_timeout` is set and shorter than the deferral, so the SDK could not have
-  committed to SSE before the handler ended;
+- `store_timeout` is set and at most half the deferral (7.5 s; the default is 5 s), so
+  the SDK could not have committed to SSE before the handler ended, even with the
+  request's own handling added to its store calls;
 - the request accepts `application/json` and `text/event-stream` (else SSE mode's `406`
   stands);
-- no FastMCP middleware would see it (`poll_lane.observing_middleware`, with
-  `on_call_tool` for a call), and for a call no other extension intercepts tool calls;
+- nothing but FastMCP and the SDK's own handling sees it: the SDK server's middleware
+  list holds only FastMCP's seam (or `poll_lane`'s lane in its place) and the SDK's
+  request-state boundary, no FastMCP middleware would see it
+  (`poll_lane.observing_middleware`, with `on_call_tool` for a call), and for a call no
+  other extension intercepts tool calls;
 - a call is unauthenticated, its `_meta` declares the tasks extension (C2, read as the
   interceptor reads it), the server resolves names from its own tools only (no mounted
   server, proxy, or provider or transform other than FastMCP's visibility rules: their
@@ -33,13 +37,18 @@ when all of this holds, and leaves every other request to SSE mode:
 An unauthenticated modern-era call has no client identity for per-client visibility
 rules to hang on, so its tool resolves inside the request exactly as it did before:
 the interceptor takes that resolution (`call_tool_of`, through a context variable set
-only while the SDK answers the call) instead of resolving it a second time. An
-authenticated call keeps SSE mode: inside the request its principal's rules could make
-the name another tool than the one resolved before.
+only while the SDK answers the call) instead of resolving it a second time: no code of
+the server's author runs between the two. (A change another request makes to the tools
+in those microseconds is the race there already is between the interceptor's lookup and
+the task's run.) An authenticated call keeps SSE mode: inside the request its
+principal's rules could make the name another tool than the one resolved before.
 
-The one difference left: a client that drops the connection mid-request no longer
-cancels the handler; the bounded work finishes and its answer is dropped. A call's body
-is read once here (the SDK's body limit has already buffered it) and replayed to the SDK.
+The one difference left is a client that closes the connection before the answer. In
+SSE mode that cancels the handler; here the bounded work goes on: a poll's answer is
+dropped, and a call's task is created and runs, as it also does in SSE mode when the
+close comes after the store has committed it. A client that must not start work twice
+sends an idempotency key and calls again with it. A call's body is read once here (the
+SDK's body limit has already buffered it) and replayed to the SDK.
 """
 
 from __future__ import annotations
@@ -58,6 +67,7 @@ from fastmcp.server.extensions import ServerExtension
 from fastmcp.server.sessions import current_principal
 from fastmcp.server.transforms import Visibility
 from fastmcp.tools.base import Tool
+from mcp.server.request_state import RequestStateBoundary
 from mcp.server.streamable_http import check_accept_headers
 from mcp_types import CLIENT_CAPABILITIES_META_KEY
 from starlette.requests import Request
@@ -66,7 +76,7 @@ from starlette.types import Message, Receive, Scope
 from fastmcp_tasks import _compat
 from fastmcp_tasks.server.engine.call import leaf_of, resolve_tool
 from fastmcp_tasks.server.options import options_of
-from fastmcp_tasks.server.poll_lane import PASS_HOOKS, observing_middleware
+from fastmcp_tasks.server.poll_lane import PASS_HOOKS, PollLane, observing_middleware
 from fastmcp_tasks.wire.names import METHOD_GET, TASKS_EXTENSION_ID
 
 logger = logging.getLogger("fastmcp_tasks.json_replies")
@@ -101,7 +111,7 @@ class JsonReplies:
 
     def __init__(self, server: FastMCP, store_timeout: float | None) -> None:
         self._server = weakref.ref(server)
-        self.bounded = store_timeout is not None and store_timeout < _compat.sse_deferral()
+        self.bounded = store_timeout is not None and store_timeout <= _compat.sse_deferral() / 2
         self.taken = {METHOD_GET: 0, _CALL: 0}
 
     async def __call__(self, scope: Scope, receive: Receive, answer: _compat.Answer) -> None:
@@ -137,12 +147,14 @@ class JsonReplies:
 
     @staticmethod
     def _plain(scope: Scope, server: FastMCP, method: str) -> bool:
-        """Nothing but the handler would see the request, and SSE mode would not 406 it."""
+        """Nothing but FastMCP's and the SDK's own handling would see the request, and SSE
+        mode would not 406 it."""
         has_json, has_sse = check_accept_headers(Request(scope))
         hooks = PASS_HOOKS if method == METHOD_GET else _CALL_HOOKS
         return (
             has_json
             and has_sse
+            and all(_known(entry) for entry in _compat.request_seam_chain(server))
             and not any(observing_middleware(m, hooks) for m in server.middleware)
         )
 
@@ -189,6 +201,12 @@ async def call_tool_of(server: FastMCP, name: str, version: str | None) -> Tool 
     ):
         return stash.tool
     return await resolve_tool(server, name, version)
+
+
+def _known(entry: Any) -> bool:
+    """An entry of the SDK server's middleware list that emits nothing and leaves the
+    request as it is: FastMCP's seam, the lane in its place, the request-state boundary."""
+    return isinstance(entry, PollLane | RequestStateBoundary) or _compat.is_request_seam(entry)
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
