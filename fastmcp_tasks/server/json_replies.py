@@ -79,7 +79,7 @@ from fastmcp_tasks.server.options import options_of
 from fastmcp_tasks.server.poll_lane import PASS_HOOKS, PollLane, observing_middleware
 from fastmcp_tasks.wire.names import METHOD_GET, TASKS_EXTENSION_ID
 
-logger = logging.getLogger("fastmcp_tasks.json_replies")
+logger = logging.getLogger("fastmcp_tasks.execution")  # where a failed tool lookup goes
 
 _METHOD_HEADER = b"mcp-method"
 _CALL = "tools/call"
