@@ -11,6 +11,7 @@ worker process.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -20,6 +21,8 @@ from fastmcp.server.auth.providers.jwt import StaticTokenVerifier
 from fastmcp.server.middleware import Middleware, MiddlewareContext
 from fastmcp.server.middleware.middleware import CallNext
 from mcp.shared.exceptions import MCPError
+from opentelemetry import propagate
+from opentelemetry.propagators.composite import CompositePropagator
 
 from fastmcp_tasks import TasksExtension, _compat
 from fastmcp_tasks.server import poll_lane
@@ -30,8 +33,18 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture(autouse=True)
-def no_tracer_provider(monkeypatch: pytest.MonkeyPatch) -> None:
+def no_tracer_provider(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No provider for the lane, and no trace context a client would inject into `_meta`:
+    once another test module of this worker process installed an OpenTelemetry SDK, the
+    SDK client's spans would put one on every request (and a poll carrying one goes
+    through the seam, by design)."""
     monkeypatch.setattr(poll_lane, "tracing_installed", lambda: False)
+    textmap = propagate.get_global_textmap()
+    propagate.set_global_textmap(CompositePropagator([]))
+    try:
+        yield
+    finally:
+        propagate.set_global_textmap(textmap)
 
 
 class Watcher(Middleware):
