@@ -189,32 +189,60 @@ async def test_a_reply_that_cannot_be_decoded_never_makes_a_batch_run_twice() ->
         await store.close()
 
 
-async def own_connections(raw: aioredis.Redis, store: RedisTaskStore) -> set[str]:
-    """The ids of the store's connections Redis sees (it names them after the prefix)."""
-    name = f"fastmcp-tasks:{store.keys.prefix}"
-    return {c["id"] for c in await raw.client_list() if c.get("name") == name}
-
-
-async def test_calls_made_alone_share_one_connection_that_redis_may_close() -> None:
-    """One after another, calls go on the store's own connection (the pool hands out no
-    other); one Redis closed under it is made again by the next call, which answers."""
+async def test_calls_made_alone_go_on_the_own_connection_that_redis_may_close(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One after another, calls take no connection from the store's pool: they go on the
+    store's own; one Redis closed under it is made again by the next call, which answers."""
     store = RedisTaskStore(REDIS_URL, prefix=f"own-{time.time_ns()}")
     await store.open()
     raw = aioredis.Redis.from_url(REDIS_URL, decode_responses=True)
     try:
         with anyio.fail_after(10):
-            task = make_record()
+            task = make_record(arguments={"who": "me"})
             await store.create(task)
-            held = await own_connections(raw, store)
+            calls = store._batched()
+            held = calls._own.connection
+            taken: list[object] = []
+            pool = store._require().connection_pool
+            taking = pool.get_connection
+
+            async def counted(*args: Any, **kwargs: Any) -> Any:
+                taken.append(args)
+                return await taking(*args, **kwargs)
+
+            monkeypatch.setattr(pool, "get_connection", counted)
             for _ in range(20):
                 assert await store.get(task.task_id) is not None
-            assert await own_connections(raw, store) == held and len(held) == 1
-            for client in held:
-                await raw.client_kill_filter(_id=client)
+            assert taken == [] and held is not None and calls._own.connection is held
+            name = f"fastmcp-tasks:{store.keys.prefix}"
+            for client in await raw.client_list():
+                if client.get("name") == name:
+                    await raw.client_kill_filter(_id=client["id"])
             found = await store.get(task.task_id)
-            assert found is not None and found.task_id == task.task_id
+            assert found is not None and found.arguments == {"who": "me"}
     finally:
+        await store.clear()
         await raw.aclose()
+        await store.close()
+
+
+async def test_a_pool_of_one_still_serves_batches_beside_the_own_connection(
+    server: PrivateRedis,
+) -> None:
+    """The own connection is not one of `max_connections`: with a pool of one, a batch,
+    a scan and calls made alone all answer."""
+    store = RedisTaskStore(server.url, prefix="own-pool-of-one", timeout=1, max_connections=1)
+    await store.open()
+    try:
+        with anyio.fail_after(15):
+            tasks = [make_record(arguments={"n": n}) for n in range(6)]
+            for task in tasks:
+                await store.create(task)  # alone: the own connection is taken
+            found = await gather_gets(store, [t.task_id for t in tasks])  # alone + a batch
+            assert all(found[t.task_id] is not None for t in tasks)
+            assert await store.clear() >= len(tasks)  # SCAN and UNLINK through the pool
+    finally:
         await store.close()
 
 
@@ -222,13 +250,14 @@ async def test_a_call_abandoned_mid_reply_leaves_no_reply_for_the_next(
     server: PrivateRedis,
 ) -> None:
     """A call past the store's timeout gives its connection up: the next call on it never
-    reads the abandoned call's late reply as its own."""
+    reads the abandoned call's late reply as its own (the arguments come from the reply)."""
     store = RedisTaskStore(server.url, prefix="batch-abandoned", timeout=0.5)
     await store.open()
     raw = aioredis.Redis.from_url(server.url, decode_responses=True)
     try:
         with anyio.fail_after(15):
-            first, second = make_record(), make_record()
+            first = make_record(arguments={"who": "first"})
+            second = make_record(arguments={"who": "second"})
             await store.create(first)
             await store.create(second)
             await raw.client_pause(1500, all=True)  # every client's command waits
@@ -241,7 +270,38 @@ async def test_a_call_abandoned_mid_reply_leaves_no_reply_for_the_next(
                     break
                 except StoreError:  # still paused
                     assert time.monotonic() < deadline
-            assert found is not None and found.task_id == second.task_id
+            assert found is not None and found.arguments == {"who": "second"}
     finally:
         await raw.aclose()
         await store.close()
+
+
+async def test_closing_under_a_call_made_alone_fails_it_as_a_store_error(
+    server: PrivateRedis,
+) -> None:
+    store = RedisTaskStore(server.url, prefix="own-closed", timeout=3)
+    await store.open()
+    raw = aioredis.Redis.from_url(server.url, decode_responses=True)
+    outcome: list[BaseException | object] = []
+    try:
+        with anyio.fail_after(15):
+            task = make_record()
+            await store.create(task)
+            await raw.client_pause(1000, all=True)
+
+            async def get() -> None:
+                try:
+                    outcome.append(await store.get(task.task_id))
+                except BaseException as exc:
+                    outcome.append(exc)
+
+            calls = store._batched()
+            async with anyio.create_task_group() as group:
+                group.start_soon(get)
+                while not calls._own_busy:  # noqa: ASYNC110 - the call offers no event
+                    await anyio.sleep(0.01)
+                await store.close()  # (sent or not yet: either way a connection error)
+    finally:
+        await raw.aclose()
+        await store.close()
+    assert len(outcome) == 1 and isinstance(outcome[0], StoreError), outcome

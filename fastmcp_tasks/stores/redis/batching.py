@@ -19,7 +19,8 @@ batch is bounded by it too, so a black-holed Redis fails the batch's callers ins
 holding the next.
 
 A call made alone goes on one connection the store keeps for them (redis-py's own
-single-connection client on the same pool: its retries, error handling and
+single-connection client, on a pool of one connection with the store pool's options,
+so `max_connections` still counts only the others: its retries, error handling and
 instrumentation as for any command), not on one taken from the pool and given back each
 time, which costs about a quarter of such a call's CPU. Before each call it is checked as
 the pool checks a connection it hands out (`ensure_connection`), so one Redis closed
@@ -56,10 +57,18 @@ class RedisCalls:
 
     def __init__(self, client: aioredis.Redis, timeout: float, stats: dict[str, int]) -> None:
         self._client = client
-        # the connection for calls made alone (module doc), taken when first used
-        self._pool = client.connection_pool
-        self._own = aioredis.Redis(connection_pool=self._pool, single_connection_client=True)
+        # the connection for calls made alone (module doc): a pool of its own, with the
+        # store pool's options, so it never takes one of `max_connections`
+        shared = client.connection_pool
+        self._own_pool = aioredis.BlockingConnectionPool(
+            connection_class=shared.connection_class,
+            max_connections=1,
+            timeout=getattr(shared, "timeout", timeout),
+            **shared.connection_kwargs,
+        )
+        self._own = aioredis.Redis(connection_pool=self._own_pool, single_connection_client=True)
         self._own_busy = False
+        self._closed = False
         self._timeout = timeout
         self._stats = stats
         self._batcher: CallBatcher[Command] = CallBatcher(self._send, _closed)
@@ -83,6 +92,8 @@ class RedisCalls:
 
     async def _alone(self, call: Callable[[aioredis.Redis], Awaitable[Any]]) -> Any:
         """One round trip by itself: on the store's own connection unless it is busy."""
+        if self._closed:
+            raise _closed()
         self._stats["round_trips"] += 1
         if self._own_busy:
             return await call(self._client)
@@ -90,7 +101,7 @@ class RedisCalls:
         try:
             held = self._own.connection
             if held is not None:  # checked as the pool checks a connection it hands out:
-                await self._pool.ensure_connection(held)  # one Redis closed is made again
+                await self._own_pool.ensure_connection(held)  # one Redis closed is made again
             return await call(self._own)
         finally:
             self._own_busy = False
@@ -122,9 +133,12 @@ class RedisCalls:
         return None
 
     async def close(self) -> None:
-        """Fail what is queued and give the own connection back; the store closes."""
+        """Fail what is queued and close the own connection; the store closes. A call on it
+        still in flight fails with a connection error (the connection is closed under it,
+        never given back while in use)."""
+        self._closed = True
         await self._batcher.close()
-        await self._own.aclose(close_connection_pool=False)
+        await self._own_pool.disconnect()
 
 
 def _closed() -> Exception:
