@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 from datetime import timedelta
 from typing import Any
@@ -115,9 +116,12 @@ async def test_tasks_no_live_worker_can_run_are_reported(caplog: Any) -> None:
         await wire.call_tool("lint", {"n": 9})
         await eventually(lambda: front.health().no_worker == {"build": 3})
         warned = [r.getMessage() for r in caplog.records if "no live worker" in r.getMessage()]
-        assert warned[0].startswith(
-            "3 tasks of app 'shop' (tool 'build') wait and no live worker can run them"
-        )
+        # the check may run between two of the creations: the episode's one line counts
+        # what waited then (the health figure above is the live one)
+        assert re.match(
+            r"[123] tasks? of app 'shop' \(tool 'build'\) wait and no live worker can run them",
+            warned[0],
+        ), warned
         await anyio.sleep(0.5)  # more checks: the same episode, logged once
         assert sum("no live worker can run" in r.getMessage() for r in caplog.records) == 1
         worker = build(full)
