@@ -21,13 +21,13 @@ from fastmcp.server.auth.providers.jwt import StaticTokenVerifier
 from fastmcp.server.extensions import ServerExtension
 from fastmcp.tools.base import TaskConfig
 from mcp.server import streamable_http_manager
-from mcp.shared.exceptions import MCPError
 
 from fastmcp_tasks import TasksExtension, _compat, task_options
 from fastmcp_tasks._compat import modern_entry
 from fastmcp_tasks.server import json_replies
 from fastmcp_tasks.server.json_replies import JsonReplies
 from tests.test_poll_lane import TOKENS, ToolsOnly, Watcher
+from tests.test_poll_lane import server as lane_server
 from tests.wire import MODERN, http_server, memory_wire, serve_asgi
 
 pytestmark = pytest.mark.anyio
@@ -41,17 +41,8 @@ VOLATILE = re.compile(r'"(taskId|createdAt|lastUpdatedAt|ttlMs)":("[^"]*"|\d+)')
 
 
 def server(**options: Any) -> tuple[FastMCP, TasksExtension]:
-    mcp = FastMCP("json-replies")
-    extension = TasksExtension(**options)
-    mcp.add_extension(extension)
-
-    @mcp.tool(task=True)
-    async def echo(text: str) -> str:
-        return text
-
-    @mcp.tool(task=True)
-    async def refused() -> str:
-        raise MCPError(code=-32050, message="upstream refused", data={"retryAfter": 3})
+    """`echo` and `refused` (as for the poll lane), and tools for each way a call goes."""
+    mcp, extension = lane_server("json-replies", **options)
 
     @mcp.tool(task=TaskConfig(mode="required"))
     async def only_task(text: str) -> str:

@@ -69,9 +69,11 @@ class ToolsOnly(Middleware):
         return await call_next(context)
 
 
-def server() -> tuple[FastMCP, TasksExtension]:
-    mcp = FastMCP("lane")
-    extension = TasksExtension()
+def server(name: str = "lane", **options: Any) -> tuple[FastMCP, TasksExtension]:
+    """A server with a task tool that answers and one that fails (`test_json_replies`
+    adds its own tools to it)."""
+    mcp = FastMCP(name)
+    extension = TasksExtension(**options)
     mcp.add_extension(extension)
 
     @mcp.tool(task=True)
