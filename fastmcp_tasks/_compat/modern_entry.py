@@ -7,7 +7,7 @@ security_settings, json_response, lifespan_state, scope, receive, send)`, passin
 manager's `json_response`. With it off (FastMCP's default) that entry runs the handler
 as a sibling task beside a disconnect watcher and defers choosing between
 `application/json` and `text/event-stream` until the handler emits a notification or
-`SSE_DEFERRAL` seconds pass; a handler that finishes first without emitting is answered
+`sse_deferral()` seconds pass; a handler that finishes first without emitting is answered
 in JSON, the same bytes and status JSON mode gives. With it on, the entry awaits the
 handler in the ASGI task and answers in JSON.
 

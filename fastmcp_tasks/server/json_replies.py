@@ -106,7 +106,8 @@ _resolved: ContextVar[_Resolved | None] = ContextVar("fastmcp_tasks_resolved", d
 class JsonReplies:
     """The chooser `_compat.choose_reply` asks for one server (module doc).
 
-    `taken` counts, per method, the requests answered in JSON mode.
+    `taken` counts, per method, the requests handed to the SDK's JSON mode (one the SDK
+    then rejects, a header that does not match the body say, is counted too).
     """
 
     def __init__(self, server: FastMCP, store_timeout: float | None) -> None:
