@@ -261,8 +261,8 @@ async def run_config(
     prof = Path(cfg.profile) if cfg.profile else None
     async with server.store_url(store) as url:
         concurrency = cfg.callers if store == "memory" else 0
-        ops = logs / f"{store}-{workers}-ops"
-        ops.mkdir()
+        # a directory of its own for each run: a repeat must not count the last one's calls
+        ops = Path(tempfile.mkdtemp(prefix=f"{store}-{workers}-ops-", dir=logs))
         front = FrontEnd(url, concurrency, logs / f"{store}-{workers}-front.log", prof, ops)
         procs: list[Worker] = []
         callers: list[Caller] = []

@@ -49,6 +49,13 @@ def test_a_tiny_run_measures_every_process_and_the_floor(tmp_path: Path) -> None
     assert "| sqlite | 1 |" in stdout and "floor" in stdout
 
 
+def test_each_repeat_is_a_run_of_its_own(tmp_path: Path) -> None:
+    tiny = ["--tasks", "100", "--callers", "4", "--stores", "memory", "--repeat", "2"]
+    _, runs = bench("bench.cpu", tiny, tmp_path / "cpu.json")
+    assert [(r["store"], r["workers"]) for r in runs] == [("memory", 0), ("memory", 0)]
+    assert all(run["task_ms"] > 0 and run["store_ops"] == 0 for run in runs)
+
+
 def test_the_report_adds_up() -> None:
     seconds = {"front_end": 2.0, "workers": [0.5, 0.25], "store_server": 0.25}
     tasks = {
