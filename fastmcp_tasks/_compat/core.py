@@ -88,8 +88,7 @@ def server_extension(server: FastMCP, identifier: str) -> Any | None:
     `fastmcp-tasks worker` finds the `TasksExtension` of an imported server;
     FastMCP has `add_extension` but no getter.
     """
-    extensions = server._extensions
-    return extensions.get(identifier)
+    return server_extensions(server).get(identifier)
 
 
 def server_extensions(server: FastMCP) -> dict[str, Any]:

@@ -191,16 +191,9 @@ async def call_tool_of(server: FastMCP, name: str, version: str | None) -> Tool 
     when `JsonReplies` chose it: an unauthenticated modern-era call, so no per-client
     visibility rule applies and the resolution inside the request is the same."""
     stash = _resolved.get()
-    if (
-        stash is not None
-        and stash.server is server
-        and (stash.name, stash.version)
-        == (
-            name,
-            version,
-        )
-    ):
-        return stash.tool
+    if stash is not None and stash.server is server:
+        if stash.name == name and stash.version == version:
+            return stash.tool
     return await resolve_tool(server, name, version)
 
 
