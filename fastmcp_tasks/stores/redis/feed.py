@@ -46,6 +46,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from fastmcp_tasks.stores.base import TaskChange
+from fastmcp_tasks.stores.redis.packing import hiredis_packing
 from fastmcp_tasks.stores.subscriptions import Subscriber, SubscriberFeed
 
 StreamId = tuple[int, int]
@@ -80,6 +81,7 @@ def blocking_connection(
         retry=Retry(NoBackoff(), 0),
         client_name=client_name,
     )
+    hiredis_packing(pool)
     return pool, aioredis.Redis(connection_pool=pool, single_connection_client=True)
 
 

@@ -81,6 +81,7 @@ from fastmcp_tasks.stores.redis.keys import (
 from fastmcp_tasks.stores.redis.leases import RedisLeases
 from fastmcp_tasks.stores.redis.listing import RedisListing
 from fastmcp_tasks.stores.redis.operations import RedisOperations
+from fastmcp_tasks.stores.redis.packing import hiredis_packing
 from fastmcp_tasks.stores.redis.scripts import SCRIPTS
 from fastmcp_tasks.stores.redis.steps import RedisSteps
 from fastmcp_tasks.stores.redis.transitions import RedisTransitions
@@ -186,7 +187,7 @@ class RedisTaskStore(
             retry=Retry(NoBackoff(), 0),
             client_name=f"fastmcp-tasks:{self.keys.prefix}",
         )
-        client = aioredis.Redis(connection_pool=pool)
+        client = aioredis.Redis(connection_pool=hiredis_packing(pool))
         try:
             await self._guard(client.ping())
         except BaseException:
