@@ -12,6 +12,7 @@ queue loop's safety poll is an hour, so only a wake-up can start it).
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from pathlib import Path
@@ -25,7 +26,7 @@ from fastmcp_tasks import TaskStore
 from fastmcp_tasks.errors import StoreError
 from fastmcp_tasks.server.engine.queue_listener import QueueListener
 from fastmcp_tasks.server.engine.watcher import WATCHED, ChangeWatcher
-from fastmcp_tasks.stores.base import NEW_TASKS_KIND, TaskChange
+from fastmcp_tasks.stores.base import NEW_TASKS_KIND, TaskChange, TaskRecord
 from fastmcp_tasks.stores.queue_wakes import QueueWakes
 from fastmcp_tasks.stores.redis import RedisTaskStore
 from fastmcp_tasks.stores.redis import queue_wakes as module
@@ -59,6 +60,12 @@ async def raw() -> AsyncIterator[aioredis.Redis]:
         await client.aclose()
 
 
+async def claim(store: RedisTaskStore, app: str | None) -> list[TaskRecord]:
+    """A worker's claim round: it clears the application's wake-up mark, so the next new
+    task wakes a worker again (`stores.redis.queue_wakes`)."""
+    return await store.claim_queued("claimer", time.time() + 60, 100, app=app)
+
+
 async def read_all(wakes: QueueWakes, want: int, count: int = 100) -> list[TaskChange]:
     got: list[TaskChange] = []
     with anyio.fail_after(10):
@@ -76,8 +83,9 @@ async def test_each_queued_change_goes_to_one_worker_of_every_application(
         store.queue_wakes("b", "other") as other,
     ):
         created = [make_record(app="a") for _ in range(10)]
-        for task in created:
+        for task in created:  # each claimed before the next: each one wakes (`marks`)
             await store.create(task)
+            await claim(store, "a")
         ids = {task.task_id for task in created}
         shared: list[str] = []
         with anyio.fail_after(10):
@@ -97,6 +105,7 @@ async def test_a_read_takes_no_more_than_asked_and_the_rest_waits_for_the_next(
         pass  # the group exists from here on; nobody reads while these are queued
     for _ in range(5):
         await store.create(make_record())
+        await claim(store, None)
     async with store.queue_wakes(None, "late") as late:
         first = await late.next(2)
         assert len(first) == 2

@@ -7,7 +7,9 @@ finds the task taken. A store that can deliver each `queued` change to one worke
 the task's application instead offers `queue_wakes(app, consumer)`: entering it joins
 the application's consumers (`consumer` names this process); `next(count)` waits for
 at most `count` wake-ups not delivered to any other consumer of that application (up
-to the store's block time, then `[]`).
+to the store's block time, then `[]`). A store may hand out fewer wake-ups than tasks
+were queued, one for each claim it asks for (a claim takes every claimable task up to
+the worker's free slots), as long as a claim that leaves tasks waiting asks for another.
 
 The engine asks for no more wake-ups than it has free slots (`engine.queue_listener`),
 so a full worker leaves the next task's wake-up to a worker that can take it. Wake-ups

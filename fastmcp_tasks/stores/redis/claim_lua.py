@@ -15,6 +15,7 @@ with the engine's `start_run`, as on every store. It runs as `redis.scripts.PREL
 from __future__ import annotations
 
 from fastmcp_tasks.stores.redis.flow_lua import FLOW_PRELUDE
+from fastmcp_tasks.stores.redis.queue_wakes import WAKE_PENDING_MS
 
 #: KEYS: [the set to take from, queued, changes]: `queued` itself for any application's
 #: tasks, or one application's set. ARGV: task key base, owner, until, limit, one
@@ -129,6 +130,19 @@ else
     if #ids == 0 then break end
     for _, id in ipairs(ids) do take_queued(id) end
   end
+end
+-- the wake-ups this claim answers may come again; one that filled the worker while more
+-- waits wakes another worker (`redis.queue_wakes`)
+local queue = KEYS[3] .. ':queue'
+local mark = pending_mark(queue, one_app and wanted or nil)
+redis.call('DEL', mark)
+if #taken >= limit and (flow or redis.call('ZCARD', KEYS[1]) > 0) then
+  redis.call('SET', mark, '1', 'PX', """
+    + str(WAKE_PENDING_MS)
+    + """)
+  local details = one_app and cjson.encode({app = wanted}) or '{}'
+  redis.call('XADD', queue, 'MAXLEN', '~', ARGV[8], '*', 't', '', 'k', 'queued', 's', '',
+    'd', details)
 end
 return taken
 """

@@ -37,7 +37,8 @@ The keys of the prefix `P`:
 - `{P}:changes:wake`     the same entries for the cancel requests and answers a task
   engine waits for (`redis.scripts.WAKE_KINDS`), read by subscriptions to those alone.
 - `{P}:changes:queue`    the same entries for `queued` changes: one consumer group per
-  application hands each to one of its workers (`redis.queue_wakes`).
+  application hands each to one of its workers (`redis.queue_wakes`); beside it each
+  application's pending mark, `{P}:changes:queue:pending:...` (expires within 250 ms).
 
 Flow control (`stores.flow`; kept by the scripts of `redis.flow_scripts`, whose
 helpers in `redis.flow_lua` build these names in Lua) adds:

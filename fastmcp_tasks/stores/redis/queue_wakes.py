@@ -10,6 +10,20 @@ implements). `NOACK` keeps no pending entries: a wake-up delivered to a worker t
 dies is lost, and the queue loop's poll or another worker's next claim finds the task,
 as when the feed is trimmed.
 
+One wake-up per claim on its way, not per task. A `queued` change that waits for no time
+(no `not_before`) goes to the queue stream only when it can set its application's pending
+mark (`{P}:changes:queue:pending:a:<app>`, `...:pending:*` for tasks without one; `SET NX`
+for `WAKE_PENDING_MS`): while a wake-up is out and its claim has not run, the tasks queued
+meanwhile wait for that claim, which takes every claimable task up to the worker's free
+slots. Every claim of the application (`claim_lua`) clears the mark, so the next new task
+wakes a worker again; a claim that filled its limit while more wait sets the mark and
+wakes another worker itself. A burst of tasks then costs one wake-up, one read and one
+claim round per batch window rather than one per task, and wakes one worker of an idle
+pool rather than each in turn. A mark outlives its claim only when the worker holding
+its wake-up died or stopped first, or runs an older claim script that does not clear it
+(a rolling upgrade): the tasks queued meanwhile then start with the next wake-up after
+the mark lapses, or on a worker's queue poll.
+
 A group is created at the stream's end (`$`, with `MKSTREAM`) by its first consumer:
 tasks queued before then are found by the worker's first claim, not by wake-ups.
 Entries that arrive while every consumer of a group is busy wait in the stream (up to
@@ -35,6 +49,11 @@ from redis.exceptions import RedisError, ResponseError
 from fastmcp_tasks.errors import StoreError
 from fastmcp_tasks.stores.base import TaskChange
 from fastmcp_tasks.stores.redis.feed import BATCH, blocking_connection, entry_change
+
+#: How long a wake-up's pending mark lasts, ms, unless the claim it asks for clears it
+#: first (module doc): past the longest batch window (`engine.watcher`), so a mark outlives
+#: only a worker that died holding its wake-up, or one that runs an older claim script.
+WAKE_PENDING_MS = 250
 
 #: A consumer idle this long (no read at all: a live one reads every block) is gone.
 STALE_CONSUMER_MS = 24 * 3600 * 1000
@@ -163,4 +182,4 @@ async def queue_wakes(
             await pool.disconnect()
 
 
-__all__ = ["STALE_CONSUMER_MS", "RedisQueueWakes", "group_name", "queue_wakes"]
+__all__ = ["STALE_CONSUMER_MS", "WAKE_PENDING_MS", "RedisQueueWakes", "group_name", "queue_wakes"]

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from fastmcp_tasks.stores.redis.flow_scripts import FLOW_SCRIPTS
 from fastmcp_tasks.stores.redis.operations_lua import OPERATION_SCRIPTS
+from fastmcp_tasks.stores.redis.queue_wakes import WAKE_PENDING_MS
 from fastmcp_tasks.stores.redis.steps import STEP_SCRIPTS
 
 #: The change kinds `emit` also appends to the wake stream (keep in step with its Lua);
@@ -43,14 +44,34 @@ from fastmcp_tasks.stores.redis.steps import STEP_SCRIPTS
 #: before the queue stream appended `queued` to the wake stream too.
 WAKE_KINDS = frozenset({"cancel_requested", "answered"})
 
-PRELUDE = """
+PRELUDE = (
+    """
 local function is_active(s) return s == 'working' or s == 'input_required' end
+
+-- the pending mark of an application's wake-ups (`redis.queue_wakes`), from the queue stream
+local function pending_mark(queue, app)
+  if app then return queue .. ':pending:a:' .. app end
+  return queue .. ':pending:*'
+end
+
+-- whether a `queued` change wakes a worker: one that waits for a time (`not_before`) always,
+-- any other only when no claim of its application is on its way, and it marks one as such
+local function wake_due(queue, details)
+  if string.find(details, 'not_before', 1, true) then return true end
+  local ok, parsed = pcall(cjson.decode, details)
+  local app = nil
+  if ok and type(parsed) == 'table' and type(parsed.app) == 'string' then app = parsed.app end
+  return redis.call('SET', pending_mark(queue, app), '1', 'NX', 'PX', """
+    + str(WAKE_PENDING_MS)
+    + """) ~= false
+end
 
 local function emit(stream, maxlen, id, kind, status, details)
   redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*',
     't', id, 'k', kind, 's', status or '', 'd', details or '{}')
   local also = nil
-  if kind == 'queued' then also = stream .. ':queue'
+  if kind == 'queued' then
+    if wake_due(stream .. ':queue', details or '{}') then also = stream .. ':queue' end
   elseif kind == 'cancel_requested' or kind == 'answered' then also = stream .. ':wake' end
   if also then
     redis.call('XADD', also, 'MAXLEN', '~', maxlen, '*',
@@ -84,6 +105,7 @@ local function set_message(key, mode, text)
   elseif mode == 'clear' then redis.call('HDEL', key, 'status_message') end
 end
 """
+)
 
 #: ARGV[4..]: mode ('set'|'clear'), message, '1' to answer 1 instead of the task hash
 #: (`settle_message`).

@@ -1,0 +1,209 @@
+"""Redis wakes one worker per claim on its way, not one per new task (`redis.queue_wakes`).
+
+Through the store: tasks queued while a wake-up's claim has not run add no wake-up; a
+claim clears its application's mark so the next task wakes a worker again; a claim that
+fills its limit while more wait wakes another worker; a wake-up for a later time always
+goes; each application, and tasks without one, are marked apart; a mark lapses by
+itself. Through the engine, with the queue loop's safety poll an hour away (so only a
+wake-up starts a task): a burst that fills one worker reaches the next, and a burst on an
+idle pool of three is claimed in fewer rounds than it has tasks.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+from datetime import timedelta
+from pathlib import Path
+
+import anyio
+import pytest
+import redis.asyncio as aioredis
+
+from fastmcp_tasks import TaskStore
+from fastmcp_tasks.server.monitored_store import innermost
+from fastmcp_tasks.stores.base import TaskChange, TaskRecord
+from fastmcp_tasks.stores.redis import RedisTaskStore
+from fastmcp_tasks.stores.redis.queue_wakes import WAKE_PENDING_MS
+from fastmcp_tasks.testing.base import make_record
+from tests.fault_server import fault_server, store_factory
+from tests.test_redis_queue_wakes import count_claims, raw, store, wake_ups_only
+from tests.wire import memory_wire
+
+pytestmark = pytest.mark.anyio
+
+__all__ = ["raw", "store"]  # test_redis_queue_wakes's fixtures, not copied
+
+
+async def claim(store: RedisTaskStore, app: str | None, limit: int = 100) -> list[TaskRecord]:
+    return await store.claim_queued("claimer", time.time() + 60, limit, app=app)
+
+
+async def wakes_now(wakes: object) -> list[TaskChange]:
+    """Every wake-up waiting for this consumer (the store's block is 0.1 s)."""
+    got: list[TaskChange] = []
+    with anyio.fail_after(10):
+        while batch := await wakes.next(100):  # type: ignore[attr-defined]
+            got += batch
+    return got
+
+
+def mark(store: RedisTaskStore, app: str | None) -> str:
+    return f"{store.keys.queue}:pending:" + ("*" if app is None else f"a:{app}")
+
+
+async def test_tasks_queued_before_the_claim_share_one_wake_up(
+    store: RedisTaskStore, raw: aioredis.Redis
+) -> None:
+    async with store.queue_wakes("a", "w") as wakes:
+        first = [make_record(app="a") for _ in range(5)]
+        for task in first:
+            await store.create(task)
+        woken = await wakes_now(wakes)
+        assert [change.task_id for change in woken] == [first[0].task_id]
+        assert 0 < await raw.pttl(mark(store, "a")) <= WAKE_PENDING_MS
+        assert {task.task_id for task in await claim(store, "a")} == {t.task_id for t in first}
+        assert await raw.exists(mark(store, "a")) == 0  # the claim cleared it
+        later = make_record(app="a")
+        await store.create(later)
+        assert [change.task_id for change in await wakes_now(wakes)] == [later.task_id]
+
+
+async def test_a_claim_that_fills_its_limit_wakes_another_worker(
+    store: RedisTaskStore, raw: aioredis.Redis
+) -> None:
+    async with store.queue_wakes("a", "w") as wakes:
+        for _ in range(5):
+            await store.create(make_record(app="a"))
+        assert len(await wakes_now(wakes)) == 1
+        assert len(await claim(store, "a", limit=2)) == 2  # full, three wait: wake again
+        again = await wakes_now(wakes)
+        assert len(again) == 1 and again[0].details == {"app": "a"}
+        assert await raw.exists(mark(store, "a")) == 1
+        assert len(await claim(store, "a", limit=3)) == 3  # full, but none is left
+        assert await wakes_now(wakes) == []
+        assert await raw.exists(mark(store, "a")) == 0
+
+
+async def test_a_wake_up_for_a_later_time_always_goes(store: RedisTaskStore) -> None:
+    async with store.queue_wakes("a", "w") as wakes:
+        task = make_record(app="a")
+        await store.create(task)
+        await claim(store, "a")
+        await store.create(make_record(app="a"))  # marks a claim on its way
+        due = time.time() + 30
+        assert await store.retry_later(task.task_id, "claimer", due, "again soon") is not None
+        woken = await wakes_now(wakes)
+        assert len(woken) == 3  # both creations, and the retry despite the mark
+        assert woken[-1].task_id == task.task_id
+        assert woken[-1].details.get("not_before") == pytest.approx(due)
+
+
+async def test_each_application_and_tasks_without_one_are_marked_apart(
+    store: RedisTaskStore, raw: aioredis.Redis
+) -> None:
+    async with store.queue_wakes("a", "one") as one, store.queue_wakes("b", "two") as two:
+        a, b, none = make_record(app="a"), make_record(app="b"), make_record()
+        for task in (a, b, none, make_record(app="a"), make_record(app="b"), make_record()):
+            await store.create(task)
+        marks = [mark(store, "a"), mark(store, "b"), mark(store, None)]
+        assert await raw.exists(*marks) == 3
+        await claim(store, "a")  # clears a's mark only
+        assert await raw.exists(*marks) == 2 and await raw.exists(marks[0]) == 0
+        await claim(store, None)  # a claim of any application's tasks clears the unnamed one
+        assert await raw.exists(marks[2]) == 0
+        # every group gets every entry: one wake-up each for a, b and no application
+        assert [c.task_id for c in await wakes_now(one)] == [a.task_id, b.task_id, none.task_id]
+        assert [c.task_id for c in await wakes_now(two)] == [a.task_id, b.task_id, none.task_id]
+
+
+async def test_a_mark_whose_claim_never_comes_lapses(
+    store: RedisTaskStore, raw: aioredis.Redis
+) -> None:
+    async with store.queue_wakes("a", "w") as wakes:
+        await store.create(make_record(app="a"))  # its wake-up's worker "dies" unclaimed
+        assert len(await wakes_now(wakes)) == 1
+        with anyio.fail_after(5):
+            while await raw.exists(mark(store, "a")):  # noqa: ASYNC110 - Redis expires it
+                await anyio.sleep(0.02)
+        task = make_record(app="a")
+        await store.create(task)
+        assert [change.task_id for change in await wakes_now(wakes)] == [task.task_id]
+
+
+# --- through the engine ----------------------------------------------------------------
+
+
+@pytest.fixture
+async def redis_stores(tmp_path: Path) -> AsyncIterator[Callable[[], TaskStore]]:
+    make, cleanup = store_factory("redis", tmp_path)
+    yield make
+    await cleanup()
+
+
+async def test_a_burst_that_fills_one_worker_reaches_the_next(
+    redis_stores: Callable[[], TaskStore],
+) -> None:
+    lease = timedelta(seconds=5)
+    front, _, _ = fault_server(store=redis_stores(), concurrency=0, lease=lease)
+    one, one_tasks, one_probes = fault_server(store=redis_stores(), concurrency=2, lease=lease)
+    two, two_tasks, two_probes = fault_server(store=redis_stores(), concurrency=2, lease=lease)
+    keys = [f"k{n}" for n in range(4)]
+
+    def started(key: str) -> bool:
+        return any(p.event(f"{key}.started").is_set() for p in (one_probes, two_probes))
+
+    async with memory_wire(front) as wire, one._lifespan_manager(), two._lifespan_manager():
+        wake_ups_only(one_tasks)
+        wake_ups_only(two_tasks)
+        await anyio.sleep(0.3)  # the claims the wake-ups above asked for are done
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as group:
+                for key in keys:  # one wake-up for all four; two fill the worker it woke
+                    group.start_soon(wire.call_tool, "blocker", {"key": key})
+            while not all(started(key) for key in keys):  # noqa: ASYNC110 - two servers' events
+                await anyio.sleep(0.02)  # all four at once: the full claim woke the other
+        assert sorted(one_probes.runs + two_probes.runs) == keys
+        assert len(one_probes.runs) == len(two_probes.runs) == 2
+        for key in keys:
+            one_probes.release(key)
+            two_probes.release(key)
+
+
+async def test_a_burst_on_an_idle_pool_is_claimed_in_fewer_rounds_than_tasks(
+    redis_stores: Callable[[], TaskStore],
+) -> None:
+    lease = timedelta(seconds=5)
+    front, _, _ = fault_server(store=redis_stores(), concurrency=0, lease=lease)
+    workers = [fault_server(store=redis_stores(), concurrency=8, lease=lease) for _ in range(3)]
+    rounds: list[str] = []
+    async with memory_wire(front) as wire:
+        async with (
+            workers[0][0]._lifespan_manager(),
+            workers[1][0]._lifespan_manager(),
+            workers[2][0]._lifespan_manager(),
+        ):
+            for _, tasks, _ in workers:
+                wake_ups_only(tasks)
+                count_claims(tasks, rounds)
+            await anyio.sleep(0.3)  # the claims the wake-ups above asked for are done
+            rounds.clear()
+            store = innermost(workers[0][1].runner.store)
+            assert isinstance(store, RedisTaskStore)
+            before = await store._require().xlen(store.keys.queue)  # wake-ups sent so far
+            ids: list[str] = []
+
+            async def create(n: int) -> None:
+                ids.append((await wire.call_tool("quick", {"text": str(n)}))["taskId"])
+
+            with anyio.fail_after(30):
+                async with anyio.create_task_group() as group:
+                    for n in range(24):
+                        group.start_soon(create, n)
+                for task_id in ids:
+                    assert (await wire.wait(task_id))["status"] == "completed"
+            queue = innermost(workers[0][1].runner.store)
+            assert isinstance(queue, RedisTaskStore)
+            woken = await queue._require().xlen(queue.keys.queue) - before
+    assert len(rounds) < 24, rounds  # one wake-up a task would make 24 rounds or more
+    assert woken < 12, woken  # without the marks: one a task, 24
