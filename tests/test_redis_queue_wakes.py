@@ -262,8 +262,9 @@ async def test_a_claim_round_spends_the_wake_ups_held_when_it_began_only() -> No
     listener = QueueListener(Runner(free=4), None)  # type: ignore[arg-type]
     listener.held = 1
 
-    async def round_that_hears_two_more() -> None:
+    async def round_that_hears_two_more() -> bool:
         listener.held += 2  # read while its claim was under way: the next round's
+        return True  # it claimed
 
     with anyio.fail_after(5):
         await listener.take_queued(round_that_hears_two_more)

@@ -6,7 +6,9 @@ fills its limit while more wait wakes another worker; a wake-up for a later time
 goes; each application, and tasks without one, are marked apart; a mark lapses by
 itself. Through the engine, with the queue loop's safety poll an hour away (so only a
 wake-up starts a task): a burst that fills one worker reaches the next, and a burst on an
-idle pool of three is claimed in fewer rounds than it has tasks.
+idle pool of three is claimed in fewer rounds than it has tasks; tasks queued after a
+wake-up went to a worker that had filled up start on the idle one (its next claim round
+hands the wake-up on).
 """
 
 from __future__ import annotations
@@ -21,13 +23,14 @@ import pytest
 import redis.asyncio as aioredis
 
 from fastmcp_tasks import TaskStore
+from fastmcp_tasks.server.engine.queue_listener import QueueListener
 from fastmcp_tasks.server.monitored_store import innermost
 from fastmcp_tasks.stores.base import TaskChange, TaskRecord
 from fastmcp_tasks.stores.redis import RedisTaskStore
 from fastmcp_tasks.stores.redis.queue_wakes import WAKE_PENDING_MS
 from fastmcp_tasks.testing.base import make_record
 from tests.fault_server import fault_server, store_factory
-from tests.test_redis_queue_wakes import count_claims, raw, store, wake_ups_only
+from tests.test_redis_queue_wakes import Runner, count_claims, raw, store, wake_ups_only
 from tests.wire import memory_wire
 
 pytestmark = pytest.mark.anyio
@@ -207,3 +210,67 @@ async def test_a_burst_on_an_idle_pool_is_claimed_in_fewer_rounds_than_tasks(
             woken = await queue._require().xlen(queue.keys.queue) - before
     assert len(rounds) < 24, rounds  # one wake-up a task would make 24 rounds or more
     assert woken < 12, woken  # without the marks: one a task, 24
+
+
+async def test_tasks_after_a_wake_up_a_full_worker_read_start_on_the_idle_one(
+    redis_stores: Callable[[], TaskStore],
+) -> None:
+    """The full worker's listener was still waiting for one more wake-up (it had room for
+    one when it began the read), so it reads the next task's; its claim round cannot
+    claim and hands the wake-up on, instead of holding the mark until it lapses."""
+    lease = timedelta(seconds=5)
+    front, _, _ = fault_server(store=redis_stores(), concurrency=0, lease=lease)
+    full, full_tasks, probes = fault_server(store=redis_stores(), concurrency=2, lease=lease)
+    idle, idle_tasks, _ = fault_server(store=redis_stores(), concurrency=3, lease=lease)
+    async with memory_wire(front) as wire, full._lifespan_manager():
+        wake_ups_only(full_tasks)
+        await anyio.sleep(0.3)  # the claim its wake-up above asked for is done
+        async with anyio.create_task_group() as group:  # one burst, one wake-up
+            for key in ("h0", "h1"):
+                group.start_soon(wire.call_tool, "blocker", {"key": key})
+        with anyio.fail_after(10):
+            await probes.event("h0.started").wait()
+            await probes.event("h1.started").wait()
+        try:
+            async with idle._lifespan_manager():
+                wake_ups_only(idle_tasks)
+                await anyio.sleep(0.3)  # its first claim is done; it waits behind the full one
+                with anyio.fail_after(10):
+                    for n in range(3):
+                        task_id = (await wire.call_tool("quick", {"text": str(n)}))["taskId"]
+                        assert (await wire.wait(task_id))["status"] == "completed"
+        finally:
+            probes.release("h0")
+            probes.release("h1")
+
+
+class Source:
+    """A wake-up source that records what the listener hands on."""
+
+    def __init__(self) -> None:
+        self.handed_on: list[str | None] = []
+
+    async def hand_on(self, app: str | None) -> None:
+        self.handed_on.append(app)
+
+
+async def test_a_round_that_could_not_claim_hands_its_wake_ups_on() -> None:
+    runner = Runner(free=0)
+    runner.app = "app"
+    source = Source()
+    listener = QueueListener(runner, source)  # type: ignore[arg-type]
+
+    async def could_not() -> bool:
+        return False
+
+    async def claimed() -> bool:
+        return True
+
+    with anyio.fail_after(5):
+        await listener.take_queued(could_not)  # held none: nothing to hand on
+        listener.held = 1
+        await listener.take_queued(claimed)  # its claim cleared the mark itself
+        assert source.handed_on == []
+        listener.held = 2
+        await listener.take_queued(could_not)
+    assert source.handed_on == ["app"] and listener.held == 0

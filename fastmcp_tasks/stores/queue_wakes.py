@@ -9,7 +9,8 @@ the application's consumers (`consumer` names this process); `next(count)` waits
 at most `count` wake-ups not delivered to any other consumer of that application (up
 to the store's block time, then `[]`). A store may hand out fewer wake-ups than tasks
 were queued, one for each claim it asks for (a claim takes every claimable task up to
-the worker's free slots), as long as a claim that leaves tasks waiting asks for another.
+the worker's free slots), as long as a claim that leaves tasks waiting asks for another,
+and `hand_on` wakes another consumer for the wake-ups one could not act on.
 
 The engine asks for no more wake-ups than it has free slots (`engine.queue_listener`),
 so a full worker leaves the next task's wake-up to a worker that can take it. Wake-ups
@@ -49,6 +50,15 @@ class QueueWakeSource(Protocol):
     def queue_wakes(
         self, app: str | None, consumer: str
     ) -> AbstractAsyncContextManager[QueueWakes]: ...
+
+    async def hand_on(self, app: str | None) -> None:
+        """A consumer of `app` read wake-ups it cannot act on (it filled up, or stops):
+        wake another consumer if tasks of `app` wait. Harmless when none do.
+
+        Raises:
+            StoreError: the store failed.
+        """
+        ...
 
 
 def queue_wakes_of(store: TaskStore) -> QueueWakeSource | None:

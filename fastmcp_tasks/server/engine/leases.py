@@ -224,10 +224,13 @@ class LeaseKeeper:
             self.runner.accept(job, wake=False)
         return job.held
 
-    async def take_queued(self) -> None:
-        """Lease tasks of this application nobody runs yet (a front end's, or requeued)."""
+    async def take_queued(self) -> bool:
+        """Lease tasks of this application nobody runs yet (a front end's, or requeued).
+        `True` when it asked the store for some (a claim ran), `False` when it could not
+        (full, or stopping)."""
         runner = self.runner
         taken = 0
+        asked = False
         tools: dict[tuple[str, str | None], Any] = {}  # this round's lookups (`find_tool`)
         while not runner.stopping:  # shutting down: leave them for a live process
             free = runner.free_slots()
@@ -235,10 +238,11 @@ class LeaseKeeper:
                 runner.watcher.more_queued = True
                 if taken:
                     runner.watcher.claimed(taken)  # it took tasks: the next window is short
-                return
+                return asked
             if self.lost_claims:
                 await self.reclaim_lost()
             until = self.until()
+            asked = True
             try:
                 records = await self.store.claim_queued(self.owner, until, free, app=runner.app)
             except BaseException:
@@ -260,7 +264,8 @@ class LeaseKeeper:
                     runner.missed_cancels.discard(task_id)
                     await runner.cancel(task_id)  # now submitted: cancelled before it starts
             if len(records) < free:
-                return
+                return asked
+        return asked
 
     async def _start(self, record: TaskRecord, tools: dict[tuple[str, str | None], Any]) -> None:
         history = self.runner.history

@@ -112,7 +112,7 @@ async def start_loops(runner: TaskRunner, group: TaskGroup) -> None:
             beat = runner.heartbeat
             group.start_soon(periodic, "workers", beat.beat, health, beat.wait)
         group.start_soon(keep_running, "feed", runner.watcher.follow, health)
-        take: Callable[[], Awaitable[None]] = leases.take_queued
+        take: Callable[[], Awaitable[object]] = leases.take_queued
         source = queue_wakes_of(runner.store)
         if source is not None:  # wake-ups shared out among workers (`queue_listener`)
             listener = QueueListener(runner, source)

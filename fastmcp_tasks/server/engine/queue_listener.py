@@ -13,8 +13,10 @@ window, or at a retry's due time).
 
 Wake-ups are hints: the queue loop still claims when a slot frees while more may be
 waiting, when its feed subscription starts again, and on its safety poll, so a
-wake-up lost with a worker that died, or read by one that then filled up, delays a
-task by at most that poll. The listener runs supervised: a store failure ends the
+wake-up lost with a worker that died delays the tasks it stood for by at most that
+poll. One read by a worker that then filled up or began to stop is handed on by its
+next claim round (`take_queued`), which cannot claim: the store wakes another worker
+when tasks wait. The listener runs supervised: a store failure ends the
 subscription and the supervisor joins again with backoff.
 """
 
@@ -78,15 +80,20 @@ class QueueListener:
                         self.held += 1
                 await anyio.lowlevel.checkpoint()
 
-    async def take_queued(self, take: Callable[[], Awaitable[None]]) -> None:
+    async def take_queued(self, take: Callable[[], Awaitable[bool]]) -> None:
         """Run one claim round (`take`), then count the wake-ups held when it began as
-        spent (those read meanwhile wait for the next round, which they asked for)."""
+        spent (those read meanwhile wait for the next round, which they asked for). A
+        round that held wake-ups but could not claim (the worker filled up or began to
+        stop after reading them) hands them on: the store wakes another worker when tasks
+        wait (`stores.queue_wakes`), since one wake-up may stand for many tasks."""
         spent = self.held
         try:
-            await take()
+            asked = await take()
         finally:
             self.held = max(0, self.held - spent)
             self.runner.watcher.room_may_have_changed()
+        if spent and not asked:
+            await self.source.hand_on(self.runner.app)
 
 
 __all__ = ["LOOP", "ListeningRunner", "QueueListener"]

@@ -14,8 +14,9 @@ The queue loop waits in `queue_wait`: woken by a `queued` change, by a slot
 freeing while more tasks may be waiting, or after `queue_poll` seconds at the
 latest (the safety net for a change the feed trimmed), or when a retry's
 backoff (`not_before` in a `queued` change, or one this process scheduled) is
-due; wake-ups within `QUEUE_BATCH_SECONDS` of each other share one claim. Every
-worker hears every `queued` change, so with several workers most claims of a burst
+due; wake-ups within `QUEUE_BATCH_SECONDS` of each other share one claim. On a store
+without shared-out wake-ups (`stores.queue_wakes`) every worker hears every `queued`
+change, so with several workers most claims of a burst
 find the task taken already: after a claim round that took nothing the window doubles
 (up to `QUEUE_BATCH_MAX_SECONDS`), and one that took a task sets it back. The
 workers that keep losing then claim less often, so the claims per task stay about

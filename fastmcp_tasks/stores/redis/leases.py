@@ -159,6 +159,18 @@ class RedisLeases:
         """
         if limit < 1:
             return []
+        return await self._claim(owner, until, limit, app)
+
+    async def hand_on(self, app: str | None) -> None:
+        """Wake another worker of `app` for wake-ups one could not act on, when tasks wait
+        (`stores.queue_wakes`): the claim script with a limit of 0, which takes nothing,
+        clears the application's pending mark and, since it is "full", wakes a worker
+        when its queue holds tasks (`redis.queue_wakes`)."""
+        await self._claim("", 0.0, 0, app)
+
+    async def _claim(
+        self, owner: str, until: float, limit: int, app: str | None
+    ) -> list[TaskRecord]:
         one_app = ("0", "") if app is None else ("1", app)
         now = repr(time.time())
         args = [self.keys.task_base, owner, repr(float(until)), limit, *one_app, now]

@@ -17,12 +17,14 @@ for `WAKE_PENDING_MS`): while a wake-up is out and its claim has not run, the ta
 meanwhile wait for that claim, which takes every claimable task up to the worker's free
 slots. Every claim of the application (`claim_lua`) clears the mark, so the next new task
 wakes a worker again; a claim that filled its limit while more wait sets the mark and
-wakes another worker itself. A burst of tasks then costs one wake-up, one read and one
-claim round per batch window rather than one per task, and wakes one worker of an idle
-pool rather than each in turn. A mark outlives its claim only when the worker holding
-its wake-up died or stopped first, or runs an older claim script that does not clear it
-(a rolling upgrade): the tasks queued meanwhile then start with the next wake-up after
-the mark lapses, or on a worker's queue poll.
+wakes another worker itself, and so does `hand_on` for a worker that read wake-ups it
+could not act on (it filled up, or began to stop, before its claim round). A burst then
+costs one wake-up, one read and one claim round per batch window rather than one per
+task, and wakes one worker of an idle pool rather than each in turn. A mark outlives its
+claim only when the worker holding its wake-up died (or was stopped before its next claim
+round), or runs an older claim script that does not clear it (a rolling upgrade): the
+tasks queued meanwhile then start with the next wake-up after the mark lapses, or on a
+worker's queue poll.
 
 A group is created at the stream's end (`$`, with `MKSTREAM`) by its first consumer:
 tasks queued before then are found by the worker's first claim, not by wake-ups.
@@ -53,6 +55,7 @@ from fastmcp_tasks.stores.redis.feed import BATCH, blocking_connection, entry_ch
 #: How long a wake-up's pending mark lasts, ms, unless the claim it asks for clears it
 #: first (module doc): past the longest batch window (`engine.watcher`), so a mark outlives
 #: only a worker that died holding its wake-up, or one that runs an older claim script.
+#: (One that filled up or began to stop hands its wake-ups on: `hand_on`.)
 WAKE_PENDING_MS = 250
 
 #: A consumer idle this long (no read at all: a live one reads every block) is gone.
