@@ -70,6 +70,7 @@ def test_a_long_script_call_and_a_spaced_command_name_pack_alike() -> None:
     script = ("EVALSHA", "a" * 40, 8, *[f"k:{n}" for n in range(8)], *ARGUMENTS)
     assert packed(fast, *script) == packed(plain, *script)
     assert packed(fast, "CLIENT SETNAME", "me") == packed(plain, "CLIENT SETNAME", "me")
+    assert packed(fast, "SET\tX", "y") == packed(plain, "SET\tX", "y")  # split there too
     assert packed(fast, b"CLIENT", "LIST") == packed(plain, b"CLIENT", "LIST")
 
 

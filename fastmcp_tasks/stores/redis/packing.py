@@ -7,11 +7,13 @@ creation and transition scripts are, and the largest single cost a store call ha
 the client. `hiredis_packing` gives a connection class a `pack_command` that hands the
 arguments to `hiredis.pack_command` at once (about 3 µs for the same call) whenever it
 can pack them exactly as redis-py would: the connection encodes text as strict UTF-8
-(redis-py's default, which hiredis always uses), the command name has no space (redis-py
-splits `"CLIENT SETNAME"` into two arguments; hiredis would not), and hiredis accepts
-every argument (str, bytes, int, float and memoryview, each packed byte for byte as
-redis-py packs it). Anything else, a `bool`, `None` or a `bytearray`, goes to redis-py's
-own packing, which packs it or raises its `DataError`, as before.
+(redis-py's default, which hiredis always uses), the command name is letters only
+(redis-py splits one with whitespace, `"CLIENT SETNAME"`, into two arguments; hiredis
+would not), and hiredis accepts every argument (str, bytes, int, float and memoryview,
+each packed byte for byte as redis-py packs it, except a memoryview that is not
+contiguous, which redis-py refuses and hiredis packs; the store sends none). Anything
+else, a `bool`, `None` or a `bytearray`, goes to redis-py's own packing, which packs it
+or raises its `DataError`, as before.
 
 The store applies it to the connection class of each pool it builds (`store`, `feed`;
 `batching` copies the store pool's), so a `rediss://` or `unix://` URL keeps its TLS or
@@ -42,7 +44,7 @@ class _HiredisPacking:
         encoder = self.encoder
         if (
             type(first) is str
-            and " " not in first
+            and first.isalpha()
             and encoder.encoding == "utf-8"
             and encoder.encoding_errors == "strict"
         ):
