@@ -102,6 +102,34 @@ async def test_a_script_redis_lost_is_loaded_again_inside_a_batch(server: Privat
         await store.close()
 
 
+async def test_a_script_redis_lost_is_loaded_again_for_a_call_made_alone(
+    server: PrivateRedis,
+) -> None:
+    """A script call made alone goes on the own connection directly; a `NOSCRIPT` there
+    makes it again through redis-py's script object, which loads the script once."""
+    store = RedisTaskStore(server.url, prefix="alone-noscript", timeout=2)
+    await store.open()
+    raw = aioredis.Redis.from_url(server.url, decode_responses=True)
+    try:
+        with anyio.fail_after(15):
+            first = make_record()
+            await store.create(first)  # the own connection exists and the script is cached
+            await raw.script_flush()
+            errors = (await raw.info("errorstats")).get("errorstat_NOSCRIPT", {"count": 0})
+            tasks = [make_record(arguments={"n": n}) for n in range(3)]
+            for task in tasks:  # one after another: each alone
+                await store.create(task)
+            after = (await raw.info("errorstats"))["errorstat_NOSCRIPT"]["count"]
+            # the first met it twice (sent directly, then redis-py's own try before it
+            # loads the script); the others, none
+            assert after - errors["count"] == 2
+            found = await gather_gets(store, [t.task_id for t in tasks])
+            assert all(found[t.task_id] is not None for t in tasks)
+    finally:
+        await raw.aclose()
+        await store.close()
+
+
 async def test_a_redis_that_dies_under_a_batch_fails_each_call_in_time(
     server: PrivateRedis,
 ) -> None:

@@ -20,13 +20,20 @@ holding the next.
 
 A call made alone goes on one connection the store keeps for them (redis-py's own
 single-connection client, on a pool of one connection with the store pool's options,
-so `max_connections` still counts only the others: its retries, error handling and
-instrumentation as for any command), not on one taken from the pool and given back each
-time, which costs about a quarter of such a call's CPU. Before each call it is checked as
-the pool checks a connection it hands out (`ensure_connection`), so one Redis closed
-(a restart, an idle timeout) is made again instead of failing the call. While that
-connection is busy (a call the batcher handed back to its caller, made beside another),
-a call takes one from the pool as before.
+so `max_connections` still counts only the others), not on one taken from the pool and
+given back each time, which costs about a quarter of such a call's CPU. Before each call
+it is checked as the pool checks a connection it hands out (`ensure_connection`), so one
+Redis closed (a restart, an idle timeout) is made again instead of failing the call. A script
+call (every call but `get`'s `HGETALL`) is then sent and its reply read on that
+connection directly (`send_packed_command`, `read_response`; redis-py parses no script's
+reply further, in either protocol), without the client's per-command layers (a lock, a
+retry wrapper with no retries, timing for redis-py's own metrics): a quarter less CPU
+again. redis-py closes the connection when either step fails or is cancelled, as it
+does under `execute_command`; a `NOSCRIPT` (Redis lost its scripts) makes the call
+again through redis-py's script object, which loads it. `HGETALL` (whose reply redis-py
+parses by protocol), the connection's first call, and a call made while that connection
+is busy (one the batcher handed back to its caller, made beside another), go through
+redis-py's client (the last on a pool connection) as before.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.asyncio.connection import AbstractConnection
 from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import DataError, NoScriptError
@@ -76,33 +84,50 @@ class RedisCalls:
     async def script(self, script: AsyncScript, keys: list[str], args: list[Any]) -> Any:
         """Call `script` (`EVALSHA`; loaded when Redis lacks it)."""
 
-        async def alone() -> Any:
-            return await self._alone(lambda client: script(keys=keys, args=args, client=client))
+        def through(client: aioredis.Redis) -> Awaitable[Any]:
+            return script(keys=keys, args=args, client=client)
 
-        call = (("EVALSHA", script.sha, len(keys), *keys, *args), script)
-        return await self._batcher.call(call, alone)
+        command = ("EVALSHA", script.sha, len(keys), *keys, *args)
+
+        async def alone() -> Any:
+            return await self._alone(through, command)
+
+        return await self._batcher.call((command, script), alone)
 
     async def command(self, *command: Any) -> Any:
         """Run one plain command (its reply parsed as redis-py parses it)."""
 
+        def through(client: aioredis.Redis) -> Awaitable[Any]:
+            return client.execute_command(*command)
+
         async def alone() -> Any:
-            return await self._alone(lambda client: client.execute_command(*command))
+            return await self._alone(through)
 
         return await self._batcher.call((command, None), alone)
 
-    async def _alone(self, call: Callable[[aioredis.Redis], Awaitable[Any]]) -> Any:
-        """One round trip by itself: on the store's own connection unless it is busy."""
+    async def _alone(
+        self,
+        through: Callable[[aioredis.Redis], Awaitable[Any]],
+        script: tuple[Any, ...] | None = None,
+    ) -> Any:
+        """One round trip by itself: on the store's own connection unless it is busy; a
+        script call (`script`, its `EVALSHA` command) directly on it (module doc)."""
         if self._closed:
             raise _closed()
         self._stats["round_trips"] += 1
         if self._own_busy:
-            return await call(self._client)
+            return await through(self._client)
         self._own_busy = True
         try:
             held = self._own.connection
             if held is not None:  # checked as the pool checks a connection it hands out:
                 await self._own_pool.ensure_connection(held)  # one Redis closed is made again
-            return await call(self._own)
+            if held is None or script is None:  # the first call makes the connection
+                return await through(self._own)
+            try:
+                return await _round_trip(held, script)
+            except NoScriptError:  # Redis lost its scripts: redis-py's call loads it
+                return await through(self._own)
         finally:
             self._own_busy = False
 
@@ -139,6 +164,14 @@ class RedisCalls:
         self._closed = True
         await self._batcher.close()
         await self._own_pool.disconnect()
+
+
+async def _round_trip(connection: AbstractConnection, command: tuple[Any, ...]) -> Any:
+    """Send `command` on `connection` and read its reply (module doc: a call made alone).
+    The connection is closed by redis-py when either fails or is cancelled, so no reply
+    is ever left on it for the next call; an error reply is raised as redis-py raises it."""
+    await connection.send_packed_command(connection.pack_command(*command), check_health=False)
+    return await connection.read_response()
 
 
 def _closed() -> Exception:
