@@ -274,31 +274,33 @@ async def test_a_pool_of_one_still_serves_batches_beside_the_own_connection(
         await store.close()
 
 
+@pytest.mark.parametrize("read", ["get", "peek"])  # redis-py's command, a direct script
 async def test_a_call_abandoned_mid_reply_leaves_no_reply_for_the_next(
-    server: PrivateRedis,
+    server: PrivateRedis, read: str
 ) -> None:
     """A call past the store's timeout gives its connection up: the next call on it never
-    reads the abandoned call's late reply as its own (the arguments come from the reply)."""
-    store = RedisTaskStore(server.url, prefix="batch-abandoned", timeout=0.5)
+    reads the abandoned call's late reply as its own (the tool comes from the reply)."""
+    store = RedisTaskStore(server.url, prefix=f"batch-abandoned-{read}", timeout=0.5)
     await store.open()
     raw = aioredis.Redis.from_url(server.url, decode_responses=True)
+    reading = getattr(store, read)
     try:
         with anyio.fail_after(15):
-            first = make_record(arguments={"who": "first"})
-            second = make_record(arguments={"who": "second"})
+            first = make_record(tool="first")
+            second = make_record(tool="second")
             await store.create(first)
             await store.create(second)
             await raw.client_pause(1500, all=True)  # every client's command waits
             with pytest.raises(StoreError, match="unreachable"):
-                await store.get(first.task_id)
+                await reading(first.task_id)
             deadline = time.monotonic() + 5
             while True:
                 try:
-                    found = await store.get(second.task_id)
+                    found = await reading(second.task_id)
                     break
                 except StoreError:  # still paused
                     assert time.monotonic() < deadline
-            assert found is not None and found.arguments == {"who": "second"}
+            assert found is not None and found.tool == "second"
     finally:
         await raw.aclose()
         await store.close()

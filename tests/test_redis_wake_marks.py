@@ -23,6 +23,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from fastmcp_tasks import TaskStore
+from fastmcp_tasks.errors import StoreError
 from fastmcp_tasks.server.engine.queue_listener import QueueListener
 from fastmcp_tasks.server.monitored_store import innermost
 from fastmcp_tasks.stores.base import TaskChange, TaskRecord
@@ -245,32 +246,92 @@ async def test_tasks_after_a_wake_up_a_full_worker_read_start_on_the_idle_one(
 
 
 class Source:
-    """A wake-up source that records what the listener hands on."""
+    """A wake-up source that records what the listener hands on (the first `fail` fail)."""
 
-    def __init__(self) -> None:
+    def __init__(self, fail: int = 0) -> None:
         self.handed_on: list[str | None] = []
+        self.fail = fail
 
     async def hand_on(self, app: str | None) -> None:
         self.handed_on.append(app)
+        if len(self.handed_on) <= self.fail:
+            raise StoreError("blip")
 
 
-async def test_a_round_that_could_not_claim_hands_its_wake_ups_on() -> None:
+async def could_not() -> bool:
+    return False
+
+
+async def claimed() -> bool:
+    return True
+
+
+async def test_a_round_that_could_not_claim_hands_on_what_woke_it() -> None:
     runner = Runner(free=0)
     runner.app = "app"
     source = Source()
     listener = QueueListener(runner, source)  # type: ignore[arg-type]
-
-    async def could_not() -> bool:
-        return False
-
-    async def claimed() -> bool:
-        return True
-
     with anyio.fail_after(5):
-        await listener.take_queued(could_not)  # held none: nothing to hand on
         listener.held = 1
         await listener.take_queued(claimed)  # its claim cleared the mark itself
         assert source.handed_on == []
         listener.held = 2
+        await listener.take_queued(could_not)  # full: its wake-ups go to another worker
+        assert source.handed_on == ["app"] and listener.held == 0
+        await listener.take_queued(could_not)  # a retry came due, or its poll: the same
+        assert source.handed_on == ["app", "app"]
+
+
+async def test_a_failed_hand_on_is_made_again_by_the_next_round() -> None:
+    runner = Runner(free=0)
+    source = Source(fail=1)
+    listener = QueueListener(runner, source)  # type: ignore[arg-type]
+    listener.held = 1
+    with anyio.fail_after(5):
+        with pytest.raises(StoreError):
+            await listener.take_queued(could_not)
+        await listener.take_queued(could_not)  # the supervisor's next round
+    assert source.handed_on == [None, None]
+    runner.stopping = True  # stopping: best effort, the store may be closing
+    source.fail = 10
+    with anyio.fail_after(5):
         await listener.take_queued(could_not)
-    assert source.handed_on == ["app"] and listener.held == 0
+    assert len(source.handed_on) == 3
+
+
+async def test_a_retry_due_while_the_worker_told_of_it_is_full_starts_elsewhere(
+    redis_stores: Callable[[], TaskStore],
+) -> None:
+    """The retry's wake-up went to one worker, which is full when the retry comes due:
+    its round cannot claim and hands it on to the idle worker."""
+    lease = timedelta(seconds=5)
+    front, front_tasks, _ = fault_server(store=redis_stores(), concurrency=0, lease=lease)
+    busy, busy_tasks, probes = fault_server(store=redis_stores(), concurrency=2, lease=lease)
+    idle, idle_tasks, _ = fault_server(store=redis_stores(), concurrency=3, lease=lease)
+    async with memory_wire(front) as wire:
+        retried = (await wire.call_tool("quick", {"text": "r"}))["taskId"]
+        store = innermost(front_tasks.runner.store)
+        assert isinstance(store, RedisTaskStore)
+        app = front_tasks.runner.app
+        [taken] = await store.claim_queued("claimer", time.time() + 60, 1, app=app)
+        assert taken.task_id == retried
+        async with busy._lifespan_manager():
+            wake_ups_only(busy_tasks)
+            await anyio.sleep(0.3)  # the claim its wake-up above asked for is done
+            with anyio.fail_after(10):
+                await wire.call_tool("blocker", {"key": "h0"})
+                await probes.event("h0.started").wait()
+            due = time.time() + 1.5  # its wake-up goes to the busy worker, which has room
+            assert await store.retry_later(retried, "claimer", due, "again") is not None
+            await anyio.sleep(0.3)
+            with anyio.fail_after(10):
+                await wire.call_tool("blocker", {"key": "h1"})  # now it is full
+                await probes.event("h1.started").wait()
+            try:
+                async with idle._lifespan_manager():
+                    wake_ups_only(idle_tasks)
+                    with anyio.fail_after(8):
+                        assert (await wire.wait(retried))["status"] == "completed"
+            finally:
+                probes.release("h0")
+                probes.release("h1")

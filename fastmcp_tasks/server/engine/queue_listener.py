@@ -14,10 +14,11 @@ window, or at a retry's due time).
 Wake-ups are hints: the queue loop still claims when a slot frees while more may be
 waiting, when its feed subscription starts again, and on its safety poll, so a
 wake-up lost with a worker that died delays the tasks it stood for by at most that
-poll. One read by a worker that then filled up or began to stop is handed on by its
-next claim round (`take_queued`), which cannot claim: the store wakes another worker
-when tasks wait. The listener runs supervised: a store failure ends the
-subscription and the supervisor joins again with backoff.
+poll. A claim round that cannot claim (the worker filled up after reading its wake-up,
+a retry it was told of came due while it is full, it is stopping) hands on what woke
+it (`take_queued`): the store wakes another worker when tasks wait. The listener runs
+supervised: a store failure ends the subscription and the supervisor joins again with
+backoff.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Protocol
 
 import anyio
 
+from fastmcp_tasks.errors import StoreError
 from fastmcp_tasks.server.engine.watcher import ChangeWatcher
 from fastmcp_tasks.server.health import HealthMonitor
 from fastmcp_tasks.stores.queue_wakes import QueueWakeSource
@@ -83,17 +85,26 @@ class QueueListener:
     async def take_queued(self, take: Callable[[], Awaitable[bool]]) -> None:
         """Run one claim round (`take`), then count the wake-ups held when it began as
         spent (those read meanwhile wait for the next round, which they asked for). A
-        round that held wake-ups but could not claim (the worker filled up or began to
-        stop after reading them) hands them on: the store wakes another worker when tasks
-        wait (`stores.queue_wakes`), since one wake-up may stand for many tasks."""
+        round that could not claim (the worker is full, or stopping) hands on whatever
+        woke it: a wake-up it read before it filled up, a retry this worker was told of
+        coming due, its poll. The store wakes another worker when tasks wait
+        (`stores.queue_wakes`), since one wake-up may stand for many tasks; a hand-on that
+        fails is made again by the next round, which cannot claim either."""
         spent = self.held
         try:
             asked = await take()
         finally:
             self.held = max(0, self.held - spent)
             self.runner.watcher.room_may_have_changed()
-        if spent and not asked:
+        if asked:
+            return
+        if not self.runner.stopping:
             await self.source.hand_on(self.runner.app)
+            return
+        try:  # best effort: the store may be closing with the process
+            await self.source.hand_on(self.runner.app)
+        except StoreError:
+            pass
 
 
 __all__ = ["LOOP", "ListeningRunner", "QueueListener"]
