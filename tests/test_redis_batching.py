@@ -77,8 +77,13 @@ async def test_concurrent_calls_share_round_trips_and_idle_ones_do_not_wait() ->
         await store.close()
 
 
-async def test_a_script_redis_lost_is_loaded_again_inside_a_batch(server: PrivateRedis) -> None:
-    store = RedisTaskStore(server.url, prefix="batch-noscript", timeout=2)
+@pytest.mark.parametrize("made", ["in a batch", "alone"])
+async def test_a_script_redis_lost_is_loaded_again(server: PrivateRedis, made: str) -> None:
+    """A `NOSCRIPT` (Redis restarted without its script cache) is answered by loading the
+    script: inside a batch, each call it failed is made again alone; a call made alone,
+    sent directly on the own connection, is made again through redis-py's script object,
+    which loads it once."""
+    store = RedisTaskStore(server.url, prefix=f"noscript-{made[0]}", timeout=2)
     await store.open()
     raw = aioredis.Redis.from_url(server.url, decode_responses=True)
     try:
@@ -87,42 +92,21 @@ async def test_a_script_redis_lost_is_loaded_again_inside_a_batch(server: Privat
             await store.create(first)  # the create script is in Redis's cache
             await raw.script_flush()  # as after a restart without the cache
             tasks = [make_record(arguments={"n": n}) for n in range(10)]
-            errors = await raw.info("errorstats")
-            async with anyio.create_task_group() as group:
-                group.start_soon(store.get, first.task_id)  # alone: the creates queue
-                for task in tasks:
-                    group.start_soon(store.create, task)
-            after = await raw.info("errorstats")
-            noscript = after["errorstat_NOSCRIPT"]["count"] - errors["errorstat_NOSCRIPT"]["count"]
-            assert noscript >= len(tasks)  # each create of the batch met it (then alone)
-            found = await gather_gets(store, [t.task_id for t in tasks])
-            assert all(found[t.task_id] is not None for t in tasks)
-    finally:
-        await raw.aclose()
-        await store.close()
-
-
-async def test_a_script_redis_lost_is_loaded_again_for_a_call_made_alone(
-    server: PrivateRedis,
-) -> None:
-    """A script call made alone goes on the own connection directly; a `NOSCRIPT` there
-    makes it again through redis-py's script object, which loads the script once."""
-    store = RedisTaskStore(server.url, prefix="alone-noscript", timeout=2)
-    await store.open()
-    raw = aioredis.Redis.from_url(server.url, decode_responses=True)
-    try:
-        with anyio.fail_after(15):
-            first = make_record()
-            await store.create(first)  # the own connection exists and the script is cached
-            await raw.script_flush()
             errors = (await raw.info("errorstats")).get("errorstat_NOSCRIPT", {"count": 0})
-            tasks = [make_record(arguments={"n": n}) for n in range(3)]
-            for task in tasks:  # one after another: each alone
-                await store.create(task)
-            after = (await raw.info("errorstats"))["errorstat_NOSCRIPT"]["count"]
-            # the first met it twice (sent directly, then redis-py's own try before it
-            # loads the script); the others, none
-            assert after - errors["count"] == 2
+            if made == "alone":
+                for task in tasks:
+                    await store.create(task)
+            else:
+                async with anyio.create_task_group() as group:
+                    group.start_soon(store.get, first.task_id)  # alone: the creates queue
+                    for task in tasks:
+                        group.start_soon(store.create, task)
+            after = await raw.info("errorstats")
+            noscript = after["errorstat_NOSCRIPT"]["count"] - errors["count"]
+            if made == "alone":  # the first met it twice (sent directly, then redis-py's
+                assert noscript == 2  # own try before it loads the script); the rest, none
+            else:
+                assert noscript >= len(tasks)  # each create of the batch met it (then alone)
             found = await gather_gets(store, [t.task_id for t in tasks])
             assert all(found[t.task_id] is not None for t in tasks)
     finally:

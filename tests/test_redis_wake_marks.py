@@ -7,22 +7,23 @@ goes; each application, and tasks without one, are marked apart; a mark lapses b
 itself. Through the engine, with the queue loop's safety poll an hour away (so only a
 wake-up starts a task): a burst that fills one worker reaches the next, and a burst on an
 idle pool of three is claimed in fewer rounds than it has tasks; tasks queued after a
-wake-up went to a worker that had filled up start on the idle one (its next claim round
-hands the wake-up on).
+wake-up went to a worker that had filled up, and a retry that comes due while the worker
+told of it is full, start on the idle one (a claim round that cannot claim hands on what
+woke it, and a failed hand-on is made again by the next round).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from datetime import timedelta
-from pathlib import Path
 
 import anyio
 import pytest
 import redis.asyncio as aioredis
+from fastmcp import FastMCP
 
-from fastmcp_tasks import TaskStore
+from fastmcp_tasks import TasksExtension, TaskStore
 from fastmcp_tasks.errors import StoreError
 from fastmcp_tasks.server.engine.queue_listener import QueueListener
 from fastmcp_tasks.server.monitored_store import innermost
@@ -30,13 +31,22 @@ from fastmcp_tasks.stores.base import TaskChange, TaskRecord
 from fastmcp_tasks.stores.redis import RedisTaskStore
 from fastmcp_tasks.stores.redis.queue_wakes import WAKE_PENDING_MS
 from fastmcp_tasks.testing.base import make_record
-from tests.fault_server import fault_server, store_factory
-from tests.test_redis_queue_wakes import Runner, count_claims, raw, store, wake_ups_only
+from tests.fault_server import Probes, fault_server
+from tests.test_redis_queue_wakes import (
+    Runner,
+    count_claims,
+    raw,
+    redis_stores,
+    store,
+    wake_ups_only,
+)
 from tests.wire import memory_wire
 
 pytestmark = pytest.mark.anyio
 
-__all__ = ["raw", "store"]  # test_redis_queue_wakes's fixtures, not copied
+Server = tuple[FastMCP, TasksExtension, Probes]
+
+__all__ = ["raw", "redis_stores", "store"]  # test_redis_queue_wakes's fixtures, not copied
 
 
 async def claim(store: RedisTaskStore, app: str | None, limit: int = 100) -> list[TaskRecord]:
@@ -138,20 +148,17 @@ async def test_a_mark_whose_claim_never_comes_lapses(
 # --- through the engine ----------------------------------------------------------------
 
 
-@pytest.fixture
-async def redis_stores(tmp_path: Path) -> AsyncIterator[Callable[[], TaskStore]]:
-    make, cleanup = store_factory("redis", tmp_path)
-    yield make
-    await cleanup()
+def server(make: Callable[[], TaskStore], concurrency: int) -> Server:
+    """A fault server on the shared store: a front end (0) or a worker (its slots)."""
+    return fault_server(store=make(), concurrency=concurrency, lease=timedelta(seconds=5))
 
 
 async def test_a_burst_that_fills_one_worker_reaches_the_next(
     redis_stores: Callable[[], TaskStore],
 ) -> None:
-    lease = timedelta(seconds=5)
-    front, _, _ = fault_server(store=redis_stores(), concurrency=0, lease=lease)
-    one, one_tasks, one_probes = fault_server(store=redis_stores(), concurrency=2, lease=lease)
-    two, two_tasks, two_probes = fault_server(store=redis_stores(), concurrency=2, lease=lease)
+    front, _, _ = server(redis_stores, 0)
+    one, one_tasks, one_probes = server(redis_stores, 2)
+    two, two_tasks, two_probes = server(redis_stores, 2)
     keys = [f"k{n}" for n in range(4)]
 
     def started(key: str) -> bool:
@@ -177,9 +184,8 @@ async def test_a_burst_that_fills_one_worker_reaches_the_next(
 async def test_a_burst_on_an_idle_pool_is_claimed_in_fewer_rounds_than_tasks(
     redis_stores: Callable[[], TaskStore],
 ) -> None:
-    lease = timedelta(seconds=5)
-    front, _, _ = fault_server(store=redis_stores(), concurrency=0, lease=lease)
-    workers = [fault_server(store=redis_stores(), concurrency=8, lease=lease) for _ in range(3)]
+    front, _, _ = server(redis_stores, 0)
+    workers = [server(redis_stores, 8) for _ in range(3)]
     rounds: list[str] = []
     async with memory_wire(front) as wire:
         async with (
@@ -219,10 +225,9 @@ async def test_tasks_after_a_wake_up_a_full_worker_read_start_on_the_idle_one(
     """The full worker's listener was still waiting for one more wake-up (it had room for
     one when it began the read), so it reads the next task's; its claim round cannot
     claim and hands the wake-up on, instead of holding the mark until it lapses."""
-    lease = timedelta(seconds=5)
-    front, _, _ = fault_server(store=redis_stores(), concurrency=0, lease=lease)
-    full, full_tasks, probes = fault_server(store=redis_stores(), concurrency=2, lease=lease)
-    idle, idle_tasks, _ = fault_server(store=redis_stores(), concurrency=3, lease=lease)
+    front, _, _ = server(redis_stores, 0)
+    full, full_tasks, probes = server(redis_stores, 2)
+    idle, idle_tasks, _ = server(redis_stores, 3)
     async with memory_wire(front) as wire, full._lifespan_manager():
         wake_ups_only(full_tasks)
         await anyio.sleep(0.3)  # the claim its wake-up above asked for is done
@@ -304,10 +309,9 @@ async def test_a_retry_due_while_the_worker_told_of_it_is_full_starts_elsewhere(
 ) -> None:
     """The retry's wake-up went to one worker, which is full when the retry comes due:
     its round cannot claim and hands it on to the idle worker."""
-    lease = timedelta(seconds=5)
-    front, front_tasks, _ = fault_server(store=redis_stores(), concurrency=0, lease=lease)
-    busy, busy_tasks, probes = fault_server(store=redis_stores(), concurrency=2, lease=lease)
-    idle, idle_tasks, _ = fault_server(store=redis_stores(), concurrency=3, lease=lease)
+    front, front_tasks, _ = server(redis_stores, 0)
+    busy, busy_tasks, probes = server(redis_stores, 2)
+    idle, idle_tasks, _ = server(redis_stores, 3)
     async with memory_wire(front) as wire:
         retried = (await wire.call_tool("quick", {"text": "r"}))["taskId"]
         store = innermost(front_tasks.runner.store)
