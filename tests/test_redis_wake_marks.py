@@ -28,6 +28,7 @@ from fastmcp_tasks.errors import StoreError
 from fastmcp_tasks.server.engine.queue_listener import QueueListener
 from fastmcp_tasks.server.monitored_store import innermost
 from fastmcp_tasks.stores.base import TaskChange, TaskRecord
+from fastmcp_tasks.stores.queue_wakes import queue_wakes_of
 from fastmcp_tasks.stores.redis import RedisTaskStore
 from fastmcp_tasks.stores.redis.queue_wakes import WAKE_PENDING_MS
 from fastmcp_tasks.testing.base import make_record
@@ -339,3 +340,14 @@ async def test_a_retry_due_while_the_worker_told_of_it_is_full_starts_elsewhere(
             finally:
                 probes.release("h0")
                 probes.release("h1")
+
+
+async def test_a_store_with_queue_wakes_but_no_hand_on_is_followed_by_its_feed(
+    store: RedisTaskStore,
+) -> None:
+    class Older:  # a store of its own offering only the older half of the capability
+        def queue_wakes(self, app: str | None, consumer: str) -> object:
+            return store.queue_wakes(app, consumer)
+
+    assert queue_wakes_of(store) is store
+    assert queue_wakes_of(Older()) is None  # type: ignore[arg-type]

@@ -62,8 +62,9 @@ class QueueWakeSource(Protocol):
 
 
 def queue_wakes_of(store: TaskStore) -> QueueWakeSource | None:
-    """`store` as a `QueueWakeSource` (through its wrappers), or `None` when it is none."""
-    if callable(getattr(store, "queue_wakes", None)):
+    """`store` as a `QueueWakeSource` (through its wrappers), or `None` when it is none
+    (a store with `queue_wakes` but no `hand_on` too: its workers follow the feed)."""
+    if callable(getattr(store, "queue_wakes", None)) and callable(getattr(store, "hand_on", None)):
         return cast(QueueWakeSource, store)
     return None
 
