@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -35,6 +37,22 @@ __all__ = ["server"]  # the private redis-server fixture of test_redis_outages, 
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@asynccontextmanager
+async def on_private(
+    server: PrivateRedis, prefix: str, store_timeout: float
+) -> AsyncIterator[tuple[RedisTaskStore, aioredis.Redis]]:
+    """An opened store on the private server (its `timeout` `store_timeout`), and a plain
+    client of it; both closed after."""
+    store = RedisTaskStore(server.url, prefix=prefix, timeout=store_timeout)
+    await store.open()
+    raw = aioredis.Redis.from_url(server.url, decode_responses=True)
+    try:
+        yield store, raw
+    finally:
+        await raw.aclose()
+        await store.close()
 
 
 async def gather_gets(store: RedisTaskStore, ids: list[str]) -> dict[str, TaskRecord | None]:
@@ -83,10 +101,7 @@ async def test_a_script_redis_lost_is_loaded_again(server: PrivateRedis, made: s
     script: inside a batch, each call it failed is made again alone; a call made alone,
     sent directly on the own connection, is made again through redis-py's script object,
     which loads it once."""
-    store = RedisTaskStore(server.url, prefix=f"noscript-{made[0]}", timeout=2)
-    await store.open()
-    raw = aioredis.Redis.from_url(server.url, decode_responses=True)
-    try:
+    async with on_private(server, f"noscript-{made[0]}", 2) as (store, raw):
         with anyio.fail_after(15):
             first = make_record()
             await store.create(first)  # the create script is in Redis's cache
@@ -109,9 +124,6 @@ async def test_a_script_redis_lost_is_loaded_again(server: PrivateRedis, made: s
                 assert noscript >= len(tasks)  # each create of the batch met it (then alone)
             found = await gather_gets(store, [t.task_id for t in tasks])
             assert all(found[t.task_id] is not None for t in tasks)
-    finally:
-        await raw.aclose()
-        await store.close()
 
 
 async def test_a_redis_that_dies_under_a_batch_fails_each_call_in_time(
@@ -264,11 +276,8 @@ async def test_a_call_abandoned_mid_reply_leaves_no_reply_for_the_next(
 ) -> None:
     """A call past the store's timeout gives its connection up: the next call on it never
     reads the abandoned call's late reply as its own (the tool comes from the reply)."""
-    store = RedisTaskStore(server.url, prefix=f"batch-abandoned-{read}", timeout=0.5)
-    await store.open()
-    raw = aioredis.Redis.from_url(server.url, decode_responses=True)
-    reading = getattr(store, read)
-    try:
+    async with on_private(server, f"batch-abandoned-{read}", 0.5) as (store, raw):
+        reading = getattr(store, read)
         with anyio.fail_after(15):
             first = make_record(tool="first")
             second = make_record(tool="second")
@@ -285,19 +294,13 @@ async def test_a_call_abandoned_mid_reply_leaves_no_reply_for_the_next(
                 except StoreError:  # still paused
                     assert time.monotonic() < deadline
             assert found is not None and found.tool == "second"
-    finally:
-        await raw.aclose()
-        await store.close()
 
 
 async def test_closing_under_a_call_made_alone_fails_it_as_a_store_error(
     server: PrivateRedis,
 ) -> None:
-    store = RedisTaskStore(server.url, prefix="own-closed", timeout=3)
-    await store.open()
-    raw = aioredis.Redis.from_url(server.url, decode_responses=True)
     outcome: list[BaseException | object] = []
-    try:
+    async with on_private(server, "own-closed", 3) as (store, raw):
         with anyio.fail_after(15):
             task = make_record()
             await store.create(task)
@@ -315,7 +318,4 @@ async def test_closing_under_a_call_made_alone_fails_it_as_a_store_error(
                 while not calls._own_busy:  # noqa: ASYNC110 - the call offers no event
                     await anyio.sleep(0.01)
                 await store.close()  # (sent or not yet: either way a connection error)
-    finally:
-        await raw.aclose()
-        await store.close()
     assert len(outcome) == 1 and isinstance(outcome[0], StoreError), outcome
