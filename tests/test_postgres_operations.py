@@ -264,9 +264,10 @@ async def plan_after_growth(store: PostgresTaskStore, statement: str, **params: 
     """The plan `statement` runs with once the table grew from one task to 3,001: prepared
     and run once with a generic plan while the table held one task (the plan a connection
     keeps until the table is analyzed again), then the table grown, autovacuum off."""
-    names = [name for name in (*TYPES, "now") if f"%({name})s" in statement]
-    for n, name in enumerate(names, 1):
-        statement = statement.replace(f"%({name})s", f"${n}")
+    placeholders = {f"%({name}){form}": name for name in (*TYPES, "now") for form in "sb"}
+    names = list(dict.fromkeys(name for mark, name in placeholders.items() if mark in statement))
+    for n, name in enumerate(names, 1):  # a list goes in binary (`%(ids)b`), a float as text
+        statement = statement.replace(f"%({name})s", f"${n}").replace(f"%({name})b", f"${n}")
     assert "%(" not in statement
     types = [TYPES.get(name, "float8") for name in names]
     run = f"EXECUTE checked({', '.join(f'%s::{kind}' for kind in types)})"

@@ -17,6 +17,11 @@ from dataclasses import dataclass
 from fastmcp_tasks.stores.postgres.schema import COLUMNS, GATED, HOLDING, READY
 
 _NULLS = ", ".join(["NULL"] * len(COLUMNS))
+#: The longest statement (bytes) whose conversion psycopg caches: a longer one is parsed
+#: again each time it is sent (its `MAX_CACHED_STATEMENT_LENGTH`). Every statement of the
+#: store stays within it for any schema name PostgreSQL allows (63 bytes); the longest,
+#: the ungated claim and `start_run`, name their many columns through a short alias.
+CACHED_LENGTH = 4096
 DUE = "(not_before IS NULL OR not_before <= %(now)s)"
 
 
@@ -55,7 +60,10 @@ def claim_statements(t: str, app: str, change: str, note: str) -> ClaimStatement
     ready = f"SELECT task_id{{more}} FROM {t} WHERE {READY} {app}AND {DUE} {{extra}}" + (
         "ORDER BY created_at LIMIT %(limit)s FOR NO KEY UPDATE SKIP LOCKED"
     )
-    returning = ", ".join(f"{t}.{c}" for c in COLUMNS)
+    # The leased rows are returned through the alias `x`: named by the table, 27 columns
+    # would make the statement longer than psycopg caches the parsing of
+    # (`CACHED_LENGTH`) for a long schema name, and it would be parsed at every claim.
+    returning = ", ".join(f"x.{c}" for c in COLUMNS)
     # Each task's run begins with its claim (`stores.phases`): an unleased task always waits
     # (a NULL phase too: a row from before phases). Its message is cleared, with its
     # `message` change, unless it waits to restart (the engine then writes nothing when
@@ -70,11 +78,11 @@ picked AS ({
         )
     }),
 u AS (
-    UPDATE {t} SET lease_owner = %(owner)s, lease_expires = %(until)s,
-        attempts = {t}.attempts + 1, not_before = NULL, phase = 'running',
-        status_message = CASE WHEN picked.clears THEN NULL ELSE {t}.status_message END,
-        updated_at = CASE WHEN picked.clears THEN %(now)s ELSE {t}.updated_at END
-    FROM picked WHERE {t}.task_id = picked.task_id
+    UPDATE {t} AS x SET lease_owner = %(owner)s, lease_expires = %(until)s,
+        attempts = x.attempts + 1, not_before = NULL, phase = 'running',
+        status_message = CASE WHEN picked.clears THEN NULL ELSE x.status_message END,
+        updated_at = CASE WHEN picked.clears THEN %(now)s ELSE x.updated_at END
+    FROM picked WHERE x.task_id = picked.task_id
     RETURNING {returning}, picked.clears
 ),
 ch AS ({change} SELECT task_id, 'message', status, '{{}}', %(now)s FROM u
@@ -99,10 +107,10 @@ SELECT c.task_id, c.created_at, c.owner, c.gate, c.gate_limit FROM o, LATERAL (
     return ClaimStatements(
         claim_ready=fast,
         rooms_of=f"WITH RECURSIVE {gates}\n"
-        f"{rooms.format(only='AND g.gate = ANY(%(gates)s::text[])')}",
+        f"{rooms.format(only='AND g.gate = ANY(%(gates)b::text[])')}",
         ready_ids=ready.format(more=", created_at", extra=""),
         candidates=candidates,
     )
 
 
-__all__ = ["DUE", "ClaimStatements", "claim_statements"]
+__all__ = ["CACHED_LENGTH", "DUE", "ClaimStatements", "claim_statements"]

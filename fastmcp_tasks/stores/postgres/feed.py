@@ -374,18 +374,22 @@ class PostgresChangeFeed:
                 )
             self._gap_since = None
             self.watermark = int(seq)
-            self._dispatch(int(seq), TaskChange(task_id, kind, status, details_of(details)))
+            self._dispatch(int(seq), task_id, kind, status, details)
         return None
 
     def _stale(self) -> bool:
         since = self._gap_since
         return since is not None and time.monotonic() - since >= self.gap_timeout
 
-    def _dispatch(self, seq: int, change: TaskChange) -> None:
+    def _dispatch(self, seq: int, task_id: str, kind: Any, status: Any, details: str) -> None:
+        """Hand a row to the subscribers that select it (only then are `details` decoded)."""
+        change: TaskChange | None = None
         for sub in list(self._subscribers):
-            if (sub.task_ids is None or change.task_id in sub.task_ids) and (
-                sub.kinds is None or change.kind in sub.kinds
+            if (sub.task_ids is None or task_id in sub.task_ids) and (
+                sub.kinds is None or kind in sub.kinds
             ):
+                if change is None:
+                    change = TaskChange(task_id, kind, status, details_of(details))
                 try:
                     sub.send.send_nowait((seq, change))
                 except (anyio.ClosedResourceError, anyio.BrokenResourceError):

@@ -34,7 +34,7 @@ class PostgresListing(PostgresConnections):
         """`get_many`'s statement: by primary key, whatever plan is cached (module doc)."""
         tasks = f"{self.sql.schema}.tasks"
         return (
-            "SELECT k.* FROM (SELECT DISTINCT unnest(%(ids)s::text[]) AS id) AS d, LATERAL "
+            "SELECT k.* FROM (SELECT DISTINCT unnest(%(ids)b::text[]) AS id) AS d, LATERAL "
             f"(SELECT {SELECT_COLUMNS} FROM {tasks} WHERE task_id = d.id AND {LIVE} LIMIT 1) AS k"
         )
 
@@ -59,7 +59,7 @@ class PostgresListing(PostgresConnections):
         where = [LIVE]
         params: dict[str, Any] = {"now": time.time(), "limit": limit}
         if statuses != ALL_STATUSES:
-            where.append("status = ANY(%(statuses)s::text[])")
+            where.append("status = ANY(%(statuses)b::text[])")
             params["statuses"] = sorted(statuses)
         if owner is not None:
             where.append("owner = %(owner)s")

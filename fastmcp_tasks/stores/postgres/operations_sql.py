@@ -47,8 +47,8 @@ class OperationStatements:
         events = f"{s}.task_events"
         self.add_events = f"""
 WITH e AS (
-    SELECT * FROM unnest(%(ids)s::text[], %(ats)s::float8[], %(kinds)s::text[],
-        %(details)s::text[]) WITH ORDINALITY AS e(task_id, at, kind, details, i)
+    SELECT * FROM unnest(%(ids)b::text[], %(ats)b::float8[], %(kinds)b::text[],
+        %(details)b::text[]) WITH ORDINALITY AS e(task_id, at, kind, details, i)
 ),
 live AS (
     SELECT k.task_id FROM (SELECT DISTINCT task_id FROM e) d CROSS JOIN LATERAL (

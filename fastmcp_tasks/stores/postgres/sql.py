@@ -172,7 +172,7 @@ WITH u AS (
             ELSE input_requests END,
         answers = CASE WHEN {terminal} THEN NULL ELSE answers END,
         context = CASE WHEN {terminal} THEN NULL ELSE context END
-    WHERE task_id = %(id)s AND status = ANY(%(sources)s::text[])
+    WHERE task_id = %(id)s AND status = ANY(%(sources)b::text[])
     RETURNING {SELECT_COLUMNS}
 ),
 ch AS (
@@ -226,7 +226,7 @@ WITH u AS (
 ),
 ch AS ({change}
     SELECT %(id)s, e.kind, %(status)s, e.details, %(now)s
-    FROM unnest(%(kinds)s::text[], %(details)s::text[]) WITH ORDINALITY AS e(kind, details, i)
+    FROM unnest(%(kinds)b::text[], %(details)b::text[]) WITH ORDINALITY AS e(kind, details, i)
     ORDER BY e.i RETURNING seq, kind),
 {note}
 SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM note)"""
@@ -238,7 +238,7 @@ WHERE task_id = %(id)s AND {ACTIVE} AND (lease_owner IS NULL OR lease_owner = %(
     OR lease_owner = %(expect)s::text OR COALESCE(lease_expires, 0) <= %(now)s)
 RETURNING {SELECT_COLUMNS}"""
         self.renew = (
-            f"UPDATE {t} SET lease_expires = %(until)s WHERE task_id = ANY(%(ids)s::text[]) "
+            f"UPDATE {t} SET lease_expires = %(until)s WHERE task_id = ANY(%(ids)b::text[]) "
             f"AND lease_owner = %(owner)s AND {ACTIVE}"
         )
         #: A run that had begun (`phase` running, or none) waits to restart (`rules.give_back`).
@@ -264,11 +264,11 @@ WITH old AS (
     FOR NO KEY UPDATE
 ),
 u AS (
-    UPDATE {t} SET phase = 'running', attempts = {t}.attempts + 1,
+    UPDATE {t} AS x SET phase = 'running', attempts = x.attempts + 1,
         status_message = %(message)s::text,
-        updated_at = CASE WHEN old.changed THEN %(now)s ELSE {t}.updated_at END
-    FROM old WHERE {t}.task_id = old.task_id AND old.begins
-    RETURNING {", ".join(f"{t}.{c}" for c in COLUMNS)}, old.changed
+        updated_at = CASE WHEN old.changed THEN %(now)s ELSE x.updated_at END
+    FROM old WHERE x.task_id = old.task_id AND old.begins
+    RETURNING {", ".join(f"x.{c}" for c in COLUMNS)}, old.changed
 ),
 ch AS ({change} SELECT task_id, 'message', status, '{{}}', %(now)s FROM u WHERE changed
     RETURNING seq, kind),
@@ -290,19 +290,19 @@ SELECT {SELECT_COLUMNS}, 0 FROM {t} WHERE task_id = (SELECT task_id FROM old WHE
         self.any_app = claim_statements(t, "", change, note)
         self.lease_many = f"""
 UPDATE {t} SET lease_owner = %(owner)s, lease_expires = %(until)s, not_before = NULL
-WHERE task_id = ANY(%(ids)s::text[]) AND {UNLEASED}
+WHERE task_id = ANY(%(ids)b::text[]) AND {UNLEASED}
 RETURNING {SELECT_COLUMNS}"""
         #: Each gate's lock, taken in one order by every claimer (no deadlock between two).
         self.lock_gates = (
             "SELECT pg_advisory_xact_lock(hashtextextended(%(prefix)s || g, 0)) FROM "
-            '(SELECT g FROM unnest(%(gates)s::text[]) AS g ORDER BY g COLLATE "C") o'
+            '(SELECT g FROM unnest(%(gates)b::text[]) AS g ORDER BY g COLLATE "C") o'
         )
         self.turns = (
-            f"SELECT gate, owner, turn FROM {s}.gate_turns WHERE gate = ANY(%(gates)s::text[])"
+            f"SELECT gate, owner, turn FROM {s}.gate_turns WHERE gate = ANY(%(gates)b::text[])"
         )
         self.save_turns = (
             f"INSERT INTO {s}.gate_turns (gate, owner, turn) "
-            "SELECT * FROM unnest(%(gates)s::text[], %(owners)s::text[], %(turns)s::bigint[]) "
+            "SELECT * FROM unnest(%(gates)b::text[], %(owners)b::text[], %(turns)b::bigint[]) "
             "ON CONFLICT (gate, owner) DO UPDATE SET turn = excluded.turn"
         )
         self.forget_turns = (
@@ -336,7 +336,7 @@ stones AS (
 SELECT count(*) FROM gone"""
         self.purge_finished = removal.format(where=ended)
         #: `purge_finished` of the live terminal tasks among `%(ids)s` (`delete_finished`).
-        chosen = f"task_id = ANY(%(ids)s::text[]) AND {LIVE} AND {ended[ended.index('status') :]}"
+        chosen = f"task_id = ANY(%(ids)b::text[]) AND {LIVE} AND {ended[ended.index('status') :]}"
         self.delete_finished = removal.format(where=chosen)
         self.tombstone = f"""
 SELECT owner, expires_at, 'expired', true FROM {t} WHERE task_id = %(id)s
