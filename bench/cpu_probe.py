@@ -5,7 +5,9 @@ store's connections (found in `pg_stat_activity` by the `application_name` the s
 gives them, `fastmcp-tasks:<schema>` and `fastmcp-tasks-feed:<schema>`) and, apart, the
 server's background processes (WAL writer, checkpointer, background writer, ...), which
 the whole host shares, so other load on the server shows up there. `Meter` reads them
-all for one configuration, and asks each process for its store round trips.
+all for one configuration, counts the voluntary context switches of the front end's and
+the workers' threads (a thread that blocks: a hop between threads or processes, a wait
+for the network), and asks each process for its store round trips.
 """
 
 from __future__ import annotations
@@ -31,6 +33,18 @@ def proc_cpu(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def proc_switches(pid: int) -> int:
+    """Voluntary context switches of every thread of process `pid` so far (0 once it is
+    gone): each time a thread blocked (a wait for the network, a lock, another thread)."""
+    total = 0
+    for status in Path(f"/proc/{pid}/task").glob("*/status"):
+        with contextlib.suppress(OSError):
+            for text in status.read_text().splitlines():
+                if text.startswith("voluntary_ctxt_switches:"):
+                    total += int(text.split()[1])
+    return total
 
 
 def redis_pid(url: str) -> int:
@@ -95,6 +109,8 @@ class Meter:
     def sample(self) -> dict[str, Any]:
         out: dict[str, Any] = {"front_end": proc_cpu(self.front.proc.pid)}
         out["workers"] = [proc_cpu(w.proc.pid) for w in self.workers]
+        pids = [self.front.proc.pid, *(w.proc.pid for w in self.workers)]
+        out["switches"] = sum(proc_switches(pid) for pid in pids)
         if self.redis is not None:
             out["redis"] = proc_cpu(self.redis)
         if self.pg is not None:
@@ -120,6 +136,7 @@ class Meter:
     def delta(self, before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {"front_end": after["front_end"] - before["front_end"]}
         out["workers"] = [b - a for a, b in zip(before["workers"], after["workers"], strict=True)]
+        out["switches"] = after["switches"] - before["switches"]
         if "redis" in after:
             out["store_server"] = after["redis"] - before["redis"]
         if self.pg is not None:

@@ -82,6 +82,10 @@ def per_task(
     out["get_p50_us"] = tasks["get_p50_us"]
     out["regets"] = tasks["regets"]
     out["store_ops"] = round(tasks["store_operations"] / n, 2)
+    # blocking waits of the front end's and the workers' threads: per task, and per sync
+    # call (the front end and the idle workers while the sync calls ran)
+    out["switches"] = round(total["switches"] / n, 2)
+    out["sync_switches"] = round(sync["switches"] / n, 2)
     return out
 
 
@@ -91,7 +95,8 @@ def line(run: dict[str, Any]) -> str:
         f"(front {run['front_end_ms']:.2f}, workers {run['workers_ms']:.2f}, "
         f"store {run['store_server_ms']:.2f}) / sync {run['sync_ms']:.2f} = {run['ratio']:.2f} "
         f"(floor {run['floor']:.2f}: a request {run['request_ms']:.2f} ms; "
-        f"{run['over_floor_ms']:.2f} ms over it; {run['store_ops']:.2f} store round trips)"
+        f"{run['over_floor_ms']:.2f} ms over it; {run['store_ops']:.2f} store round trips; "
+        f"{run['switches']:.1f} context switches, a sync call {run['sync_switches']:.1f})"
     )
 
 

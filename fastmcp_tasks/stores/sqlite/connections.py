@@ -2,7 +2,8 @@
 
 `SQLiteConnections` owns what `open` acquires and `close` releases: the
 read-write connection and its writer thread (`_run`), the read-only connection
-and its reader thread (`_read`, and the change feed's polls), the event that
+and its reader thread (`_read`, and the change feed's polls), the event loop's own
+read-only connection for point reads (`_read_here`, which never waits), the event that
 wakes this instance's feeds after a local write, and the subscriptions
 (`changes`). It also validates the store's options and keeps `stats`.
 """
@@ -87,6 +88,7 @@ class SQLiteConnections:
         self._lock = threading.Lock()
         self._writer: SQLiteWriter | None = None
         self._reader: SQLiteWriter | None = None
+        self._here: sqlite3.Connection | None = None
         self._wake = anyio.Event()
         self._feeds: set[Feed] = set()
 
@@ -107,6 +109,8 @@ class SQLiteConnections:
             self._locked(conn, Tx.use_wal, write=False)
             reader = self._connect()
             reader.execute("PRAGMA query_only = ON")
+            here = self._connect(busy_timeout=0.0)
+            here.execute("PRAGMA query_only = ON")
         except StoreError as exc:
             conn.close()
             cause = exc.__cause__
@@ -117,15 +121,17 @@ class SQLiteConnections:
             conn.close()
             raise
         self._conn, self._changes = conn, ChangeReader(reader, where, self.stats)
+        self._here = here
         self._writer = SQLiteWriter(conn, where, self.busy_retries, self.stats)
         self._reader = SQLiteWriter(reader, where, self.busy_retries, self.stats, read_only=True)
 
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self, busy_timeout: float | None = None) -> sqlite3.Connection:
+        wait = self.busy_timeout if busy_timeout is None else busy_timeout
         try:
             conn = sqlite3.connect(
-                self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
+                self.path, timeout=wait, isolation_level=None, check_same_thread=False
             )
-            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+            conn.execute(f"PRAGMA busy_timeout = {int(wait * 1000)}")
         except sqlite3.Error as exc:
             raise ConfigurationError(f"SQLite task store {str(self.path)!r}: {exc}") from exc
         return conn
@@ -138,6 +144,9 @@ class SQLiteConnections:
         await anyio.to_thread.run_sync(self._close)
 
     def _close(self) -> None:
+        here, self._here = self._here, None
+        if here is not None:
+            here.close()
         writer, self._writer = self._writer, None
         reader, self._reader = self._reader, None
         for thread in (writer, reader):
@@ -171,6 +180,22 @@ class SQLiteConnections:
         if reader is None:
             raise StoreError(f"SQLite task store {str(self.path)!r} is not open")
         value, _ = await reader.submit(fn, False)
+        return value
+
+    async def _read_here(self, fn: Callable[[Tx], T]) -> T:
+        """`fn(tx)` on the event loop's own read-only connection, which never waits for a
+        lock (busy: the reader thread instead): a point read by primary key costs less
+        than the two thread switches of a hop to the reader."""
+        conn = self._here
+        if conn is None:
+            raise StoreError(f"SQLite task store {str(self.path)!r} is not open")
+        try:
+            value = fn(Tx(conn))
+        except sqlite3.Error as exc:
+            if schema.is_busy(exc):
+                return await self._read(fn)
+            raise StoreError(f"SQLite task store {str(self.path)!r}: {exc}") from exc
+        self.stats.reads += 1
         return value
 
     async def _poll(self, after: int, seen: int) -> tuple[int, Rows]:
