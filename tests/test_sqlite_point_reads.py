@@ -12,6 +12,9 @@ recovered after a crash, so the refusal is played by the connection here).
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +25,8 @@ import pytest
 from fastmcp_tasks.errors import StoreError
 from fastmcp_tasks.stores.sqlite.writer import SQLiteWriter
 from tests.test_sqlite_store import opened, record
+
+REPO = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.anyio
 
@@ -115,3 +120,74 @@ async def test_a_point_read_of_a_closed_store_is_a_store_error(tmp_path: Path) -
         await store.create(task)
     with anyio.fail_after(5), pytest.raises(StoreError, match="not open"):
         await store.get(task.task_id)
+
+
+async def test_a_gated_queue_reads_its_rooms_on_the_reader_thread(
+    tmp_path: Path, hops: list[str]
+) -> None:
+    with anyio.fail_after(10):
+        async with opened(tmp_path / "gated.db") as store:
+            held = record(gate="g", gate_limit=1)
+            await store.create(held)
+            assert [r.task_id for r in await store.claim_queued("w", time.time() + 60, 4)] == [
+                held.task_id
+            ]
+            waiting = record(gate="g", gate_limit=1)
+            await store.create(waiting)
+            del hops[:]
+            assert await store.claim_queued("w", time.time() + 60, 4) == []  # the gate is full
+            assert len(hops) == 1  # its rooms, a seek and a count a gate: not on the loop
+            await store.transition(held.task_id, "completed", result={"content": []})
+            claimed = await store.claim_queued("w", time.time() + 60, 4)
+            assert [r.task_id for r in claimed] == [waiting.task_id]
+
+
+#: Reads on the loop's own connection racing the store's close, many times over: each
+#: answers or says the store is not open; none may find its connection closed under it.
+CLOSING_RACE = """
+import asyncio, sys, tempfile
+from pathlib import Path
+from fastmcp_tasks.errors import StoreError
+from fastmcp_tasks.stores.sqlite import SQLiteTaskStore
+from fastmcp_tasks.testing import make_record
+
+async def main():
+    outcomes = {"read": 0, "closed": 0}
+    with tempfile.TemporaryDirectory() as tmp:
+        for round in range(150):
+            store = SQLiteTaskStore(Path(tmp) / f"race{round}.db")
+            await store.open()
+            task = make_record()
+            await store.create(task)
+
+            async def reader():
+                while True:
+                    try:
+                        await store.get(task.task_id)
+                        await store.peek(task.task_id)
+                        outcomes["read"] += 1
+                    except StoreError:
+                        outcomes["closed"] += 1
+                        return
+                    await asyncio.sleep(0)
+
+            readers = [asyncio.create_task(reader()) for _ in range(4)]
+            await asyncio.sleep(0)
+            await store.close()
+            await asyncio.gather(*readers)
+    print(outcomes["read"] > 0, outcomes["closed"] == 600)
+
+asyncio.run(main())
+"""
+
+
+def test_point_reads_racing_close_end_cleanly() -> None:
+    done = subprocess.run(
+        [sys.executable, "-X", "faulthandler", "-c", textwrap.dedent(CLOSING_RACE)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["True", "True"]

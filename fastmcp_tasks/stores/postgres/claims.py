@@ -19,8 +19,9 @@ from fastmcp_tasks.stores.postgres.schema import COLUMNS, GATED, HOLDING, READY
 _NULLS = ", ".join(["NULL"] * len(COLUMNS))
 #: The longest statement (bytes) whose conversion psycopg caches: a longer one is parsed
 #: again each time it is sent (its `MAX_CACHED_STATEMENT_LENGTH`). Every statement of the
-#: store stays within it for any schema name PostgreSQL allows (63 bytes); the longest,
-#: the ungated claim and `start_run`, name their many columns through a short alias.
+#: store stays within it for any schema name PostgreSQL allows (63 bytes); the longest
+#: (the ungated claim, `start_run`, a paused tool's hold) name their many columns
+#: through a short alias.
 CACHED_LENGTH = 4096
 DUE = "(not_before IS NULL OR not_before <= %(now)s)"
 

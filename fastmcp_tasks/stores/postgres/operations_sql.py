@@ -122,16 +122,16 @@ WITH old AS (
     FOR NO KEY UPDATE OF k FOR KEY SHARE OF p
 ),
 u AS (
-    UPDATE {t} SET lease_owner = NULL, lease_expires = NULL, not_before = %(held)s,
-        phase = CASE WHEN {t}.phase = 'running' AND {t}.attempts <= 1 THEN 'queued'
-            WHEN {t}.phase IS NULL OR {t}.phase = 'running' THEN 'restart'
-            ELSE {t}.phase END,
-        attempts = CASE WHEN {t}.phase = 'running' THEN GREATEST({t}.attempts - 1, 0)
-            ELSE {t}.attempts END,
+    UPDATE {t} AS x SET lease_owner = NULL, lease_expires = NULL, not_before = %(held)s,
+        phase = CASE WHEN x.phase = 'running' AND x.attempts <= 1 THEN 'queued'
+            WHEN x.phase IS NULL OR x.phase = 'running' THEN 'restart'
+            ELSE x.phase END,
+        attempts = CASE WHEN x.phase = 'running' THEN GREATEST(x.attempts - 1, 0)
+            ELSE x.attempts END,
         status_message = %(message)s::text,
-        updated_at = CASE WHEN old.changed THEN %(now)s ELSE {t}.updated_at END
-    FROM old WHERE {t}.task_id = old.task_id
-    RETURNING {", ".join(f"{t}.{c}" for c in COLUMNS)}, old.changed
+        updated_at = CASE WHEN old.changed THEN %(now)s ELSE x.updated_at END
+    FROM old WHERE x.task_id = old.task_id
+    RETURNING {", ".join(f"x.{c}" for c in COLUMNS)}, old.changed
 ),
 ch AS (
     {change}

@@ -107,10 +107,12 @@ class SQLiteConnections:
         try:
             self._locked(conn, lambda tx: schema.prepare(tx.conn, path), write=True)
             self._locked(conn, Tx.use_wal, write=False)
-            reader = self._connect()
-            reader.execute("PRAGMA query_only = ON")
-            here = self._connect(busy_timeout=0.0)
-            here.execute("PRAGMA query_only = ON")
+            reader = self._read_only(self.busy_timeout)
+            try:
+                here = self._read_only(0.0)
+            except BaseException:
+                reader.close()
+                raise
         except StoreError as exc:
             conn.close()
             cause = exc.__cause__
@@ -124,6 +126,17 @@ class SQLiteConnections:
         self._here = here
         self._writer = SQLiteWriter(conn, where, self.busy_retries, self.stats)
         self._reader = SQLiteWriter(reader, where, self.busy_retries, self.stats, read_only=True)
+
+    def _read_only(self, busy_timeout: float) -> sqlite3.Connection:
+        """A read-only connection waiting at most `busy_timeout` for a lock (closed again
+        if it cannot be made read-only)."""
+        conn = self._connect(busy_timeout)
+        try:
+            conn.execute("PRAGMA query_only = ON")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
     def _connect(self, busy_timeout: float | None = None) -> sqlite3.Connection:
         wait = self.busy_timeout if busy_timeout is None else busy_timeout
@@ -141,12 +154,15 @@ class SQLiteConnections:
             feed.closed = True
         self._feeds.clear()
         self._notify()
-        await anyio.to_thread.run_sync(self._close)
-
-    def _close(self) -> None:
+        # The loop's own connection is closed here, on the loop, where every read on it
+        # runs start to end: closed from the thread, it could go under a read in progress
+        # (which crashes the interpreter, not just the read).
         here, self._here = self._here, None
         if here is not None:
             here.close()
+        await anyio.to_thread.run_sync(self._close)
+
+    def _close(self) -> None:
         writer, self._writer = self._writer, None
         reader, self._reader = self._reader, None
         for thread in (writer, reader):
