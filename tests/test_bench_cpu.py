@@ -46,6 +46,7 @@ def test_a_tiny_run_measures_every_process_and_the_floor(tmp_path: Path) -> None
     assert runs[0]["store_ops"] == 0  # the memory store makes no round trip
     assert runs[1]["store_ops"] > 0  # SQLite: transactions, reads and feed polls
     assert runs[1]["workers_ms"] > 0  # the worker process ran the tasks
+    assert runs[1]["switches"] > 0  # SQLite's threads and the worker blocked at times
     assert "| sqlite | 1 |" in stdout and "floor" in stdout
 
 
@@ -57,7 +58,7 @@ def test_each_repeat_is_a_run_of_its_own(tmp_path: Path) -> None:
 
 
 def test_the_report_adds_up() -> None:
-    seconds = {"front_end": 2.0, "workers": [0.5, 0.25], "store_server": 0.25}
+    seconds = {"front_end": 2.0, "workers": [0.5, 0.25], "store_server": 0.25, "switches": 9000}
     tasks = {
         "total": seconds,
         "front_end_create": 1.25,
@@ -69,13 +70,14 @@ def test_the_report_adds_up() -> None:
         "floor": 0.5,  # 1,000 cheapest requests: 0.5 ms each
         "store_operations": 4500,  # every process's store round trips over the phase
     }
-    sync = {"front_end": 1.0, "workers": [0.0, 0.0], "store_server": 0.0}
+    sync = {"front_end": 1.0, "workers": [0.0, 0.0], "store_server": 0.0, "switches": 50}
     run = cpu_report.per_task("redis", 2, 1000, sync, 800.0, tasks)
     assert run["task_ms"] == 3.0 and run["sync_ms"] == 1.0 and run["ratio"] == 3.0
     assert run["request_ms"] == 0.5 and run["floor"] == 1.5
     assert run["over_floor_ms"] == pytest.approx(1.5)
     assert run["each_worker_ms"] == [0.5, 0.25]
     assert run["store_ops"] == 4.5
+    assert run["switches"] == 9.0 and run["sync_switches"] == 0.05
     merged = cpu_report.merge([{"a": 1.0, "b": [1.0], "x_ns": [1]}, {"a": 2.0, "b": [2.0]}])
     assert merged == {"a": 3.0, "b": [3.0], "x_ns": [1]}
 

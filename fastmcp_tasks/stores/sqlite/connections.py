@@ -2,8 +2,7 @@
 
 `SQLiteConnections` owns what `open` acquires and `close` releases: the
 read-write connection and its writer thread (`_run`), the read-only connection
-and its reader thread (`_read`, and the change feed's polls), the event loop's own
-read-only connection for point reads (`_read_here`, which never waits), the event that
+and its reader thread (`_read`, and the change feed's polls), the event that
 wakes this instance's feeds after a local write, and the subscriptions
 (`changes`). It also validates the store's options and keeps `stats`.
 """
@@ -88,7 +87,6 @@ class SQLiteConnections:
         self._lock = threading.Lock()
         self._writer: SQLiteWriter | None = None
         self._reader: SQLiteWriter | None = None
-        self._here: sqlite3.Connection | None = None
         self._wake = anyio.Event()
         self._feeds: set[Feed] = set()
 
@@ -107,12 +105,8 @@ class SQLiteConnections:
         try:
             self._locked(conn, lambda tx: schema.prepare(tx.conn, path), write=True)
             self._locked(conn, Tx.use_wal, write=False)
-            reader = self._read_only(self.busy_timeout)
-            try:
-                here = self._read_only(0.0)
-            except BaseException:
-                reader.close()
-                raise
+            reader = self._connect()
+            reader.execute("PRAGMA query_only = ON")
         except StoreError as exc:
             conn.close()
             cause = exc.__cause__
@@ -123,28 +117,15 @@ class SQLiteConnections:
             conn.close()
             raise
         self._conn, self._changes = conn, ChangeReader(reader, where, self.stats)
-        self._here = here
         self._writer = SQLiteWriter(conn, where, self.busy_retries, self.stats)
         self._reader = SQLiteWriter(reader, where, self.busy_retries, self.stats, read_only=True)
 
-    def _read_only(self, busy_timeout: float) -> sqlite3.Connection:
-        """A read-only connection waiting at most `busy_timeout` for a lock (closed again
-        if it cannot be made read-only)."""
-        conn = self._connect(busy_timeout)
-        try:
-            conn.execute("PRAGMA query_only = ON")
-        except BaseException:
-            conn.close()
-            raise
-        return conn
-
-    def _connect(self, busy_timeout: float | None = None) -> sqlite3.Connection:
-        wait = self.busy_timeout if busy_timeout is None else busy_timeout
+    def _connect(self) -> sqlite3.Connection:
         try:
             conn = sqlite3.connect(
-                self.path, timeout=wait, isolation_level=None, check_same_thread=False
+                self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
             )
-            conn.execute(f"PRAGMA busy_timeout = {int(wait * 1000)}")
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
         except sqlite3.Error as exc:
             raise ConfigurationError(f"SQLite task store {str(self.path)!r}: {exc}") from exc
         return conn
@@ -154,12 +135,6 @@ class SQLiteConnections:
             feed.closed = True
         self._feeds.clear()
         self._notify()
-        # The loop's own connection is closed here, on the loop, where every read on it
-        # runs start to end: closed from the thread, it could go under a read in progress
-        # (which crashes the interpreter, not just the read).
-        here, self._here = self._here, None
-        if here is not None:
-            here.close()
         await anyio.to_thread.run_sync(self._close)
 
     def _close(self) -> None:
@@ -196,22 +171,6 @@ class SQLiteConnections:
         if reader is None:
             raise StoreError(f"SQLite task store {str(self.path)!r} is not open")
         value, _ = await reader.submit(fn, False)
-        return value
-
-    async def _read_here(self, fn: Callable[[Tx], T]) -> T:
-        """`fn(tx)` on the event loop's own read-only connection, which never waits for a
-        lock (busy: the reader thread instead): a point read by primary key costs less
-        than the two thread switches of a hop to the reader."""
-        conn = self._here
-        if conn is None:
-            raise StoreError(f"SQLite task store {str(self.path)!r} is not open")
-        try:
-            value = fn(Tx(conn))
-        except sqlite3.Error as exc:
-            if schema.is_busy(exc):
-                return await self._read(fn)
-            raise StoreError(f"SQLite task store {str(self.path)!r}: {exc}") from exc
-        self.stats.reads += 1
         return value
 
     async def _poll(self, after: int, seen: int) -> tuple[int, Rows]:

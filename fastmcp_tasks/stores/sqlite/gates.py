@@ -1,9 +1,8 @@
 """`claim_queued` for the SQLite store: queued tasks through their gates (`stores.flow`).
 
 This module owns the SQL of a claim: which queued tasks one `claim_queued` takes
-and leases, in one write transaction, and the read-only probes that decide
-whether the write lock is worth taking at all (`first_look`, then `has_room` when a
-gated task waits).
+and leases, in one write transaction, and the read-only probe that decides
+whether the write lock is worth taking at all.
 
 The ungated path is what every claim costs, and it stays one range of the
 ungated queued-task index (`schema.READY_INDEX`, oldest first, a waiting retry
@@ -121,18 +120,13 @@ def rooms(tx: Tx, app: str | None, now: float) -> dict[str, tuple[int, int]]:
     return found
 
 
-def first_look(tx: Tx, app: str | None, now: float) -> tuple[bool, bool]:
-    """`(a claimable ungated task waits, some gated task waits)`: two index probes in one
-    statement, the whole answer while no gated task is queued (else `has_room`)."""
+def probe(tx: Tx, app: str | None, now: float) -> bool:
+    """Whether `claim` would take something now (a read; one statement when no gated
+    task is queued): a claimable ungated task, or a gate with a slot and a task for it."""
     where, params = ready_where(app, now)
     query = f"SELECT EXISTS (SELECT 1 {where}), EXISTS ({_ANY_GATED})"
-    ready, gated = tx.conn.execute(query, params).fetchall()[0]
-    return bool(ready), bool(gated)
-
-
-def has_room(tx: Tx, app: str | None, now: float) -> bool:
-    """Whether some gate has a free slot and a claimable task of `app` for it."""
-    return bool(rooms(tx, app, now))
+    ready, gated = tx.conn.execute(query, params).fetchone()
+    return bool(ready) or (bool(gated) and bool(rooms(tx, app, now)))
 
 
 def candidates(
@@ -223,4 +217,4 @@ def forget_turns(tx: Tx) -> None:
     )
 
 
-__all__ = ["candidates", "claim", "first_look", "forget_turns", "has_room", "rooms"]
+__all__ = ["candidates", "claim", "forget_turns", "probe", "rooms"]

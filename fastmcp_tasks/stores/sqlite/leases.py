@@ -5,11 +5,10 @@ in one write transaction with the checks the contract asks for (`rules.lease`),
 so two processes sharing the file never both hold a task. Queued tasks (no
 lease owner) are taken oldest first through the partial indexes of queued tasks
 (schema version 4), gated ones through their gates (`sqlite.gates`).
-`claim_queued` first probes those indexes (on the event loop's own read-only
-connection; the gates' rooms, when a gated task waits, on the reader's) and takes
+`claim_queued` first probes those indexes on the read-only connection and takes
 the write lock only when there is something to take: workers calling it
 periodically on an empty queue (or one whose gates are all full) never lock the file.
-The scans (`active_tasks`, `active_leases`) are reads on the reader's connection.
+The scans (`active_tasks`, `active_leases`) are reads on that connection too.
 `start_run` (the engine starting a waiting task's run, `stores.phases`) and `requeue`
 change the `phase` column with the rules of `rules.begin` / `rules.give_back`; the
 ungated `claim_queued` begins each task's run in its own transaction with `rules.begin`
@@ -39,8 +38,6 @@ class SQLiteLeases:
         async def _run(self, fn: Callable[[Tx], T], *, write: bool = True) -> T: ...
 
         async def _read(self, fn: Callable[[Tx], T]) -> T: ...
-
-        async def _read_here(self, fn: Callable[[Tx], T]) -> T: ...
 
     async def claim(
         self, task_id: str, owner: str, until: float, *, expect_owner: str | None = None
@@ -112,12 +109,7 @@ class SQLiteLeases:
         self, owner: str, until: float, limit: int, *, app: str | None = None
     ) -> list[TaskRecord]:
         now = time.time()
-        if limit < 1:
-            return []
-        # The first look is two index probes, made on the event loop's own connection; the
-        # gates' rooms (a seek and a count per gate) are read on the reader thread.
-        ready, gated = await self._read_here(lambda tx: gates.first_look(tx, app, now))
-        if not ready and not (gated and await self._read(lambda tx: gates.has_room(tx, app, now))):
+        if limit < 1 or not await self._read(lambda tx: gates.probe(tx, app, now)):
             return []
         return await self._run(lambda tx: gates.claim(tx, owner, until, limit, app))
 

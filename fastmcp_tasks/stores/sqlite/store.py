@@ -1,24 +1,18 @@
 """The SQLite store (`sqlite:///path.db`): tasks survive restarts; processes share one file.
 
-Connections (`sqlite.connections`). Each store keeps three connections, two of them
-owned by one long-lived thread that drains its queue in batches (`sqlite.writer`):
+Connections (`sqlite.connections`). Each store keeps TWO connections, each owned
+by one long-lived thread that drains its queue in batches (`sqlite.writer`):
 
 - the read-write connection, whose writer thread batches queued writes into
   group commits. SQLite lets one writer at a time into a file whatever we do, so
   a pool would only add lock waits inside SQLite;
-- a read-only connection, whose reader thread serves the reads that may scan
-  (`get_many`, listings, `active_tasks`, `active_leases`, history) and the change
-  feed's polls;
-- a read-only connection of the event loop's own, for the point reads of every
-  task (`get`, `peek`, the index probe before `claim_queued`): one indexed lookup
-  costs less than the two thread switches of a hop to the reader and back. It never
-  waits: its busy timeout is zero, and a read it finds busy goes to the reader.
-
-In WAL mode a reader never waits for a writer, so while another process holds the
-write lock for seconds (and our writer waits in `BEGIN IMMEDIATE`), `tasks/get`
-still answers at once. A read issued after an awaited write sees it. No reader is
-ever left inside a read transaction, so checkpoints can always finish and the `-wal`
-file stays small.
+- a read-only connection, whose reader thread serves every read (`get`,
+  `get_many`, listings, `active_tasks`, `active_leases`, the probe before
+  `claim_queued`) and the change feed's polls. In WAL mode a reader never waits
+  for a writer, so while another process holds the write lock for seconds (and
+  our writer waits in `BEGIN IMMEDIATE`), `tasks/get` still answers at once. A
+  read issued after an awaited write sees it. The reader is never left inside a
+  read transaction, so checkpoints can always finish and the `-wal` file stays small.
 
 Durability. WAL mode with `synchronous=NORMAL`: a committed change survives a
 crash of any process; a power loss or OS crash may lose the last transactions
@@ -151,11 +145,11 @@ class SQLiteTaskStore(
         return outcome
 
     async def get(self, task_id: str) -> TaskRecord | None:
-        return await self._read_here(lambda tx: tx.load(task_id))
+        return await self._read(lambda tx: tx.load(task_id))
 
     async def peek(self, task_id: str) -> TaskRecord | None:
         """`get` without `arguments` and `context` (`stores.peeking`)."""
-        return await self._read_here(lambda tx: tx.load(task_id, lean=True))
+        return await self._read(lambda tx: tx.load(task_id, lean=True))
 
     # --- changes ------------------------------------------------------------------
 

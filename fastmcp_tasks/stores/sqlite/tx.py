@@ -2,12 +2,11 @@
 
 `Tx` wraps a connection for the duration of one operation: the writer thread
 hands each write one inside `BEGIN IMMEDIATE ... COMMIT` (`sqlite.writer`), the
-reader thread hands each read one on the read-only connection, and the event loop
-its point reads one on its own read-only connection (`sqlite.connections`). Every
-query here is a primary-key lookup or a range of one of the schema's indexes
-(`sqlite.schema`), and reads fetch all their rows so no read-only connection is
-left inside a read transaction (it would pin an old snapshot: a read issued after
-a write must see it).
+reader thread hands each read one on the read-only connection. Every query here
+is a primary-key lookup or a range of one of the schema's indexes
+(`sqlite.schema`), and reads fetch all their rows so the read-only connection is
+never left inside a read transaction (it would pin an old snapshot: a read
+issued after a write must see it).
 """
 
 from __future__ import annotations
