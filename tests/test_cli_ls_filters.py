@@ -20,7 +20,9 @@ from tests.test_store_contract import record
 
 
 def made(tool: str, app: str | None, created: float, status: str = "working") -> TaskRecord:
-    task = record(tool=tool, app=app)
+    # kept an hour: an ended task created up to 1,000 s ago must not expire while the test's
+    # CLI runs (the default minute left a completed one 11 s, which a loaded machine spent)
+    task = record(tool=tool, app=app, retention_ms=3_600_000)
     task.task_id = f"ls-{uuid.uuid4().hex[:20]}"
     task.status = status  # type: ignore[assignment]
     task.created_at = task.updated_at = created
