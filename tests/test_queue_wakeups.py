@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from pathlib import Path
+from types import SimpleNamespace
 
 import anyio
 import pytest
@@ -60,7 +61,8 @@ def test_a_claim_window_grows_while_claims_find_nothing_and_resets_on_a_take() -
         ChangeWatcher,
     )
 
-    watcher = ChangeWatcher(object())  # type: ignore[arg-type]  # the window needs no runner
+    runner = SimpleNamespace(store=None, app=None)  # the window needs no more of a runner
+    watcher = ChangeWatcher(runner)  # type: ignore[arg-type]
     assert watcher.window == QUEUE_BATCH_SECONDS
     watcher.claimed(0)
     assert watcher.window == 2 * QUEUE_BATCH_SECONDS

@@ -29,6 +29,7 @@ import anyio
 from fastmcp.tools.base import Tool
 
 from fastmcp_tasks.server.engine.leases import HOST
+from fastmcp_tasks.server.engine.watcher import ChangeWatcher
 from fastmcp_tasks.stores.operations import OperableTaskStore, WorkerInfo
 
 logger = logging.getLogger("fastmcp_tasks.runner")
@@ -54,6 +55,7 @@ class BeatingRunner(Protocol):
     owner: str
     app: str | None
     concurrency: int
+    watcher: ChangeWatcher
 
     @property
     def running_now(self) -> int: ...
@@ -100,12 +102,20 @@ class WorkerHeartbeat:
         self.tools = tuple(sorted({c.name for c in found if isinstance(c, Tool)}))
 
     async def beat(self) -> None:
-        """One heartbeat (raises `StoreError` when the store does not take it)."""
+        """One heartbeat (raises `StoreError` when the store does not take it); then, when
+        this worker claims on a store that shares no wake-ups out, a count of its peers
+        (`watcher.ChangeWatcher.count_peers`)."""
         await self.list_tools()
         await self.store.beat(self.info())
+        watcher = self.runner.watcher
+        if watcher.peers_due():
+            watcher.count_peers(await self.store.workers(), time.time())
 
     async def wait(self) -> None:
-        await anyio.sleep(self.interval)
+        """The interval, or until the worker's first claim round (its peers are counted
+        then, `beat`)."""
+        with anyio.move_on_after(self.interval):
+            await self.runner.watcher.first_claim.wait()
 
     async def goodbye(self) -> None:
         """At a clean shutdown: one last beat saying it stopped (bounded, never raises)."""

@@ -19,21 +19,37 @@ without shared-out wake-ups (`stores.queue_wakes`) every worker hears every `que
 change, so with several workers most claims of a burst
 find the task taken already: after a claim round that took nothing the window doubles
 (up to `QUEUE_BATCH_MAX_SECONDS`), and one that took a task sets it back. The
-workers that keep losing then claim less often, so the claims per task stay about
-flat however many workers there are; a task still waits at most one window for
-whichever worker claims next, and the safety poll is unchanged.
+workers that keep losing then claim less often; a task still waits at most one window
+for whichever worker claims next, and the safety poll is unchanged.
+
+Peers. Every worker of the application is woken by the same changes at the same moment,
+so without more each would claim once per window and the pool would make as many claim
+rounds as it has workers, each taking a share of what one round would have. On such a
+store the worker heartbeat counts the live workers of the application (`peers`,
+`count_peers`) at its first claim round and then at each beat after which it claimed
+(an idle worker reads nothing). While the queue is busy a feed wake-up then waits
+`peers` windows (at most `QUEUE_BATCH_MAX_SECONDS`), jittered by half either way so
+that the workers' claims interleave: the pool claims about as often as one worker
+would, each round taking more. A store whose feed wakes the runner at a pace of its own
+is told to wake it no more often than that (`space_wakes`: PostgreSQL's reader). The
+first wake-up after a quiet spell (`QUIET_SPELL`) and a freed slot with tasks known to
+wait claim after one window, as before.
 """
 
 from __future__ import annotations
 
 import heapq
 import logging
+import random
 import time
 
 import anyio
 
 from fastmcp_tasks.server.engine.jobs import WatchedRunner
+from fastmcp_tasks.server.monitored_store import innermost
 from fastmcp_tasks.stores.base import NEW_TASKS_KIND, TaskChange, get_many
+from fastmcp_tasks.stores.operations import WorkerInfo
+from fastmcp_tasks.stores.queue_wakes import queue_wakes_of
 
 logger = logging.getLogger("fastmcp_tasks.runner")
 
@@ -43,6 +59,8 @@ WATCHED = frozenset({"cancel_requested", "answered", "queued"})
 QUEUE_BATCH_SECONDS = 0.01
 #: The longest such window after claims that found nothing (see `claimed`).
 QUEUE_BATCH_MAX_SECONDS = 0.08
+#: A wake-up this long after the previous one claims after one window (module doc: peers).
+QUIET_SPELL = 0.25
 
 
 class ChangeWatcher:
@@ -57,6 +75,12 @@ class ChangeWatcher:
         self._wanted = False  # a wake-up that asks for a claim now
         self.window = QUEUE_BATCH_SECONDS  # how long wake-ups gather (see `claimed`)
         self._room = anyio.Event()  # set when this worker's room may have changed
+        self.peers = 1  # live workers of the application, this one included (`count_peers`)
+        self._claimed = False  # a claim round ran since the last count
+        self._counted = False
+        self.first_claim = anyio.Event()  # the first claim round, before any count
+        self._woke = -QUIET_SPELL  # `time.monotonic()` of the last wake-up
+        self._backlog = False  # woken by a freed slot while tasks wait
 
     async def follow(self) -> None:
         """One subscription: reconcile, then apply changes until the feed ends or fails."""
@@ -123,13 +147,32 @@ class ChangeWatcher:
         """A claim round took `taken` tasks: the next window starts short again, or,
         when it took none (another worker was quicker), is twice as long, up to
         `QUEUE_BATCH_MAX_SECONDS`."""
+        self._claimed = True
+        if not self._counted and queue_wakes_of(self.runner.store) is None:
+            self.first_claim.set()  # the heartbeat counts the peers now, not in `interval`
         if taken:
             self.window = QUEUE_BATCH_SECONDS
         else:
             self.window = min(self.window * 2, QUEUE_BATCH_MAX_SECONDS)
 
+    def peers_due(self) -> bool:
+        """Whether the heartbeat should count this worker's peers now (module doc)."""
+        return self._claimed and queue_wakes_of(self.runner.store) is None
+
+    def count_peers(self, workers: list[WorkerInfo], now: float) -> None:
+        """The live workers of this application that run tasks, this one included."""
+        app = self.runner.app
+        live = sum(1 for w in workers if w.app == app and w.concurrency > 0 and w.alive(now))
+        self.peers, self._claimed = max(1, live), False
+        space = getattr(innermost(self.runner.store), "space_wakes", None)
+        if callable(space):  # the feed need not wake the runner more often than it claims
+            space(min(QUEUE_BATCH_SECONDS * self.peers, QUEUE_BATCH_MAX_SECONDS))
+        if not self._counted:
+            self._counted, self.first_claim = True, anyio.Event()
+
     def slot_freed(self) -> None:
         if self.more_queued:
+            self._backlog = True
             self.wake_queue()
         self.room_may_have_changed()
 
@@ -158,4 +201,14 @@ class ChangeWatcher:
         self._wanted = False
         # wake-ups that come together (a burst of creates, slots freeing one by one)
         # share one claim: at most one claim per window instead of one per change
-        await anyio.sleep(self.window)
+        await anyio.sleep(self.gather_time())
+
+    def gather_time(self) -> float:
+        """How long this wake-up's claim waits: one window, or while the queue is busy
+        and other workers claim too, `peers` windows, jittered (module doc: peers)."""
+        now = time.monotonic()
+        quiet, self._woke = now - self._woke >= QUIET_SPELL, now
+        backlog, self._backlog = self._backlog, False
+        if quiet or backlog or self.peers <= 1:
+            return self.window
+        return min(self.window * self.peers, QUEUE_BATCH_MAX_SECONDS) * random.uniform(0.5, 1.5)

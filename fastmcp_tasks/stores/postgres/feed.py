@@ -41,9 +41,9 @@ a runner does with it: a claim round) and the rows are read like quiet ones, wit
 next notification that is read or `QUIET_LAG` later, so a worker reads no row per new
 task; a `queued` change then arrives twice, which a runner takes as one more claim round.
 
-While every subscriber wants only waking kinds (a worker's runner), the reader waits
-for notifications at most once per `WAKE_SPACING`: the first notification after a
-pause is handled at once, those of a burst together.
+While every subscriber wants only waking kinds (a runner), the reader waits for
+notifications once per `wake_spacing` at most (`WAKE_SPACING`; more while workers share
+a busy queue, `space_wakes`): the first after a pause is handled at once.
 
 Subscribing. A new subscription waits (up to the store's `timeout`) for the reader
 to be listening, then reads the newest `seq` through the pool and receives exactly
@@ -84,9 +84,8 @@ BATCH = 500
 #: (less with a `change_retention` under twice this: they are read before the trim).
 QUIET_LAG = 1.0
 #: The shortest time between two waits for notifications while every subscriber wants
-#: only waking kinds (a worker's runner, which lets wake-ups gather 10 ms before it claims
-#: anyway): the notifications of a burst, quiet ones included, then cost one wake-up
-#: and at most one read, not one each (seconds).
+#: only waking kinds (a worker's runner, which lets wake-ups gather 10 ms before it
+#: claims): a burst's notifications, quiet ones too, cost one wake-up (seconds).
 WAKE_SPACING = 0.01
 #: The longest time a reader with subscribers goes without reading (seconds; the store
 #: passes a quarter of its `change_retention`): rows no notification announced (quiet
@@ -129,6 +128,7 @@ class PostgresChangeFeed:
         self.stats = stats
         self.scrub = scrub
         self.pooled = pooled  # one statement through the store's pool
+        self.wake_spacing = WAKE_SPACING  # a runners-only reader's (module doc)
         self.quiet = QuietRegistration(sql.schema, sql.channel)
         self._subscribers: set[Subscriber[float]] = set()
         self._lock = anyio.Lock()
@@ -284,7 +284,7 @@ class PostgresChangeFeed:
                 due = max(0.0, self.quiet_lag - (time.monotonic() - self._last_read))
                 timeout = due if timeout is None else min(timeout, due)
             if not self._wants_quiet():  # a runner's: a burst's notifications gather
-                await asyncio.sleep(WAKE_SPACING - (time.monotonic() - woke))
+                await asyncio.sleep(self.wake_spacing - (time.monotonic() - woke))
             heard = Heard()
             async for notify in conn.notifies(timeout=timeout, stop_after=1):
                 heard.add(notify.payload)

@@ -74,6 +74,7 @@ from fastmcp_tasks.stores.base import (
 )
 from fastmcp_tasks.stores.flow import dedupe_match
 from fastmcp_tasks.stores.postgres.connections import DEFAULT_MAX_TASKS, Emit
+from fastmcp_tasks.stores.postgres.feed import WAKE_SPACING
 from fastmcp_tasks.stores.postgres.flow import MAX_TOMBSTONES, PostgresFlow
 from fastmcp_tasks.stores.postgres.leases import PostgresLeases
 from fastmcp_tasks.stores.postgres.listing import PostgresListing
@@ -324,6 +325,12 @@ class PostgresTaskStore(
     ) -> AbstractAsyncContextManager[AsyncIterator[TaskChange]]:
         self._require()
         return self._feed.subscribe(task_ids, kinds, self._newest_change)
+
+    def space_wakes(self, seconds: float) -> None:
+        """Let this process's runners be woken by the change feed at most once per
+        `seconds` (never less than `feed.WAKE_SPACING`): its workers share a busy queue
+        with others (`server.engine.watcher`: peers) and claim less often."""
+        self._feed.wake_spacing = max(WAKE_SPACING, seconds)
 
     async def _newest_change(self) -> int:
         rows = await self._query(self.sql.last_seq, read=True)
