@@ -14,7 +14,9 @@ and counting it as one would hide that no process can run its tasks (`staffing`)
 
 The loop runs supervised (`supervision.periodic`, loop `workers`): a store error is
 logged once per outage and retried with backoff; the tools are listed again at each
-beat, and a listing that fails keeps the last one.
+beat, and a listing that fails keeps the last one. A worker on a store whose change
+feed it paces (`watcher`: peers) also lists the workers after a beat, at its first claim
+round (which brings that beat forward) and while it claims, to count its peers.
 """
 
 from __future__ import annotations
@@ -103,13 +105,18 @@ class WorkerHeartbeat:
 
     async def beat(self) -> None:
         """One heartbeat (raises `StoreError` when the store does not take it); then, when
-        this worker claims on a store that shares no wake-ups out, a count of its peers
-        (`watcher.ChangeWatcher.count_peers`)."""
+        this worker claims on a store whose feed it paces, a count of its peers
+        (`watcher.ChangeWatcher.count_peers`; a failed listing keeps the last count)."""
         await self.list_tools()
         await self.store.beat(self.info())
         watcher = self.runner.watcher
         if watcher.peers_due():
-            watcher.count_peers(await self.store.workers(), time.time())
+            try:
+                listed: list[WorkerInfo] | None = await self.store.workers()
+            except Exception:  # the beat was written: the count waits for the next one
+                logger.debug("Counting the worker's peers failed", exc_info=True)
+                listed = None
+            watcher.count_peers(listed, time.time())
 
     async def wait(self) -> None:
         """The interval, or until the worker's first claim round (its peers are counted

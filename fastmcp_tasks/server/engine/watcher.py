@@ -20,28 +20,32 @@ change, so with several workers most claims of a burst
 find the task taken already: after a claim round that took nothing the window doubles
 (up to `QUEUE_BATCH_MAX_SECONDS`), and one that took a task sets it back. The
 workers that keep losing then claim less often; a task still waits at most one window
-for whichever worker claims next, and the safety poll is unchanged.
+for whichever worker claims next (plus, on PostgreSQL, the reader's pace: peers below),
+and the safety poll is unchanged.
 
-Peers. Every worker of the application is woken by the same changes at the same moment,
-so without more each would claim once per window and the pool would make as many claim
-rounds as it has workers, each taking a share of what one round would have. On such a
-store the worker heartbeat counts the live workers of the application (`peers`,
-`count_peers`) at its first claim round and then at each beat after which it claimed
-(an idle worker reads nothing). While the queue is busy a feed wake-up then waits
-`peers` windows (at most `QUEUE_BATCH_MAX_SECONDS`), jittered by half either way so
-that the workers' claims interleave: the pool claims about as often as one worker
-would, each round taking more. A store whose feed wakes the runner at a pace of its own
-is told to wake it no more often than that (`space_wakes`: PostgreSQL's reader). The
-first wake-up after a quiet spell (`QUIET_SPELL`) and a freed slot with tasks known to
-wait claim after one window, as before.
+Peers. On PostgreSQL every worker's `LISTEN` reader is woken by every new task, and
+would wake its runner up to once per window, so a pool of four made about four times
+the wake-ups and claim rounds of one worker, each round taking a share of what one
+would have. Such a store paces its reader (`space_wakes`): the worker heartbeat counts
+the live workers of the application (`peers`, `count_peers`) at the worker's first
+claim round and then at each beat after which it claimed (an idle worker reads
+nothing), and the reader then waits at least `peers` windows (at most
+`QUEUE_BATCH_MAX_SECONDS`, jittered by half either way so that the workers' claims
+interleave) between two waits for notifications. The pool's wake-ups and claims then
+come about as often as one worker's, each claim taking more; a notification after a
+pause that long is still handled at once, and a freed slot while tasks wait claims
+after one window as before.
+Cancel requests and answers share the reader, so under a busy queue they reach a
+worker up to that pace later. A store without such a reader (SQLite, whose workers
+poll; Redis, which shares wake-ups out) is never told, and no count is read for it.
 """
 
 from __future__ import annotations
 
 import heapq
 import logging
-import random
 import time
+from collections.abc import Callable
 
 import anyio
 
@@ -59,8 +63,6 @@ WATCHED = frozenset({"cancel_requested", "answered", "queued"})
 QUEUE_BATCH_SECONDS = 0.01
 #: The longest such window after claims that found nothing (see `claimed`).
 QUEUE_BATCH_MAX_SECONDS = 0.08
-#: A wake-up this long after the previous one claims after one window (module doc: peers).
-QUIET_SPELL = 0.25
 
 
 class ChangeWatcher:
@@ -79,8 +81,6 @@ class ChangeWatcher:
         self._claimed = False  # a claim round ran since the last count
         self._counted = False
         self.first_claim = anyio.Event()  # the first claim round, before any count
-        self._woke = -QUIET_SPELL  # `time.monotonic()` of the last wake-up
-        self._backlog = False  # woken by a freed slot while tasks wait
 
     async def follow(self) -> None:
         """One subscription: reconcile, then apply changes until the feed ends or fails."""
@@ -148,31 +148,39 @@ class ChangeWatcher:
         when it took none (another worker was quicker), is twice as long, up to
         `QUEUE_BATCH_MAX_SECONDS`."""
         self._claimed = True
-        if not self._counted and queue_wakes_of(self.runner.store) is None:
+        if not self._counted and self._pacer() is not None:
             self.first_claim.set()  # the heartbeat counts the peers now, not in `interval`
         if taken:
             self.window = QUEUE_BATCH_SECONDS
         else:
             self.window = min(self.window * 2, QUEUE_BATCH_MAX_SECONDS)
 
+    def _pacer(self) -> Callable[[float], None] | None:
+        """The store's `space_wakes` (module doc: peers), or `None` (a store without a
+        reader to pace, or one that shares its wake-ups out)."""
+        store = self.runner.store
+        space = getattr(innermost(store), "space_wakes", None)
+        return space if callable(space) and queue_wakes_of(store) is None else None
+
     def peers_due(self) -> bool:
         """Whether the heartbeat should count this worker's peers now (module doc)."""
-        return self._claimed and queue_wakes_of(self.runner.store) is None
+        return self._claimed and self._pacer() is not None
 
-    def count_peers(self, workers: list[WorkerInfo], now: float) -> None:
-        """The live workers of this application that run tasks, this one included."""
-        app = self.runner.app
-        live = sum(1 for w in workers if w.app == app and w.concurrency > 0 and w.alive(now))
-        self.peers, self._claimed = max(1, live), False
-        space = getattr(innermost(self.runner.store), "space_wakes", None)
-        if callable(space):  # the feed need not wake the runner more often than it claims
-            space(min(QUEUE_BATCH_SECONDS * self.peers, QUEUE_BATCH_MAX_SECONDS))
+    def count_peers(self, workers: list[WorkerInfo] | None, now: float) -> None:
+        """The live workers of this application that run tasks, this one included, and
+        the reader's pace that follows; `None`: the listing failed (the count stands)."""
+        if workers is not None:
+            app = self.runner.app
+            live = sum(1 for w in workers if w.app == app and w.concurrency > 0 and w.alive(now))
+            self.peers = max(1, live)
+            if (space := self._pacer()) is not None:
+                space(min(QUEUE_BATCH_SECONDS * self.peers, QUEUE_BATCH_MAX_SECONDS))
+        self._claimed = False
         if not self._counted:
             self._counted, self.first_claim = True, anyio.Event()
 
     def slot_freed(self) -> None:
         if self.more_queued:
-            self._backlog = True
             self.wake_queue()
         self.room_may_have_changed()
 
@@ -201,14 +209,4 @@ class ChangeWatcher:
         self._wanted = False
         # wake-ups that come together (a burst of creates, slots freeing one by one)
         # share one claim: at most one claim per window instead of one per change
-        await anyio.sleep(self.gather_time())
-
-    def gather_time(self) -> float:
-        """How long this wake-up's claim waits: one window, or while the queue is busy
-        and other workers claim too, `peers` windows, jittered (module doc: peers)."""
-        now = time.monotonic()
-        quiet, self._woke = now - self._woke >= QUIET_SPELL, now
-        backlog, self._backlog = self._backlog, False
-        if quiet or backlog or self.peers <= 1:
-            return self.window
-        return min(self.window * self.peers, QUEUE_BATCH_MAX_SECONDS) * random.uniform(0.5, 1.5)
+        await anyio.sleep(self.window)

@@ -42,8 +42,9 @@ next notification that is read or `QUIET_LAG` later, so a worker reads no row pe
 task; a `queued` change then arrives twice, which a runner takes as one more claim round.
 
 While every subscriber wants only waking kinds (a runner), the reader waits for
-notifications once per `wake_spacing` at most (`WAKE_SPACING`; more while workers share
-a busy queue, `space_wakes`): the first after a pause is handled at once.
+notifications once per `wake_spacing` at most (`WAKE_SPACING`; more, jittered by half
+either way, while workers share a busy queue: `space_wakes`); the first after a pause
+is handled at once.
 
 Subscribing. A new subscription waits (up to the store's `timeout`) for the reader
 to be listening, then reads the newest `seq` through the pool and receives exactly
@@ -59,6 +60,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -83,16 +85,14 @@ BATCH = 500
 #: The longest quiet rows wait unread (seconds) by a reader that does not want them
 #: (less with a `change_retention` under twice this: they are read before the trim).
 QUIET_LAG = 1.0
-#: The shortest time between two waits for notifications while every subscriber wants
-#: only waking kinds (a worker's runner, which lets wake-ups gather 10 ms before it
-#: claims): a burst's notifications, quiet ones too, cost one wake-up (seconds).
+#: The shortest time between two waits for notifications of a runners-only reader: a
+#: burst's notifications, quiet ones too, cost one wake-up (seconds; module doc).
 WAKE_SPACING = 0.01
 #: The longest time a reader with subscribers goes without reading (seconds; the store
 #: passes a quarter of its `change_retention`): rows no notification announced (quiet
 #: ones nobody registered for) are read before the retention trim removes them.
 KEEP_UP = 75.0
-#: The longest wait between reconnection attempts (seconds).
-RETRY_LONGEST = 2.0
+RETRY_LONGEST = 2.0  #: the longest wait between reconnection attempts (seconds)
 #: The first and the longest wait before a pending gap is checked again (seconds).
 GAP_FIRST, GAP_LONGEST = 0.005, 0.25
 
@@ -288,7 +288,7 @@ class PostgresChangeFeed:
             heard = Heard()
             async for notify in conn.notifies(timeout=timeout, stop_after=1):
                 heard.add(notify.payload)
-            woke = time.monotonic()
+            woke = time.monotonic() + (random.random() - 0.5) * (self.wake_spacing - WAKE_SPACING)
             async for notify in conn.notifies(timeout=0):  # whatever else has arrived
                 heard.add(notify.payload)
             newest = heard.waking
