@@ -1,7 +1,7 @@
 """Workers of one application share the wake-ups of a busy queue (`engine.watcher`: peers).
 
 On PostgreSQL every worker's `LISTEN` reader is woken by every new task, and would wake
-its runner to claim up to once per window: a pool of four made about four times the
+its runner to claim up to once per window: a pool of four made about three times the
 wake-ups and claim rounds of one worker. The heartbeat counts the live workers of the
 application once a worker claims, and the store paces the worker's reader by that count
 (`space_wakes`). A store with no reader to pace (SQLite) or that shares its wake-ups out
@@ -25,13 +25,16 @@ from fastmcp_tasks.server.engine.heartbeat import WorkerHeartbeat
 from fastmcp_tasks.server.engine.watcher import (
     QUEUE_BATCH_MAX_SECONDS,
     QUEUE_BATCH_SECONDS,
+    WATCHED,
     ChangeWatcher,
 )
+from fastmcp_tasks.stores.base import NEW_TASKS_KIND
 from fastmcp_tasks.stores.operations import WorkerInfo
 from fastmcp_tasks.stores.postgres import PostgresTaskStore
+from fastmcp_tasks.stores.postgres import feed as feeding
 from fastmcp_tasks.stores.postgres.feed import WAKE_SPACING
 from fastmcp_tasks.stores.sqlite import SQLiteTaskStore
-from tests.test_store_contract import postgres_store, redis_store
+from tests.test_store_contract import postgres_store, record, redis_store
 
 pytestmark = pytest.mark.anyio
 
@@ -216,3 +219,23 @@ async def test_stores_with_no_reader_to_pace_read_no_count(sqlite: SQLiteTaskSto
             assert not watcher.first_claim.is_set()  # the beat keeps its pace
     finally:
         await made.close()
+
+
+async def test_a_paced_reader_wakes_the_runner_no_sooner_than_its_pace(
+    postgres: PostgresTaskStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """New tasks right after a wake-up reach a paced worker's runner one pace later, all
+    in one wake-up (a lower bound on a delay: a loaded machine only adds to it)."""
+    monkeypatch.setattr(feeding, "random", SimpleNamespace(random=lambda: 0.0))  # full pace
+    postgres.space_wakes(3.0)
+    kinds = frozenset({*WATCHED, NEW_TASKS_KIND})  # what a worker's runner follows
+    async with postgres.changes(kinds=kinds) as feed:
+        with anyio.fail_after(30):
+            await postgres.create(record())
+            await feed.__anext__()  # the reader just woke for it
+            began = time.monotonic()
+            for _ in range(5):
+                await postgres.create(record())
+            await feed.__anext__()
+            waited = time.monotonic() - began
+    assert waited >= 1.5, f"a paced reader woke its runner after {waited:.3f} s"

@@ -24,17 +24,16 @@ for whichever worker claims next (plus, on PostgreSQL, the reader's pace: peers 
 and the safety poll is unchanged.
 
 Peers. On PostgreSQL every worker's `LISTEN` reader is woken by every new task, and
-would wake its runner up to once per window, so a pool of four made about four times
-the wake-ups and claim rounds of one worker, each round taking a share of what one
-would have. Such a store paces its reader (`space_wakes`): the worker heartbeat counts
-the live workers of the application (`peers`, `count_peers`) at the worker's first
-claim round and then at each beat after which it claimed (an idle worker reads
-nothing), and the reader then waits at least `peers` windows (at most
-`QUEUE_BATCH_MAX_SECONDS`, jittered by half either way so that the workers' claims
-interleave) between two waits for notifications. The pool's wake-ups and claims then
-come about as often as one worker's, each claim taking more; a notification after a
-pause that long is still handled at once, and a freed slot while tasks wait claims
-after one window as before.
+would wake its runner up to once per window, so a pool of four made about three times
+the claim rounds of one worker, each round taking a share of what one would have.
+Such a store paces its reader (`space_wakes`): the worker heartbeat counts the live
+workers of the application (`peers`, `count_peers`) at the worker's first claim round
+and then at each beat after which it claimed (an idle worker reads nothing), and the
+reader then waits up to `peers` windows (at most
+`QUEUE_BATCH_MAX_SECONDS`; less by up to half at random, so that the workers' claims
+interleave) between two waits for notifications. The pool wakes and claims far less
+often, each claim taking more; a notification after a pause that long is still handled
+at once, and a freed slot while tasks wait claims after one window as before.
 Cancel requests and answers share the reader, so under a busy queue they reach a
 worker up to that pace later. A store without such a reader (SQLite, whose workers
 poll; Redis, which shares wake-ups out) is never told, and no count is read for it.

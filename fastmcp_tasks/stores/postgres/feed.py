@@ -42,8 +42,8 @@ next notification that is read or `QUIET_LAG` later, so a worker reads no row pe
 task; a `queued` change then arrives twice, which a runner takes as one more claim round.
 
 While every subscriber wants only waking kinds (a runner), the reader waits for
-notifications once per `wake_spacing` at most (`WAKE_SPACING`; more, jittered by half
-either way, while workers share a busy queue: `space_wakes`); the first after a pause
+notifications once per `wake_spacing` at most (`WAKE_SPACING`; more while workers share
+a busy queue, `space_wakes`, less by up to half at random); one after a pause that long
 is handled at once.
 
 Subscribing. A new subscription waits (up to the store's `timeout`) for the reader
@@ -288,7 +288,7 @@ class PostgresChangeFeed:
             heard = Heard()
             async for notify in conn.notifies(timeout=timeout, stop_after=1):
                 heard.add(notify.payload)
-            woke = time.monotonic() + (random.random() - 0.5) * (self.wake_spacing - WAKE_SPACING)
+            woke = time.monotonic() - random.random() * (self.wake_spacing - WAKE_SPACING) / 2
             async for notify in conn.notifies(timeout=0):  # whatever else has arrived
                 heard.add(notify.payload)
             newest = heard.waking

@@ -327,10 +327,10 @@ class PostgresTaskStore(
         return self._feed.subscribe(task_ids, kinds, self._newest_change)
 
     def space_wakes(self, seconds: float) -> None:
-        """Let the change feed wake this process's runners about once per `seconds` at
-        most (never less than `feed.WAKE_SPACING`; the reader jitters it by half either
-        way): its workers share a busy queue with others (`server.engine.watcher`:
-        peers). One pace per store instance: its last caller's."""
+        """Let the change feed wake this process's runners once per `seconds` at most
+        (never less than `feed.WAKE_SPACING`; the reader takes up to half off at random):
+        its workers share a busy queue with others (`server.engine.watcher`: peers). One
+        pace per store instance: its last caller's."""
         self._feed.wake_spacing = max(WAKE_SPACING, seconds)
 
     async def _newest_change(self) -> int:
