@@ -29,9 +29,9 @@ the claim rounds of one worker, each round taking a share of what one would have
 Such a store paces its reader (`space_wakes`): the worker heartbeat counts the live
 workers of the application (`peers`, `count_peers`) at the worker's first claim round
 and then at each beat after which it claimed (an idle worker reads nothing), and the
-reader then waits up to `peers` windows (at most
-`QUEUE_BATCH_MAX_SECONDS`; less by up to half at random, so that the workers' claims
-interleave) between two waits for notifications. The pool wakes and claims far less
+reader then waits up to `peers` windows (at most `QUEUE_BATCH_MAX_SECONDS`; less by up
+to half at random, so that the workers' claims interleave) between two waits for
+notifications. The pool wakes and claims far less
 often, each claim taking more; a notification after a pause that long is still handled
 at once, and a freed slot while tasks wait claims after one window as before.
 Cancel requests and answers share the reader, so under a busy queue they reach a
@@ -45,6 +45,7 @@ import heapq
 import logging
 import time
 from collections.abc import Callable
+from typing import Literal
 
 import anyio
 
@@ -80,6 +81,7 @@ class ChangeWatcher:
         self._claimed = False  # a claim round ran since the last count
         self._counted = False
         self.first_claim = anyio.Event()  # the first claim round, before any count
+        self._pace: Callable[[float], None] | Literal[False] | None = False  # `_pacer`
 
     async def follow(self) -> None:
         """One subscription: reconcile, then apply changes until the feed ends or fails."""
@@ -156,10 +158,13 @@ class ChangeWatcher:
 
     def _pacer(self) -> Callable[[float], None] | None:
         """The store's `space_wakes` (module doc: peers), or `None` (a store without a
-        reader to pace, or one that shares its wake-ups out)."""
-        store = self.runner.store
-        space = getattr(innermost(store), "space_wakes", None)
-        return space if callable(space) and queue_wakes_of(store) is None else None
+        reader to pace, or one that shares its wake-ups out); looked up once, since a
+        claim round on a store without one asks every time."""
+        if self._pace is False:
+            store = self.runner.store
+            space = getattr(innermost(store), "space_wakes", None)
+            self._pace = space if callable(space) and queue_wakes_of(store) is None else None
+        return self._pace
 
     def peers_due(self) -> bool:
         """Whether the heartbeat should count this worker's peers now (module doc)."""
