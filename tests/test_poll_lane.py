@@ -87,6 +87,12 @@ def server(name: str = "lane", **options: Any) -> tuple[FastMCP, TasksExtension]
     return mcp, extension
 
 
+def answered_directly(extension: TasksExtension) -> int:
+    """The polls answered at the SDK's HTTP entry, before the lane (`direct_polls`)."""
+    replies = extension.json_replies
+    return 0 if replies is None or replies.polls is None else replies.polls.answered
+
+
 async def answers(wire: Wire, done: str, failed: str) -> list[Any]:
     """One `tasks/get` of every kind of answer, as the client sees it (errors included)."""
     asks: list[tuple[dict[str, Any], dict[str, Any]]] = [
@@ -119,15 +125,19 @@ async def test_a_poll_answers_the_same_past_the_seam_and_through_it(transport: s
             lane = extension.poll_lane
             assert isinstance(lane, PollLane)
             mcp.add_middleware(ToolsOnly())  # sees no tasks/get: the lane stays open
-            before = lane.taken
+            before, direct = lane.taken, answered_directly(extension)
             past = await answers(wire, done, failed)
-            assert lane.taken - before == len(past)
+            # over HTTP the five well-formed polls are answered at the SDK's entry
+            # (`direct_polls`), the two malformed ones past the seam
+            assert answered_directly(extension) - direct == (5 if transport == "http" else 0)
+            assert lane.taken - before + answered_directly(extension) - direct == len(past)
 
             watcher = Watcher()
             mcp.add_middleware(watcher)
-            taken = lane.taken
+            taken, direct = lane.taken, answered_directly(extension)
             through = await answers(wire, done, failed)
             assert lane.taken == taken  # every one went through the seam
+            assert answered_directly(extension) == direct
             assert watcher.methods.count("tasks/get") == len(through)
     assert past[0][1]["status"] == "completed" and past[1][1]["status"] == "failed"
     # unknown id, no opt-in, two malformed; over HTTP also the other task's Mcp-Name
@@ -246,12 +256,13 @@ async def test_each_caller_sees_only_its_own_tasks_past_the_seam_and_traced_poll
             await wire.wait(task_id, headers=alice)
             lane = extension.poll_lane
             assert lane is not None
-            taken = lane.taken
+            taken, direct = lane.taken, answered_directly(extension)
             past = await polls(wire, task_id, {})
-            assert lane.taken - taken == 2
+            assert lane.taken == taken and answered_directly(extension) - direct == 2
             traced = await polls(wire, task_id, TRACE)
-            assert lane.taken - taken == 2  # both went through the seam
+            assert lane.taken == taken  # both went through the seam
+            assert answered_directly(extension) - direct == 2
             mcp.add_middleware(Watcher())
             through = await polls(wire, task_id, {})
-            assert lane.taken - taken == 2
+            assert lane.taken == taken and answered_directly(extension) - direct == 2
     assert past == traced == through == ["completed", -32602]

@@ -52,7 +52,15 @@ from fastmcp_tasks._compat.core import (
     validate_input,
 )
 from fastmcp_tasks._compat.legacy import advertise_tasks, allow_task_results, requested_task
-from fastmcp_tasks._compat.modern_entry import Answer, choose_reply, forget_reply, sse_deferral
+from fastmcp_tasks._compat.modern_entry import (
+    Answer,
+    Exchange,
+    choose_reply,
+    forget_reply,
+    sse_deferral,
+    wire_result,
+    write_reply,
+)
 from fastmcp_tasks._compat.mounts import (
     adopt_request_state,
     carry_into_task,
@@ -74,6 +82,7 @@ __all__ = [
     "SDK_TRANSPORT_ERRORS",
     "Answer",
     "CoreProgress",
+    "Exchange",
     "adopt_request_state",
     "advertise_tasks",
     "allow_task_results",
@@ -116,4 +125,6 @@ __all__ = [
     "sse_deferral",
     "uncarry",
     "validate_input",
+    "wire_result",
+    "write_reply",
 ]

@@ -15,9 +15,13 @@ handler in the ASGI task and answers in JSON.
 manager would serve in SSE mode. At the first call in a process the manager module's
 name is bound to `_entry`, once and for good (never captured again, so never a wrapper
 of `_entry` that another library may have put there since): for a server with a chooser
-it hands the chooser the request and a continuation, `answer(json_response, receive)`,
-that runs the SDK's entry (the chooser awaits it once, so it can hold a context variable
-for the request's handler); for any other request it calls the SDK's entry unchanged.
+it hands the chooser the request, a continuation, `answer(json_response, receive)`,
+that runs the SDK's entry (the chooser awaits it at most once, so it can hold a context
+variable for the request's handler), and the rest of what the entry was handed
+(`Exchange`: the security settings and `send`), for a chooser that answers the request
+itself (`server.direct_polls`, with `write_reply`, the entry's own writer of a JSON-RPC
+reply, and `wire_result`, the SDK runner's wire form of a result); for any other request
+it calls the SDK's entry unchanged.
 `forget_reply(app)` stops asking for that server. FastMCP builds its session manager
 inside its HTTP app's lifespan and offers no seam to it, so the module name the manager
 calls through is the one place to choose.
@@ -29,10 +33,13 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from mcp.server import _streamable_http_modern as modern_module
+from mcp.server import runner as runner_module
 from mcp.server import streamable_http_manager as manager_module
+from mcp_types import SERVER_INFO_META_KEY, JSONRPCError, JSONRPCResponse
 from starlette.types import Receive, Scope, Send
 
 from fastmcp_tasks._compat.shape import Checks, _params
@@ -40,8 +47,19 @@ from fastmcp_tasks._compat.shape import Checks, _params
 #: `answer(json_response, receive)`: the SDK's entry for this request, in the mode
 #: chosen, reading from `receive` (a chooser that read the body passes one replaying it).
 Answer = Callable[[bool, Receive], Awaitable[None]]
-#: `chooser(scope, receive, answer)`: awaits `answer` exactly once.
-Chooser = Callable[[Scope, Receive, Answer], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """What the SDK's entry was handed for one request besides the scope and `receive`."""
+
+    security_settings: Any  # the manager's `TransportSecuritySettings`, or None
+    send: Send
+
+
+#: `chooser(scope, receive, answer, exchange)`: awaits `answer` at most once, and answers
+#: the request itself (through `exchange.send`) when it does not.
+Chooser = Callable[[Scope, Receive, Answer, Exchange], Awaitable[None]]
 
 _ENTRY_PARAMS = {
     "app",
@@ -52,6 +70,8 @@ _ENTRY_PARAMS = {
     "receive",
     "send",
 }
+
+_SERIALIZE_PARAMS = {"self", "method", "version", "result"}
 
 _choosers: weakref.WeakKeyDictionary[Any, Chooser] = weakref.WeakKeyDictionary()
 _sdk_entry: Any = None  # what the manager called before `_entry` (the SDK's function)
@@ -82,7 +102,31 @@ async def _entry(
     async def answer(json_mode: bool, replay: Receive) -> None:
         await sdk(app, security_settings, json_mode, lifespan_state, scope, replay, send)
 
-    await chooser(scope, receive, answer)
+    await chooser(scope, receive, answer, Exchange(security_settings, send))
+
+
+async def write_reply(
+    reply: JSONRPCResponse | JSONRPCError, scope: Scope, receive: Receive, send: Send
+) -> None:
+    """Send `reply` as the SDK's modern entry sends one in JSON mode: its serialisation,
+    the HTTP status its error code maps to, `application/json`."""
+    await modern_module._write(reply, scope, receive, send)
+
+
+def wire_result(server: Any, protocol_version: str, result: dict[str, Any]) -> dict[str, Any]:
+    """A modern-era handler's result as the SDK runner puts it on the wire for a method
+    outside the spec's own (`ServerRunner._serialize`) that has no cache hint: a copy,
+    `resultType` "complete" when it has none, and `server`'s `serverInfo` stamp in its
+    `_meta` unless the handler set one (a `_meta` that is not a dict is left as it is)."""
+    dumped = dict(result)
+    if dumped.get("resultType") is None:
+        dumped["resultType"] = "complete"
+    meta = dumped.get("_meta")
+    if meta is None:
+        dumped["_meta"] = {SERVER_INFO_META_KEY: server.server_info_stamp}
+    elif isinstance(meta, dict) and meta.get(SERVER_INFO_META_KEY) is None:
+        dumped["_meta"] = {**meta, SERVER_INFO_META_KEY: server.server_info_stamp}
+    return dumped
 
 
 def choose_reply(app: Any, chooser: Chooser) -> None:
@@ -108,5 +152,11 @@ def modern_entry_seams() -> Checks:
         ),
         "mcp.server._streamable_http_modern._SSE_PING_INTERVAL": lambda: isinstance(
             modern_module._SSE_PING_INTERVAL, int | float
+        ),
+        "mcp.server._streamable_http_modern._write(msg, scope, receive, send)": lambda: (
+            _params(modern_module._write) == {"msg", "scope", "receive", "send"}
+        ),
+        "mcp.server.runner.ServerRunner._serialize(self, method, version, result)": lambda: (
+            _params(runner_module.ServerRunner._serialize) == _SERIALIZE_PARAMS
         ),
     }

@@ -261,7 +261,7 @@ class TasksExtension(ServerExtension):
         self.listen.install(_compat.low_level_server(self.server))
         try:
             self.poll_lane = poll_lane.install(self.server)
-            self.json_replies = json_replies.install(self.server, self.store_timeout)
+            self.json_replies = json_replies.install(self.server, self.store_timeout, self._methods)
             self._advertise_idempotency()
             if self.legacy is not None:  # 2025-11-25 connections get the V1 surface
                 _compat.allow_task_results()

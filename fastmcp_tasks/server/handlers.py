@@ -138,6 +138,8 @@ class TaskMethods:
         self.history = history if history is not None else HistoryWriter(store)
         fraction = self.limits.min_poll_fraction
         self.pacer = None if fraction is None else PollPacer(fraction, self.limits.poll_burst)
+        #: The modern-era `tasks/get` as bound (`direct_polls` calls it too).
+        self.modern_get: Handler = _store_errors(self.get, store)
 
     def bindings(self) -> list[MethodBinding]:
         """`tasks/get`, `tasks/update` and `tasks/cancel` answer within one `store_timeout`;
@@ -148,7 +150,7 @@ class TaskMethods:
         legacy = self.legacy
         if legacy is None:
             return [
-                MethodBinding(METHOD_GET, TaskIdParams, _store_errors(self.get, store), MODERN),
+                MethodBinding(METHOD_GET, TaskIdParams, self.modern_get, MODERN),
                 updating,
                 MethodBinding(
                     METHOD_CANCEL, TaskIdParams, _store_errors(self.cancel, store), MODERN

@@ -74,7 +74,9 @@ from starlette.requests import Request
 from starlette.types import Message, Receive, Scope
 
 from fastmcp_tasks import _compat
+from fastmcp_tasks.server.direct_polls import DirectPolls
 from fastmcp_tasks.server.engine.call import leaf_of, resolve_tool
+from fastmcp_tasks.server.handlers import TaskMethods
 from fastmcp_tasks.server.options import options_of
 from fastmcp_tasks.server.poll_lane import PASS_HOOKS, PollLane, observing_middleware
 from fastmcp_tasks.wire.names import METHOD_GET, TASKS_EXTENSION_ID
@@ -110,12 +112,17 @@ class JsonReplies:
     then rejects, a header that does not match the body say, is counted too).
     """
 
-    def __init__(self, server: FastMCP, store_timeout: float | None) -> None:
+    def __init__(
+        self, server: FastMCP, store_timeout: float | None, polls: DirectPolls | None = None
+    ) -> None:
         self._server = weakref.ref(server)
         self.bounded = store_timeout is not None and store_timeout <= _compat.sse_deferral() / 2
         self.taken = {METHOD_GET: 0, _CALL: 0}
+        self.polls = polls  # answers a plain `tasks/get` itself (`direct_polls`)
 
-    async def __call__(self, scope: Scope, receive: Receive, answer: _compat.Answer) -> None:
+    async def __call__(
+        self, scope: Scope, receive: Receive, answer: _compat.Answer, exchange: _compat.Exchange
+    ) -> None:
         method = _header(scope, _METHOD_HEADER)
         if method not in self.taken or not self.bounded:
             await answer(False, receive)
@@ -133,6 +140,11 @@ class JsonReplies:
             return
         if method == METHOD_GET:
             self.taken[method] += 1
+            if self.polls is not None:
+                message = await receive()
+                receive = _replaying(message, receive)
+                if await self.polls.answer(scope, message, receive, exchange):
+                    return
             await answer(True, receive)
             return
         resolved = await self._task_tool(server, message)
@@ -255,9 +267,13 @@ def _replaying(message: Message, receive: Receive) -> Receive:
     return replay
 
 
-def install(server: FastMCP, store_timeout: float | None) -> JsonReplies:
-    """Have the SDK ask a new `JsonReplies` for `server`'s modern requests."""
-    replies = JsonReplies(server, store_timeout)
+def install(
+    server: FastMCP, store_timeout: float | None, methods: TaskMethods | None = None
+) -> JsonReplies:
+    """Have the SDK ask a new `JsonReplies` for `server`'s modern requests; with `methods`
+    (the task methods bound), a plain poll is answered without the SDK (`direct_polls`)."""
+    polls = None if methods is None else DirectPolls(server, methods.modern_get)
+    replies = JsonReplies(server, store_timeout, polls)
     _compat.choose_reply(_compat.low_level_server(server), replies)
     return replies
 

@@ -90,16 +90,22 @@ class PollLane:
         return await self.seam(ctx, call_next)
 
     def _unobserved(self, ctx: Any) -> bool:
-        if ctx.request_id is None or ctx.protocol_version not in _MODERN:
+        if ctx.request_id is None:
             return False
-        params = ctx.params
-        meta = params.get("_meta") if isinstance(params, Mapping) else None
-        if isinstance(meta, Mapping) and any(key in meta for key in _TRACE_KEYS):
-            return False
-        server = self._server()
-        if server is None or any(observing_middleware(m) for m in server.middleware):
-            return False
-        return not tracing_installed()
+        return unobserved(self._server(), ctx.protocol_version, ctx.params)
+
+
+def unobserved(server: FastMCP | None, protocol_version: str, params: Any) -> bool:
+    """Whether FastMCP's adapter could be skipped for a `tasks/get` at `protocol_version`
+    with `params` (module doc): modern, no trace context, no middleware, no tracer."""
+    if server is None or protocol_version not in _MODERN:
+        return False
+    meta = params.get("_meta") if isinstance(params, Mapping) else None
+    if isinstance(meta, Mapping) and any(key in meta for key in _TRACE_KEYS):
+        return False
+    if any(observing_middleware(m) for m in server.middleware):
+        return False
+    return not tracing_installed()
 
 
 def install(server: FastMCP) -> PollLane | None:
@@ -128,4 +134,11 @@ def uninstall(server: FastMCP, lane: PollLane | None) -> None:
             return
 
 
-__all__ = ["PASS_HOOKS", "PollLane", "install", "observing_middleware", "uninstall"]
+__all__ = [
+    "PASS_HOOKS",
+    "PollLane",
+    "install",
+    "observing_middleware",
+    "uninstall",
+    "unobserved",
+]

@@ -1,0 +1,305 @@
+"""A plain `tasks/get` over HTTP is answered at the SDK's entry (`server.direct_polls`):
+every kind of answer (each status, each error) has the same status, headers and bytes
+as the SDK's own answer to the same request on the same server; a paced poll counts
+once; everything unusual about a request (its envelope, its headers, what would watch
+it) leaves it to the SDK, which answers it exactly as before.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from fastmcp import FastMCP
+from fastmcp.server.middleware import Middleware
+from mcp.server.caching import CacheHint
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
+
+from fastmcp_tasks import Limits, TasksExtension, _compat
+from fastmcp_tasks.errors import StoreError
+from fastmcp_tasks.server.direct_polls import DirectPolls
+from fastmcp_tasks.server.json_replies import JsonReplies
+from tests.wire import MODERN, TASKS, http_server
+
+pytestmark = pytest.mark.anyio
+
+ENVELOPE = {
+    "io.modelcontextprotocol/protocolVersion": MODERN,
+    "io.modelcontextprotocol/clientInfo": {"name": "tests", "version": "1"},
+    "io.modelcontextprotocol/clientCapabilities": {"extensions": {TASKS: {}}},
+}
+HEADERS = {
+    "Accept": "application/json, text/event-stream",
+    "Content-Type": "application/json",
+    "MCP-Protocol-Version": MODERN,
+    "Mcp-Method": "tasks/get",
+}
+
+
+def server(**options: Any) -> tuple[FastMCP, TasksExtension, anyio.Event]:
+    mcp = FastMCP("direct-polls")
+    extension = TasksExtension(**options)
+    mcp.add_extension(extension)
+    release = anyio.Event()
+
+    @mcp.tool(task=True)
+    async def echo(text: str) -> str:
+        return text
+
+    @mcp.tool(task=True)
+    async def refused() -> str:
+        raise MCPError(code=-32050, message="upstream refused", data={"retryAfter": 3})
+
+    @mcp.tool(task=True)
+    async def blocker() -> str:
+        await release.wait()
+        return "released"
+
+    return mcp, extension, release
+
+
+def body(task_id: Any, request_id: Any = 1, meta: dict[str, Any] | None = None) -> bytes:
+    params = {"taskId": task_id, "_meta": {**ENVELOPE, **(meta or {})}}
+    message = {"jsonrpc": "2.0", "id": request_id, "method": "tasks/get", "params": params}
+    return json.dumps(message).encode()
+
+
+#: What a working task's answer computes at each read (its time to live left).
+TTL = re.compile(rb'"ttlMs":\d+')
+#: Headers that differ between two answers of one request: the time, and the session a
+#: 2025-11-25 request gets (the SDK's other path).
+VOLATILE = ("date", "server", "mcp-session-id")
+
+
+def seen(response: httpx.Response) -> tuple[int, list[tuple[str, str]], bytes]:
+    """Status, headers and the exact body, but for what differs at each read (`TTL`,
+    `VOLATILE`; `content-length` follows the body)."""
+    headers = [(k, v) for k, v in response.headers.multi_items() if k not in VOLATILE]
+    return response.status_code, headers, TTL.sub(b'"ttlMs":0', response.content)
+
+
+def polls_of(extension: TasksExtension) -> Any:
+    replies = extension.json_replies
+    assert isinstance(replies, JsonReplies) and replies.polls is not None
+    return replies.polls
+
+
+async def both_ways(
+    http: httpx.AsyncClient,
+    url: str,
+    extension: TasksExtension,
+    content: bytes,
+    headers: dict[str, str] | None = None,
+    extra: list[tuple[str, str]] | None = None,
+) -> tuple[Any, Any, int]:
+    """The same request answered at the entry, then by the SDK (direct answers off): both
+    answers and how many the entry answered. `extra`: header lines added as they are."""
+    replies = extension.json_replies
+    assert replies is not None
+    polls = polls_of(extension)
+    sent = [*{**HEADERS, **(headers or {})}.items(), *(extra or [])]
+    before = polls.answered
+    direct = seen(await http.post(url, content=content, headers=sent))
+    answered = polls.answered - before
+    replies.polls = None
+    try:
+        sdk = seen(await http.post(url, content=content, headers=sent))
+    finally:
+        replies.polls = polls
+    return direct, sdk, answered
+
+
+async def created(http: httpx.AsyncClient, url: str, tool: str, **arguments: Any) -> str:
+    params = {"name": tool, "arguments": arguments, "_meta": ENVELOPE}
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}
+    headers = {**HEADERS, "Mcp-Method": "tools/call", "Mcp-Name": tool}
+    reply = await http.post(url, content=json.dumps(call), headers=headers)
+    return str(reply.json()["result"]["taskId"])
+
+
+async def ended(http: httpx.AsyncClient, url: str, task_id: str) -> None:
+    with anyio.fail_after(10):
+        while True:
+            reply = await http.post(url, content=body(task_id), headers=HEADERS)
+            if reply.json()["result"]["status"] != "working":
+                return
+            await anyio.sleep(0.01)
+
+
+async def test_every_kind_of_answer_is_the_sdks_byte_for_byte() -> None:
+    mcp, extension, release = server()
+    with anyio.fail_after(60):
+        async with http_server(mcp) as url, httpx.AsyncClient(timeout=10) as http:
+            done = await created(http, url, "echo", text="hi")
+            failed = await created(http, url, "refused")
+            working = await created(http, url, "blocker")
+            await ended(http, url, done)
+            await ended(http, url, failed)
+            cases: list[tuple[bytes, dict[str, str]]] = [
+                (body(done), {"Mcp-Name": done}),
+                (body(failed, "req-7"), {}),
+                (body(working, 2**40), {}),
+                (body("no-such-task"), {}),  # -32602
+                (body(done, meta={"io.modelcontextprotocol/clientCapabilities": {}}), {}),
+                (body(done), {"Mcp-Name": failed}),  # names another task: -32020
+                (body("x" * 5000), {}),  # too long to be an id: -32602
+            ]
+            outcomes = [await both_ways(http, url, extension, b, h) for b, h in cases]
+            release.set()
+    for direct, sdk, answered in outcomes:
+        assert answered == 1
+        assert direct == sdk
+    answers = [json.loads(direct[2]) for direct, _, _ in outcomes]
+    assert [a["result"]["status"] for a in answers[:3]] == ["completed", "failed", "working"]
+    assert answers[1]["id"] == "req-7" and answers[2]["id"] == 2**40
+    assert [a["error"]["code"] for a in answers[3:]] == [-32602, -32021, -32020, -32602]
+
+
+async def test_a_paced_poll_counts_once_and_a_failing_store_answers_as_before(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Pacing: one poll allowed, the next refused, at the entry as by the SDK; then the
+    store fails and both answer -32603."""
+    mcp, extension, release = server(limits=Limits(min_poll_fraction=0.5, poll_burst=1))
+    with anyio.fail_after(60):
+        async with http_server(mcp) as url, httpx.AsyncClient(timeout=10) as http:
+            first = await created(http, url, "blocker")
+            second = await created(http, url, "blocker")
+            paced = []
+            for task_id in (first, second):  # the first at the entry, the second by the SDK
+                direct = task_id == first
+                replies = extension.json_replies
+                assert replies is not None
+                polls, replies.polls = replies.polls, (replies.polls if direct else None)
+                try:
+                    for _ in range(2):
+                        reply = await http.post(url, content=body(task_id), headers=HEADERS)
+                        paced.append((reply.status_code, reply.json().get("error", {}).get("code")))
+                finally:
+                    replies.polls = polls
+
+            async def down(task_id: str) -> None:
+                raise StoreError("injected: the store is down")
+
+            monkeypatch.setattr(extension.store, "peek", down, raising=False)
+            monkeypatch.setattr(extension.store, "get", down)
+            direct, sdk, answered = await both_ways(http, url, extension, body(first))
+            release.set()
+    assert paced == [(200, None), (200, -32000)] * 2  # the burst of one, then refused
+    assert answered == 1 and direct == sdk
+    assert json.loads(direct[2])["error"]["code"] == -32603
+
+
+class Watching(Middleware):
+    """Sees every request."""
+
+    async def on_request(self, context: Any, call_next: Any) -> Any:
+        return await call_next(context)
+
+
+def raw(message: Any) -> bytes:
+    return json.dumps(message).encode()
+
+
+GET = {"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": {"_meta": ENVELOPE}}
+
+
+TRACEPARENT = "00-" + "1" * 32 + "-" + "2" * 16 + "-01"
+
+
+@pytest.mark.parametrize(
+    ("content", "headers", "extra"),
+    [
+        (b"{not json", {}, []),
+        (raw([GET]), {}, []),  # a batch
+        (raw({**GET, "extra": 1}), {}, []),
+        (raw({**GET, "id": True}), {}, []),
+        (raw({**GET, "id": 1.0}), {}, []),
+        (raw({**GET, "id": None}), {}, []),
+        (raw({**GET, "jsonrpc": "1.0"}), {}, []),
+        (raw({**GET, "params": {"taskId": 7, "_meta": ENVELOPE}}), {}, []),
+        (raw({**GET, "method": "tasks/cancel"}), {}, []),  # the Mcp-Method header says get
+        (raw({**GET, "params": {"taskId": "t"}}), {}, []),  # no envelope in `_meta`
+        (b"TASK", {"Content-Type": "text/plain"}, []),
+        (b"TASK", {"MCP-Protocol-Version": "2025-11-25"}, []),
+        (b"TASK", {}, [("Mcp-Method", "tasks/get")]),  # a routing header given twice
+        (b"TRACE", {}, []),
+    ],
+)
+async def test_an_unusual_poll_is_left_to_the_sdk(
+    content: bytes, headers: dict[str, str], extra: list[tuple[str, str]]
+) -> None:
+    mcp, extension, _ = server()
+    with anyio.fail_after(60):
+        async with http_server(mcp) as url, httpx.AsyncClient(timeout=10) as http:
+            done = await created(http, url, "echo", text="hi")
+            await ended(http, url, done)
+            if content == b"TASK":
+                content = body(done)
+            elif content == b"TRACE":
+                content = body(done, meta={"traceparent": TRACEPARENT})
+            direct, sdk, answered = await both_ways(http, url, extension, content, headers, extra)
+    assert answered == 0
+    assert direct == sdk
+
+
+async def test_what_would_watch_or_change_a_poll_leaves_it_to_the_sdk() -> None:
+    mcp, extension, _ = server()
+    with anyio.fail_after(60):
+        async with http_server(mcp) as url, httpx.AsyncClient(timeout=10) as http:
+            done = await created(http, url, "echo", text="hi")
+            await ended(http, url, done)
+            polls = polls_of(extension)
+            low = _compat.low_level_server(mcp)
+            mcp.add_middleware(Watching())
+            watched = await both_ways(http, url, extension, body(done))
+            mcp.middleware.clear()
+            low.cache_hints["tasks/get"] = CacheHint(ttl_ms=5, scope="private")
+            hinted = await both_ways(http, url, extension, body(done))
+            del low.cache_hints["tasks/get"]
+            plain = await both_ways(http, url, extension, body(done))
+            answered = polls.answered
+    assert [watched[2], hinted[2], plain[2]] == [0, 0, 1] and answered >= 1
+    assert watched[0] == watched[1] and hinted[0] == hinted[1] and plain[0] == plain[1]
+    assert b'"cacheScope":"private"' in hinted[0][2]  # the SDK applied the hint
+
+
+async def test_the_security_settings_are_checked_as_the_sdk_checks_them() -> None:
+    """FastMCP turns the SDK's host checks off (its own guard runs before): settings that
+    have them on are applied here as the SDK applies them."""
+    mcp, _, _ = server()
+    asked: list[Any] = []
+
+    async def poll(context: Any, params: Any) -> dict[str, Any]:
+        asked.append(params)
+        return {}
+
+    polls = DirectPolls(mcp, poll)
+    sent: list[Any] = []
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    async def receive() -> Any:
+        raise AssertionError("the body was read already")
+
+    security = TransportSecuritySettings(
+        enable_dns_rebinding_protection=True, allowed_hosts=["allowed.example"]
+    )
+    headers = [(k.lower().encode(), v.encode()) for k, v in HEADERS.items()]
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/mcp",
+        "headers": [*headers, (b"host", b"evil.example")],
+    }
+    message = {"type": "http.request", "body": body("t"), "more_body": False}
+    exchange = _compat.Exchange(security, send)
+    with anyio.fail_after(10):
+        assert not await polls.answer(scope, message, receive, exchange)
+    assert sent == [] and asked == [] and polls.answered == 0
