@@ -24,7 +24,7 @@ from fastmcp_tasks import Limits, TasksExtension, _compat
 from fastmcp_tasks.errors import StoreError
 from fastmcp_tasks.server.direct_polls import DirectPolls
 from fastmcp_tasks.server.json_replies import JsonReplies
-from tests.wire import MODERN, TASKS, http_server
+from tests.wire import MODERN, TASKS, http_server, serve_asgi
 
 pytestmark = pytest.mark.anyio
 
@@ -158,6 +158,28 @@ async def test_every_kind_of_answer_is_the_sdks_byte_for_byte() -> None:
     assert [a["result"]["status"] for a in answers[:3]] == ["completed", "failed", "working"]
     assert answers[1]["id"] == "req-7" and answers[2]["id"] == 2**40
     assert [a["error"]["code"] for a in answers[3:]] == [-32602, -32021, -32020, -32602]
+
+
+async def test_a_server_in_json_mode_answers_the_same() -> None:
+    mcp, extension, release = server()
+    with anyio.fail_after(60):
+        async with serve_asgi(mcp.http_app(json_response=True)) as base:
+            async with httpx.AsyncClient(timeout=10) as http:
+                url = f"{base}/mcp"
+                done = await created(http, url, "echo", text="j")
+                await ended(http, url, done)
+                working = await created(http, url, "blocker")
+                json_only = {"Accept": "application/json"}
+                outcomes = [
+                    await both_ways(http, url, extension, body(done), json_only),
+                    await both_ways(http, url, extension, body(working)),
+                    await both_ways(http, url, extension, body("nope"), json_only),
+                    await both_ways(http, url, extension, body(done), {"Accept": "text/plain"}),
+                ]
+                release.set()
+    assert [answered for _, _, answered in outcomes] == [1, 1, 1, 0]
+    assert all(direct == sdk for direct, sdk, _ in outcomes)
+    assert outcomes[3][0][0] == 406
 
 
 async def test_a_paced_poll_counts_once_and_a_failing_store_answers_as_before(
@@ -299,7 +321,7 @@ async def test_the_security_settings_are_checked_as_the_sdk_checks_them() -> Non
         "headers": [*headers, (b"host", b"evil.example")],
     }
     message = {"type": "http.request", "body": body("t"), "more_body": False}
-    exchange = _compat.Exchange(security, send)
+    exchange = _compat.Exchange(security, send, json_response=False)
     with anyio.fail_after(10):
         assert not await polls.answer(scope, message, receive, exchange)
     assert sent == [] and asked == [] and polls.answered == 0

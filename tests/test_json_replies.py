@@ -244,7 +244,9 @@ async def test_when_a_tasks_requests_keep_sse_mode(
         assert polled.message()["error"]["code"] == -32602
 
 
-async def test_a_server_in_json_mode_is_never_asked() -> None:
+async def test_a_server_in_json_mode_is_asked_only_for_plain_polls() -> None:
+    """Nothing is taken out of a mode it is not in; its plain polls are answered at the
+    entry (`test_direct_polls` compares those answers with the SDK's)."""
     mcp, extension = server()
     with anyio.fail_after(60):
         async with serve_asgi(mcp.http_app(json_response=True)) as base:
@@ -254,8 +256,11 @@ async def test_a_server_in_json_mode_is_never_asked() -> None:
                     http, url, "tools/call", {"name": "echo", "arguments": {"text": "j"}}
                 )
                 await settle(http, url, made.message()["result"]["taskId"])
-                assert extension.json_replies is not None
-                assert extension.json_replies.taken == {"tasks/get": 0, "tools/call": 0}
+                replies = extension.json_replies
+                assert replies is not None and replies.polls is not None
+                assert replies.taken == {"tasks/get": 0, "tools/call": 0}
+                assert replies.polls.answered >= 1
+    assert made.kind == "application/json"
 
 
 async def test_the_entry_is_bound_once_and_a_stopped_server_is_not_asked() -> None:

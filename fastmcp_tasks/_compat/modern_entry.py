@@ -12,16 +12,17 @@ in JSON, the same bytes and status JSON mode gives. With it on, the entry awaits
 handler in the ASGI task and answers in JSON.
 
 `choose_reply(app, chooser)` lets one SDK server pick JSON mode per request that the
-manager would serve in SSE mode. At the first call in a process the manager module's
-name is bound to `_entry`, once and for good (never captured again, so never a wrapper
-of `_entry` that another library may have put there since): for a server with a chooser
-it hands the chooser the request, a continuation, `answer(json_response, receive)`,
-that runs the SDK's entry (the chooser awaits it at most once, so it can hold a context
-variable for the request's handler), and the rest of what the entry was handed
-(`Exchange`: the security settings and `send`), for a chooser that answers the request
-itself (`server.direct_polls`, with `write_reply`, the entry's own writer of a JSON-RPC
-reply, and `wire_result`, the SDK runner's wire form of a result); for any other request
-it calls the SDK's entry unchanged.
+manager would serve in SSE mode, and answer a request itself in either mode. At the
+first call in a process the manager module's name is bound to `_entry`, once and for
+good (never captured again, so never a wrapper of `_entry` that another library may
+have put there since): for a server with a chooser it hands the chooser the request, a
+continuation, `answer(json_response, receive)`, that runs the SDK's entry (the chooser
+awaits it at most once, so it can hold a context variable for the request's handler),
+and the rest of what the entry was handed (`Exchange`: the security settings, `send`,
+the manager's mode), for a chooser that answers the request itself
+(`server.direct_polls`, with `write_reply`, the entry's own writer of a JSON-RPC reply,
+and `wire_result`, the SDK runner's wire form of a result); for any other server it
+calls the SDK's entry unchanged.
 `forget_reply(app)` stops asking for that server. FastMCP builds its session manager
 inside its HTTP app's lifespan and offers no seam to it, so the module name the manager
 calls through is the one place to choose.
@@ -55,10 +56,11 @@ class Exchange:
 
     security_settings: Any  # the manager's `TransportSecuritySettings`, or None
     send: Send
+    json_response: bool  # the manager's mode: JSON (True) or SSE with its deferral
 
 
-#: `chooser(scope, receive, answer, exchange)`: awaits `answer` at most once, and answers
-#: the request itself (through `exchange.send`) when it does not.
+#: `chooser(scope, receive, answer, exchange)`: awaits `answer` at most once (in JSON mode
+#: with `True`), and answers the request itself (through `exchange.send`) when it does not.
 Chooser = Callable[[Scope, Receive, Answer, Exchange], Awaitable[None]]
 
 _ENTRY_PARAMS = {
@@ -94,7 +96,7 @@ async def _entry(
     send: Send,
 ) -> None:
     sdk = _sdk_entry or modern_module.handle_modern_request
-    chooser = None if json_response else _choosers.get(app)
+    chooser = _choosers.get(app)
     if chooser is None:
         await sdk(app, security_settings, json_response, lifespan_state, scope, receive, send)
         return
@@ -102,7 +104,7 @@ async def _entry(
     async def answer(json_mode: bool, replay: Receive) -> None:
         await sdk(app, security_settings, json_mode, lifespan_state, scope, replay, send)
 
-    await chooser(scope, receive, answer, Exchange(security_settings, send))
+    await chooser(scope, receive, answer, Exchange(security_settings, send, json_response))
 
 
 async def write_reply(

@@ -13,7 +13,9 @@ instructions as a poll's own work, and two requests of a task never need it:
   the request, so nothing of it can emit there.
 
 Both are bounded by `store_timeout`. `JsonReplies` has the SDK answer them in JSON mode
-when all of this holds, and leaves every other request to SSE mode:
+when all of this holds, and leaves every other request to SSE mode (a `tasks/get` that
+qualifies is answered at the entry itself when it is plain enough: `direct_polls`; on a
+server in JSON mode already, that is the only request it takes):
 
 - `store_timeout` is set and at most half the deferral (7.5 s; the default is 5 s), so
   the SDK could not have committed to SSE before the handler ended, even with the
@@ -124,6 +126,14 @@ class JsonReplies:
         self, scope: Scope, receive: Receive, answer: _compat.Answer, exchange: _compat.Exchange
     ) -> None:
         method = _header(scope, _METHOD_HEADER)
+        if exchange.json_response:  # JSON mode already: only a plain poll is answered here
+            server = self._server()
+            replay: Receive | None = receive
+            if method == METHOD_GET and server and self._plain(scope, server, method, sse=False):
+                replay = await self._poll(scope, receive, exchange)
+            if replay is not None:
+                await answer(True, replay)
+            return
         if method not in self.taken or not self.bounded:
             await answer(False, receive)
             return
@@ -140,12 +150,9 @@ class JsonReplies:
             return
         if method == METHOD_GET:
             self.taken[method] += 1
-            if self.polls is not None:
-                message = await receive()
-                receive = _replaying(message, receive)
-                if await self.polls.answer(scope, message, receive, exchange):
-                    return
-            await answer(True, receive)
+            replay = await self._poll(scope, receive, exchange)
+            if replay is not None:
+                await answer(True, replay)
             return
         resolved = await self._task_tool(server, message)
         if resolved is None:
@@ -158,15 +165,26 @@ class JsonReplies:
         finally:
             _resolved.reset(token)
 
+    async def _poll(
+        self, scope: Scope, receive: Receive, exchange: _compat.Exchange
+    ) -> Receive | None:
+        """A plain `tasks/get` answered here (`direct_polls`): `None`; else what replays its
+        body for the SDK."""
+        if self.polls is None:
+            return receive
+        message = await receive()
+        replay = _replaying(message, receive)
+        return None if await self.polls.answer(scope, message, replay, exchange) else replay
+
     @staticmethod
-    def _plain(scope: Scope, server: FastMCP, method: str) -> bool:
-        """Nothing but FastMCP's and the SDK's own handling would see the request, and SSE
-        mode would not 406 it."""
+    def _plain(scope: Scope, server: FastMCP, method: str, *, sse: bool = True) -> bool:
+        """Nothing but FastMCP's and the SDK's own handling would see the request, and its
+        mode (`sse`: SSE's, which needs both kinds accepted) would not 406 it."""
         has_json, has_sse = check_accept_headers(Request(scope))
         hooks = PASS_HOOKS if method == METHOD_GET else _CALL_HOOKS
         return (
             has_json
-            and has_sse
+            and (has_sse or not sse)
             and all(_known(entry) for entry in _compat.request_seam_chain(server))
             and not any(observing_middleware(m, hooks) for m in server.middleware)
         )
