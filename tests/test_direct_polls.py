@@ -16,14 +16,20 @@ import httpx
 import pytest
 from fastmcp import FastMCP
 from fastmcp.server.middleware import Middleware
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
 from mcp.server.caching import CacheHint
+from mcp.server.connection import Connection
+from mcp.server.runner import ServerRunner
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
+from starlette.middleware import Middleware as StarletteMiddleware
 
 from fastmcp_tasks import Limits, TasksExtension, _compat
 from fastmcp_tasks.errors import StoreError
 from fastmcp_tasks.server.direct_polls import DirectPolls
 from fastmcp_tasks.server.json_replies import JsonReplies
+from fastmcp_tasks.wire.models import TaskIdParams
 from tests.wire import MODERN, TASKS, http_server, serve_asgi
 
 pytestmark = pytest.mark.anyio
@@ -228,7 +234,14 @@ def raw(message: Any) -> bytes:
     return json.dumps(message).encode()
 
 
-GET = {"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": {"_meta": ENVELOPE}}
+#: A plain poll; "TASK" becomes the id of a completed task (so only what a case changes
+#: can make the entry hand it on).
+GET = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "tasks/get",
+    "params": {"taskId": "TASK", "_meta": ENVELOPE},
+}
 
 
 TRACEPARENT = "00-" + "1" * 32 + "-" + "2" * 16 + "-01"
@@ -244,9 +257,9 @@ TRACEPARENT = "00-" + "1" * 32 + "-" + "2" * 16 + "-01"
         (raw({**GET, "id": 1.0}), {}, []),
         (raw({**GET, "id": None}), {}, []),
         (raw({**GET, "jsonrpc": "1.0"}), {}, []),
-        (raw({**GET, "params": {"taskId": 7, "_meta": ENVELOPE}}), {}, []),
         (raw({**GET, "method": "tasks/cancel"}), {}, []),  # the Mcp-Method header says get
-        (raw({**GET, "params": {"taskId": "t"}}), {}, []),  # no envelope in `_meta`
+        (raw({**GET, "params": {"taskId": "TASK"}}), {}, []),  # no envelope in `_meta`
+        (raw({**GET, "params": {**GET["params"], "taskId": 7}}), {}, []),
         (b"TASK", {"Content-Type": "text/plain"}, []),
         (b"TASK", {"MCP-Protocol-Version": "2025-11-25"}, []),
         (b"TASK", {}, [("Mcp-Method", "tasks/get")]),  # a routing header given twice
@@ -265,7 +278,11 @@ async def test_an_unusual_poll_is_left_to_the_sdk(
                 content = body(done)
             elif content == b"TRACE":
                 content = body(done, meta={"traceparent": TRACEPARENT})
+            content = content.replace(b'"TASK"', json.dumps(done).encode())
+            plain = raw(GET).replace(b'"TASK"', json.dumps(done).encode())
+            template = await both_ways(http, url, extension, plain)
             direct, sdk, answered = await both_ways(http, url, extension, content, headers, extra)
+    assert template[2] == 1  # the case's own change is what hands it on
     assert answered == 0
     assert direct == sdk
 
@@ -325,3 +342,81 @@ async def test_the_security_settings_are_checked_as_the_sdk_checks_them() -> Non
     with anyio.fail_after(10):
         assert not await polls.answer(scope, message, receive, exchange)
     assert sent == [] and asked == [] and polls.answered == 0
+
+
+class ScopeCopyingAuth:
+    """An ASGI middleware of the author's that authenticates on a copy of the scope, as
+    a gateway in front of the server might: only the scope the SDK's entry receives says
+    who calls (header `x-user`)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        user = dict(scope.get("headers", [])).get(b"x-user")
+        if scope["type"] == "http" and user:
+            token = AccessToken(token="t", client_id="gw", scopes=[], claims={"sub": user.decode()})
+            scope = {**scope, "user": AuthenticatedUser(token)}
+        await self.app(scope, receive, send)
+
+
+async def test_the_caller_is_who_the_sdk_would_see() -> None:
+    mcp, extension, _ = server()
+    app = mcp.http_app(middleware=[StarletteMiddleware(ScopeCopyingAuth)])
+    with anyio.fail_after(60):
+        async with serve_asgi(app) as base, httpx.AsyncClient(timeout=10) as http:
+            url = f"{base}/mcp"
+            params = {"name": "echo", "arguments": {"text": "a"}, "_meta": ENVELOPE}
+            call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}
+            headers = {**HEADERS, "Mcp-Method": "tools/call", "Mcp-Name": "echo", "x-user": "alice"}
+            reply = await http.post(url, content=json.dumps(call), headers=headers)
+            task_id = reply.json()["result"]["taskId"]
+            outcomes = [
+                await both_ways(http, url, extension, body(task_id), {"x-user": who})
+                for who in ("alice", "alice", "bob")
+            ]
+    assert [answered for _, _, answered in outcomes] == [1, 1, 1]
+    assert all(direct == sdk for direct, sdk, _ in outcomes)
+    assert outcomes[0][0][0] == 200 and outcomes[2][0][0] != 200  # bob: not his task
+
+
+async def test_a_tasks_get_registered_since_is_left_to_the_sdk() -> None:
+    mcp, extension, _ = server()
+    with anyio.fail_after(60):
+        async with http_server(mcp) as url, httpx.AsyncClient(timeout=10) as http:
+            done = await created(http, url, "echo", text="hi")
+            await ended(http, url, done)
+            low = _compat.low_level_server(mcp)
+            entry = low.get_request_handler("tasks/get")
+            assert entry is not None
+
+            async def audited(ctx: Any, params: Any) -> Any:
+                result = await entry.handler(ctx, params)
+                return {**result, "_meta": {"audited": True}}
+
+            low.add_request_handler("tasks/get", TaskIdParams, audited)
+            direct, sdk, answered = await both_ways(http, url, extension, body(done))
+    assert answered == 0 and direct == sdk and b'"audited":true' in direct[2]
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        {"taskId": "t", "status": "working", "resultType": "complete"},
+        {"taskId": "t"},  # no resultType
+        {"taskId": "t", "_meta": {"k": 1}},
+        {"taskId": "t", "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "own"}}},
+        {"taskId": "t", "_meta": {"io.modelcontextprotocol/serverInfo": None}},
+        {"taskId": "t", "_meta": ["not", "a", "dict"]},
+        {"taskId": "t", "resultType": None},
+    ],
+)
+def test_the_wire_form_is_the_sdk_runners(result: dict[str, Any]) -> None:
+    """`wire_result` against the SDK runner's own `_serialize` for a method outside the
+    spec's, with no cache hint."""
+    mcp, _, _ = server()
+    low = _compat.low_level_server(mcp)
+    connection = Connection.from_envelope(MODERN, None, {})
+    runner = ServerRunner(low, connection, None)
+    sdk = runner._serialize("tasks/get", MODERN, dict(result))
+    assert _compat.wire_result(low, MODERN, dict(result)) == sdk

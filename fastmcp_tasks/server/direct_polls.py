@@ -8,10 +8,12 @@ the server's middleware list (the poll lane and the request-state boundary, whic
 pass a `tasks/get` on untouched), the method's params model, `TaskMethods.get`, the
 result's wire form and the reply. `DirectPolls` makes the same checks with the SDK's
 own functions, calls the same bound `TaskMethods.get` (`modern_get`) with the request's
-params, headers and protocol version, and writes what it returns, or the error it
-raises, with the SDK's own writer (`_compat.write_reply`, `wire_result`): the same
-status, headers and body, for about half the CPU of the request (`bench.instructions`).
-Polling is what a client of tasks does most, so this is the request served most.
+params, headers and protocol version and with the HTTP request the SDK would bind for
+it (`set_http_request`: the caller's identity is read from that request's scope, as
+through the SDK), and writes what it returns, or the error it raises, with the SDK's
+own writer (`_compat.write_reply`, `wire_result`): the same status, headers and body,
+for a fifth to a third fewer instructions a poll (`bench.instructions`). Polling is what
+a client of tasks does most, so this is the request served most.
 
 It answers only when all of this holds; otherwise the request goes on to the SDK as it
 came (its body replayed), and is answered exactly as before:
@@ -26,8 +28,8 @@ came (its body replayed), and is answered exactly as before:
   (`TransportSecurityMiddleware.validate_request`), no routing header given twice
   (`find_duplicated_routing_header`), and the ladder's modern route
   (`classify_inbound_request`);
-- `tasks/get` is still the extension's (its params model is `TaskIdParams`) and has no
-  cache hint.
+- the handler registered for `tasks/get` is still the one FastMCP registered for the
+  extension when the server started, and the method has no cache hint.
 
 Once `TaskMethods.get` has run, the request is answered here whatever it raised (an
 unknown task, a missing opt-in, an `Mcp-Name` naming another task, polling too fast, the
@@ -44,6 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastmcp import FastMCP
+from fastmcp.server.http import set_http_request
 from mcp.server.runner import modern_error_data
 from mcp.server.transport_security import TransportSecurityMiddleware
 from mcp.shared.inbound import (
@@ -82,6 +85,10 @@ class DirectPolls:
     def __init__(self, server: FastMCP, poll: Poll) -> None:
         self._server = weakref.ref(server)
         self._poll = poll
+        #: The handler FastMCP registered for `tasks/get` (wrapping `poll`): a request
+        #: meets another (one registered since, say) and goes on to the SDK.
+        entry = _compat.low_level_server(server).get_request_handler(METHOD_GET)
+        self._handler = None if entry is None else entry.handler
         self.answered = 0
 
     async def answer(
@@ -114,7 +121,7 @@ class DirectPolls:
             return False
         low = _compat.low_level_server(server)
         entry = low.get_request_handler(METHOD_GET)
-        if entry is None or entry.params_type is not TaskIdParams or METHOD_GET in low.cache_hints:
+        if entry is None or entry.handler is not self._handler or METHOD_GET in low.cache_hints:
             return False
         try:
             typed = TaskIdParams.model_validate(params, by_name=False)
@@ -124,11 +131,12 @@ class DirectPolls:
         request_id = decoded["id"]
         reply: JSONRPCResponse | JSONRPCError
         try:
-            result = await self._poll(context, typed)
+            with set_http_request(request):  # the request the SDK would bind for the handler
+                result = await self._poll(context, typed)
+            wire = _compat.wire_result(low, verdict.protocol_version, result)
         except Exception as exc:  # as the SDK's entry answers a handler's error
             reply = JSONRPCError(jsonrpc="2.0", id=request_id, error=modern_error_data(exc))
         else:
-            wire = _compat.wire_result(low, verdict.protocol_version, result)
             reply = JSONRPCResponse(jsonrpc="2.0", id=request_id, result=wire)
         self.answered += 1
         await _compat.write_reply(reply, scope, receive, exchange.send)
