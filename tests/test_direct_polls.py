@@ -30,6 +30,7 @@ from fastmcp_tasks.errors import StoreError
 from fastmcp_tasks.server.direct_polls import DirectPolls
 from fastmcp_tasks.server.json_replies import JsonReplies
 from fastmcp_tasks.wire.models import TaskIdParams
+from tests.test_poll_lane import no_tracer_provider  # noqa: F401 - autouse: no tracer
 from tests.wire import MODERN, TASKS, http_server, serve_asgi
 
 pytestmark = pytest.mark.anyio

@@ -26,7 +26,7 @@ from fastmcp_tasks import TasksExtension, _compat, task_options
 from fastmcp_tasks._compat import modern_entry
 from fastmcp_tasks.server import json_replies
 from fastmcp_tasks.server.json_replies import JsonReplies
-from tests.test_poll_lane import TOKENS, ToolsOnly, Watcher
+from tests.test_poll_lane import TOKENS, ToolsOnly, Watcher, no_tracer_provider  # noqa: F401
 from tests.test_poll_lane import server as lane_server
 from tests.wire import MODERN, http_server, memory_wire, serve_asgi
 

@@ -138,13 +138,14 @@ class TaskMethods:
         self.history = history if history is not None else HistoryWriter(store)
         fraction = self.limits.min_poll_fraction
         self.pacer = None if fraction is None else PollPacer(fraction, self.limits.poll_burst)
-        #: The modern-era `tasks/get` as bound (`direct_polls` calls it too).
+        #: The modern-era `tasks/get` as `bindings` binds it (`direct_polls` calls it too).
         self.modern_get: Handler = _store_errors(self.get, store)
 
     def bindings(self) -> list[MethodBinding]:
         """`tasks/get`, `tasks/update` and `tasks/cancel` answer within one `store_timeout`;
         the 2025-11-25 `tasks/result` waits for the task, and `tasks/list` is a listing."""
         store = self.store
+        self.modern_get = _store_errors(self.get, store)  # `get` as it is now
         update = _store_errors(self.update, store)
         updating = MethodBinding(METHOD_UPDATE, UpdateTaskParams, update, MODERN)
         legacy = self.legacy
