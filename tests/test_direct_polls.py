@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -22,7 +24,6 @@ from mcp.server.caching import CacheHint
 from mcp.server.connection import Connection
 from mcp.server.runner import ServerRunner
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp.shared.exceptions import MCPError
 from starlette.middleware import Middleware as StarletteMiddleware
 
 from fastmcp_tasks import Limits, TasksExtension, _compat
@@ -31,6 +32,7 @@ from fastmcp_tasks.server.direct_polls import DirectPolls
 from fastmcp_tasks.server.json_replies import JsonReplies
 from fastmcp_tasks.wire.models import TaskIdParams
 from tests.test_poll_lane import no_tracer_provider  # noqa: F401 - autouse: no tracer
+from tests.test_poll_lane import server as lane_server
 from tests.wire import MODERN, TASKS, http_server, serve_asgi
 
 pytestmark = pytest.mark.anyio
@@ -49,18 +51,9 @@ HEADERS = {
 
 
 def server(**options: Any) -> tuple[FastMCP, TasksExtension, anyio.Event]:
-    mcp = FastMCP("direct-polls")
-    extension = TasksExtension(**options)
-    mcp.add_extension(extension)
+    """`echo` and `refused` (as for the poll lane), and `blocker`, which waits for `release`."""
+    mcp, extension = lane_server("direct-polls", **options)
     release = anyio.Event()
-
-    @mcp.tool(task=True)
-    async def echo(text: str) -> str:
-        return text
-
-    @mcp.tool(task=True)
-    async def refused() -> str:
-        raise MCPError(code=-32050, message="upstream refused", data={"retryAfter": 3})
 
     @mcp.tool(task=True)
     async def blocker() -> str:
@@ -136,6 +129,15 @@ async def ended(http: httpx.AsyncClient, url: str, task_id: str) -> None:
             if reply.json()["result"]["status"] != "working":
                 return
             await anyio.sleep(0.01)
+
+
+@asynccontextmanager
+async def completed(mcp: FastMCP) -> AsyncIterator[tuple[str, httpx.AsyncClient, str]]:
+    """`mcp` served over HTTP, a client, and the id of an `echo` task that completed."""
+    async with http_server(mcp) as url, httpx.AsyncClient(timeout=10) as http:
+        done = await created(http, url, "echo", text="hi")
+        await ended(http, url, done)
+        yield url, http, done
 
 
 async def test_every_kind_of_answer_is_the_sdks_byte_for_byte() -> None:
@@ -272,9 +274,7 @@ async def test_an_unusual_poll_is_left_to_the_sdk(
 ) -> None:
     mcp, extension, _ = server()
     with anyio.fail_after(60):
-        async with http_server(mcp) as url, httpx.AsyncClient(timeout=10) as http:
-            done = await created(http, url, "echo", text="hi")
-            await ended(http, url, done)
+        async with completed(mcp) as (url, http, done):
             if content == b"TASK":
                 content = body(done)
             elif content == b"TRACE":
@@ -291,9 +291,7 @@ async def test_an_unusual_poll_is_left_to_the_sdk(
 async def test_what_would_watch_or_change_a_poll_leaves_it_to_the_sdk() -> None:
     mcp, extension, _ = server()
     with anyio.fail_after(60):
-        async with http_server(mcp) as url, httpx.AsyncClient(timeout=10) as http:
-            done = await created(http, url, "echo", text="hi")
-            await ended(http, url, done)
+        async with completed(mcp) as (url, http, done):
             polls = polls_of(extension)
             low = _compat.low_level_server(mcp)
             mcp.add_middleware(Watching())
@@ -384,9 +382,7 @@ async def test_the_caller_is_who_the_sdk_would_see() -> None:
 async def test_a_tasks_get_registered_since_is_left_to_the_sdk() -> None:
     mcp, extension, _ = server()
     with anyio.fail_after(60):
-        async with http_server(mcp) as url, httpx.AsyncClient(timeout=10) as http:
-            done = await created(http, url, "echo", text="hi")
-            await ended(http, url, done)
+        async with completed(mcp) as (url, http, done):
             low = _compat.low_level_server(mcp)
             entry = low.get_request_handler("tasks/get")
             assert entry is not None
