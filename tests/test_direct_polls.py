@@ -21,14 +21,10 @@ from fastmcp.server.middleware import Middleware
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.caching import CacheHint
-from mcp.server.connection import Connection
-from mcp.server.runner import ServerRunner
-from mcp.server.transport_security import TransportSecuritySettings
 from starlette.middleware import Middleware as StarletteMiddleware
 
 from fastmcp_tasks import Limits, TasksExtension, _compat
 from fastmcp_tasks.errors import StoreError
-from fastmcp_tasks.server.direct_polls import DirectPolls
 from fastmcp_tasks.server.json_replies import JsonReplies
 from fastmcp_tasks.wire.models import TaskIdParams
 from tests.test_poll_lane import no_tracer_provider  # noqa: F401 - autouse: no tracer
@@ -114,30 +110,45 @@ async def both_ways(
     return direct, sdk, answered
 
 
-async def created(http: httpx.AsyncClient, url: str, tool: str, **arguments: Any) -> str:
+async def post_call(
+    http: httpx.AsyncClient, url: str, tool: str, headers: dict[str, str], **arguments: Any
+) -> httpx.Response:
     params = {"name": tool, "arguments": arguments, "_meta": ENVELOPE}
     call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}
-    headers = {**HEADERS, "Mcp-Method": "tools/call", "Mcp-Name": tool}
-    reply = await http.post(url, content=json.dumps(call), headers=headers)
+    sent = {**HEADERS, "Mcp-Method": "tools/call", "Mcp-Name": tool, **headers}
+    return await http.post(url, content=json.dumps(call), headers=sent)
+
+
+async def created(http: httpx.AsyncClient, url: str, tool: str, **arguments: Any) -> str:
+    reply = await post_call(http, url, tool, {}, **arguments)
     return str(reply.json()["result"]["taskId"])
 
 
-async def ended(http: httpx.AsyncClient, url: str, task_id: str) -> None:
+async def ended(
+    http: httpx.AsyncClient, url: str, task_id: str, headers: dict[str, str] | None = None
+) -> None:
     with anyio.fail_after(10):
         while True:
-            reply = await http.post(url, content=body(task_id), headers=HEADERS)
+            reply = await http.post(
+                url, content=body(task_id), headers={**HEADERS, **(headers or {})}
+            )
             if reply.json()["result"]["status"] != "working":
                 return
             await anyio.sleep(0.01)
 
 
 @asynccontextmanager
-async def completed(mcp: FastMCP) -> AsyncIterator[tuple[str, httpx.AsyncClient, str]]:
-    """`mcp` served over HTTP, a client, and the id of an `echo` task that completed."""
-    async with http_server(mcp) as url, httpx.AsyncClient(timeout=10) as http:
-        done = await created(http, url, "echo", text="hi")
-        await ended(http, url, done)
-        yield url, http, done
+async def completed(
+    mcp: FastMCP, json_mode: bool = False
+) -> AsyncIterator[tuple[str, httpx.AsyncClient, str]]:
+    """`mcp` served over HTTP (`json_mode`: `json_response=True`), a client, and the id of
+    an `echo` task that completed."""
+    async with serve_asgi(mcp.http_app(json_response=json_mode)) as base:
+        async with httpx.AsyncClient(timeout=10) as http:
+            url = f"{base}/mcp"
+            done = await created(http, url, "echo", text="hi")
+            await ended(http, url, done)
+            yield url, http, done
 
 
 async def test_every_kind_of_answer_is_the_sdks_byte_for_byte() -> None:
@@ -185,10 +196,13 @@ async def test_a_server_in_json_mode_answers_the_same() -> None:
                     await both_ways(http, url, extension, body("nope"), json_only),
                     await both_ways(http, url, extension, body(done), {"Accept": "text/plain"}),
                 ]
+                call = await post_call(http, url, "echo", {"Accept": "application/json"}, text="j")
                 release.set()
     assert [answered for _, _, answered in outcomes] == [1, 1, 1, 0]
     assert all(direct == sdk for direct, sdk, _ in outcomes)
     assert outcomes[3][0][0] == 406
+    # other requests keep JSON mode (SSE mode would 406 a call that accepts JSON only)
+    assert call.status_code == 200 and call.json()["result"]["resultType"] == "task"
 
 
 async def test_a_paced_poll_counts_once_and_a_failing_store_answers_as_before(
@@ -269,12 +283,13 @@ TRACEPARENT = "00-" + "1" * 32 + "-" + "2" * 16 + "-01"
         (b"TRACE", {}, []),
     ],
 )
+@pytest.mark.parametrize("json_mode", [False, True])
 async def test_an_unusual_poll_is_left_to_the_sdk(
-    content: bytes, headers: dict[str, str], extra: list[tuple[str, str]]
+    content: bytes, headers: dict[str, str], extra: list[tuple[str, str]], json_mode: bool
 ) -> None:
     mcp, extension, _ = server()
     with anyio.fail_after(60):
-        async with completed(mcp) as (url, http, done):
+        async with completed(mcp, json_mode) as (url, http, done):
             if content == b"TASK":
                 content = body(done)
             elif content == b"TRACE":
@@ -307,42 +322,6 @@ async def test_what_would_watch_or_change_a_poll_leaves_it_to_the_sdk() -> None:
     assert b'"cacheScope":"private"' in hinted[0][2]  # the SDK applied the hint
 
 
-async def test_the_security_settings_are_checked_as_the_sdk_checks_them() -> None:
-    """FastMCP turns the SDK's host checks off (its own guard runs before): settings that
-    have them on are applied here as the SDK applies them."""
-    mcp, _, _ = server()
-    asked: list[Any] = []
-
-    async def poll(context: Any, params: Any) -> dict[str, Any]:
-        asked.append(params)
-        return {}
-
-    polls = DirectPolls(mcp, poll)
-    sent: list[Any] = []
-
-    async def send(message: Any) -> None:
-        sent.append(message)
-
-    async def receive() -> Any:
-        raise AssertionError("the body was read already")
-
-    security = TransportSecuritySettings(
-        enable_dns_rebinding_protection=True, allowed_hosts=["allowed.example"]
-    )
-    headers = [(k.lower().encode(), v.encode()) for k, v in HEADERS.items()]
-    scope = {
-        "type": "http",
-        "method": "POST",
-        "path": "/mcp",
-        "headers": [*headers, (b"host", b"evil.example")],
-    }
-    message = {"type": "http.request", "body": body("t"), "more_body": False}
-    exchange = _compat.Exchange(security, send, json_response=False)
-    with anyio.fail_after(10):
-        assert not await polls.answer(scope, message, receive, exchange)
-    assert sent == [] and asked == [] and polls.answered == 0
-
-
 class ScopeCopyingAuth:
     """An ASGI middleware of the author's that authenticates on a copy of the scope, as
     a gateway in front of the server might: only the scope the SDK's entry receives says
@@ -370,6 +349,7 @@ async def test_the_caller_is_who_the_sdk_would_see() -> None:
             headers = {**HEADERS, "Mcp-Method": "tools/call", "Mcp-Name": "echo", "x-user": "alice"}
             reply = await http.post(url, content=json.dumps(call), headers=headers)
             task_id = reply.json()["result"]["taskId"]
+            await ended(http, url, task_id, {"x-user": "alice"})  # the same answer twice
             outcomes = [
                 await both_ways(http, url, extension, body(task_id), {"x-user": who})
                 for who in ("alice", "alice", "bob")
@@ -379,41 +359,23 @@ async def test_the_caller_is_who_the_sdk_would_see() -> None:
     assert outcomes[0][0][0] == 200 and outcomes[2][0][0] != 200  # bob: not his task
 
 
-async def test_a_tasks_get_registered_since_is_left_to_the_sdk() -> None:
+@pytest.mark.parametrize("started", [False, True])
+async def test_another_tasks_get_handler_is_left_to_the_sdk(started: bool) -> None:
+    """Registered in the extension's place before the server starts, or after."""
     mcp, extension, _ = server()
+    low = _compat.low_level_server(mcp)
+    entry = low.get_request_handler("tasks/get")
+    assert entry is not None
+
+    async def audited(ctx: Any, params: Any) -> Any:
+        result = await entry.handler(ctx, params)
+        return {**result, "_meta": {"audited": True}}
+
+    if not started:
+        low.add_request_handler("tasks/get", TaskIdParams, audited)
     with anyio.fail_after(60):
         async with completed(mcp) as (url, http, done):
-            low = _compat.low_level_server(mcp)
-            entry = low.get_request_handler("tasks/get")
-            assert entry is not None
-
-            async def audited(ctx: Any, params: Any) -> Any:
-                result = await entry.handler(ctx, params)
-                return {**result, "_meta": {"audited": True}}
-
-            low.add_request_handler("tasks/get", TaskIdParams, audited)
+            if started:
+                low.add_request_handler("tasks/get", TaskIdParams, audited)
             direct, sdk, answered = await both_ways(http, url, extension, body(done))
     assert answered == 0 and direct == sdk and b'"audited":true' in direct[2]
-
-
-@pytest.mark.parametrize(
-    "result",
-    [
-        {"taskId": "t", "status": "working", "resultType": "complete"},
-        {"taskId": "t"},  # no resultType
-        {"taskId": "t", "_meta": {"k": 1}},
-        {"taskId": "t", "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "own"}}},
-        {"taskId": "t", "_meta": {"io.modelcontextprotocol/serverInfo": None}},
-        {"taskId": "t", "_meta": ["not", "a", "dict"]},
-        {"taskId": "t", "resultType": None},
-    ],
-)
-def test_the_wire_form_is_the_sdk_runners(result: dict[str, Any]) -> None:
-    """`wire_result` against the SDK runner's own `_serialize` for a method outside the
-    spec's, with no cache hint."""
-    mcp, _, _ = server()
-    low = _compat.low_level_server(mcp)
-    connection = Connection.from_envelope(MODERN, None, {})
-    runner = ServerRunner(low, connection, None)
-    sdk = runner._serialize("tasks/get", MODERN, dict(result))
-    assert _compat.wire_result(low, MODERN, dict(result)) == sdk

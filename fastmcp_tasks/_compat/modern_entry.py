@@ -21,8 +21,9 @@ awaits it at most once, so it can hold a context variable for the request's hand
 and the rest of what the entry was handed (`Exchange`: the security settings, `send`,
 the manager's mode), for a chooser that answers the request itself
 (`server.direct_polls`, with `write_reply`, the entry's own writer of a JSON-RPC reply,
-and `wire_result`, the SDK runner's wire form of a result); for any other server it
-calls the SDK's entry unchanged.
+`wire_result`, the SDK runner's wire form of a result, and `method_binding`, the
+extension binding a registered handler serves); for any other server it calls the SDK's
+entry unchanged.
 `forget_reply(app)` stops asking for that server. FastMCP builds its session manager
 inside its HTTP app's lifespan and offers no seam to it, so the module name the manager
 calls through is the one place to choose.
@@ -37,10 +38,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from fastmcp.server.extensions import MethodBinding, build_method_handler
 from mcp.server import _streamable_http_modern as modern_module
 from mcp.server import runner as runner_module
 from mcp.server import streamable_http_manager as manager_module
 from mcp_types import SERVER_INFO_META_KEY, JSONRPCError, JSONRPCResponse
+from pydantic import BaseModel
 from starlette.types import Receive, Scope, Send
 
 from fastmcp_tasks._compat.shape import Checks, _params
@@ -132,7 +135,7 @@ def wire_result(server: Any, protocol_version: str, result: dict[str, Any]) -> d
 
 
 def choose_reply(app: Any, chooser: Chooser) -> None:
-    """Ask `chooser` for each modern request the SDK server `app` would answer in SSE mode."""
+    """Ask `chooser` for each modern request the SDK server `app` answers, in either mode."""
     global _sdk_entry
     if _sdk_entry is None:
         _sdk_entry = manager_module.handle_modern_request
@@ -143,6 +146,26 @@ def choose_reply(app: Any, chooser: Chooser) -> None:
 def forget_reply(app: Any) -> None:
     """Stop asking for `app`: its requests go to the SDK's entry unchanged."""
     _choosers.pop(app, None)
+
+
+async def _probe_handler(ctx: Any, params: Any) -> None:
+    return None
+
+
+_PROBE = MethodBinding("fastmcp-tasks/probe", BaseModel, _probe_handler)
+#: The code of the wrapper FastMCP's `build_method_handler` makes (shared by every one).
+_WRAPPER_CODE = build_method_handler(_PROBE).__code__
+
+
+def method_binding(handler: Any) -> MethodBinding | None:
+    """The extension method binding `handler` serves when it is the wrapper FastMCP
+    registers for one (`build_method_handler`: protocol gating and the request context
+    around `binding.handler`), else `None` (a handler registered some other way)."""
+    code = getattr(handler, "__code__", None)
+    if code is not _WRAPPER_CODE or "binding" not in code.co_freevars:
+        return None
+    binding = handler.__closure__[code.co_freevars.index("binding")].cell_contents
+    return binding if isinstance(binding, MethodBinding) else None
 
 
 def modern_entry_seams() -> Checks:
@@ -160,5 +183,8 @@ def modern_entry_seams() -> Checks:
         ),
         "mcp.server.runner.ServerRunner._serialize(self, method, version, result)": lambda: (
             _params(runner_module.ServerRunner._serialize) == _SERIALIZE_PARAMS
+        ),
+        "fastmcp.server.extensions.build_method_handler's `binding` cell": lambda: (
+            method_binding(build_method_handler(_PROBE)) is _PROBE
         ),
     }

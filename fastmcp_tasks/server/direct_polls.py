@@ -28,8 +28,9 @@ came (its body replayed), and is answered exactly as before:
   (`TransportSecurityMiddleware.validate_request`), no routing header given twice
   (`find_duplicated_routing_header`), and the ladder's modern route
   (`classify_inbound_request`);
-- the handler registered for `tasks/get` is still the one FastMCP registered for the
-  extension when the server started, and the method has no cache hint.
+- the handler registered for `tasks/get` is FastMCP's wrapper of the extension's own
+  binding (`_compat.method_binding`; one registered in its place, before or after the
+  server started, runs through the SDK), and the method has no cache hint.
 
 Once `TaskMethods.get` has run, the request is answered here whatever it raised (an
 unknown task, a missing opt-in, an `Mcp-Name` naming another task, polling too fast, the
@@ -41,9 +42,9 @@ from __future__ import annotations
 
 import json
 import weakref
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from fastmcp import FastMCP
 from fastmcp.server.http import set_http_request
@@ -60,12 +61,11 @@ from starlette.requests import Request
 from starlette.types import Message, Receive, Scope
 
 from fastmcp_tasks import _compat
+from fastmcp_tasks.server.handlers import TaskMethods
 from fastmcp_tasks.server.poll_lane import unobserved
 from fastmcp_tasks.wire.models import TaskIdParams
 from fastmcp_tasks.wire.names import METHOD_GET
 
-#: `TaskMethods.modern_get`: `(context, params)` to the result, as bound.
-Poll = Callable[[Any, TaskIdParams], Awaitable[dict[str, Any]]]
 _ENVELOPE = frozenset({"jsonrpc", "id", "method", "params"})
 
 
@@ -82,13 +82,9 @@ class _PollContext:
 class DirectPolls:
     """Answers a plain `tasks/get` itself (module doc). `answered` counts them."""
 
-    def __init__(self, server: FastMCP, poll: Poll) -> None:
+    def __init__(self, server: FastMCP, methods: TaskMethods) -> None:
         self._server = weakref.ref(server)
-        self._poll = poll
-        #: The handler FastMCP registered for `tasks/get` (wrapping `poll`): a request
-        #: meets another (one registered since, say) and goes on to the SDK.
-        entry = _compat.low_level_server(server).get_request_handler(METHOD_GET)
-        self._handler = None if entry is None else entry.handler
+        self._methods = methods
         self.answered = 0
 
     async def answer(
@@ -121,7 +117,10 @@ class DirectPolls:
             return False
         low = _compat.low_level_server(server)
         entry = low.get_request_handler(METHOD_GET)
-        if entry is None or entry.handler is not self._handler or METHOD_GET in low.cache_hints:
+        binding = None if entry is None else _compat.method_binding(entry.handler)
+        if binding is None or binding.handler is not self._methods.bound_get:
+            return False  # another handler answers `tasks/get` now: the SDK runs it
+        if METHOD_GET in low.cache_hints:
             return False
         try:
             typed = TaskIdParams.model_validate(params, by_name=False)
@@ -132,7 +131,7 @@ class DirectPolls:
         reply: JSONRPCResponse | JSONRPCError
         try:
             with set_http_request(request):  # the request the SDK would bind for the handler
-                result = await self._poll(context, typed)
+                result = await self._methods.modern_get(cast(Any, context), typed)
             wire = _compat.wire_result(low, verdict.protocol_version, result)
         except Exception as exc:  # as the SDK's entry answers a handler's error
             reply = JSONRPCError(jsonrpc="2.0", id=request_id, error=modern_error_data(exc))
@@ -158,4 +157,4 @@ def _plain_envelope(decoded: Any) -> bool:
     )
 
 
-__all__ = ["DirectPolls", "Poll"]
+__all__ = ["DirectPolls"]

@@ -138,8 +138,10 @@ class TaskMethods:
         self.history = history if history is not None else HistoryWriter(store)
         fraction = self.limits.min_poll_fraction
         self.pacer = None if fraction is None else PollPacer(fraction, self.limits.poll_burst)
-        #: The modern-era `tasks/get` as `bindings` binds it (`direct_polls` calls it too).
+        #: The modern-era `tasks/get` as `bindings` binds it (`direct_polls` calls it too),
+        #: and the handler of the `tasks/get` binding itself (the same, or both eras').
         self.modern_get: Handler = _store_errors(self.get, store)
+        self.bound_get: Handler = self.modern_get
 
     def bindings(self) -> list[MethodBinding]:
         """`tasks/get`, `tasks/update` and `tasks/cancel` answer within one `store_timeout`;
@@ -151,7 +153,7 @@ class TaskMethods:
         legacy = self.legacy
         if legacy is None:
             return [
-                MethodBinding(METHOD_GET, TaskIdParams, self.modern_get, MODERN),
+                MethodBinding(METHOD_GET, TaskIdParams, self._bind_get(self.modern_get), MODERN),
                 updating,
                 MethodBinding(
                     METHOD_CANCEL, TaskIdParams, _store_errors(self.cancel, store), MODERN
@@ -160,12 +162,18 @@ class TaskMethods:
         both, old = MODERN | {LEGACY_VERSION}, frozenset({LEGACY_VERSION})
         get, cancel = _by_era(self.get, legacy.get), _by_era(self.cancel, legacy.cancel)
         return [
-            MethodBinding(METHOD_GET, TaskIdParams, _store_errors(get, store), both),
+            MethodBinding(
+                METHOD_GET, TaskIdParams, self._bind_get(_store_errors(get, store)), both
+            ),
             updating,
             MethodBinding(METHOD_CANCEL, TaskIdParams, _store_errors(cancel, store), both),
             MethodBinding(METHOD_RESULT, TaskIdParams, _store_errors(legacy.result), old),
             MethodBinding(METHOD_LIST, ListParams, _store_errors(legacy.list_tasks), old),
         ]
+
+    def _bind_get(self, handler: Handler) -> Handler:
+        self.bound_get = handler
+        return handler
 
     async def get(
         self, ctx: ServerRequestContext[Any, Any], params: TaskIdParams

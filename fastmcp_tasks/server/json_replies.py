@@ -290,7 +290,7 @@ def install(
 ) -> JsonReplies:
     """Have the SDK ask a new `JsonReplies` for `server`'s modern requests; with `methods`
     (the task methods bound), a plain poll is answered without the SDK (`direct_polls`)."""
-    polls = None if methods is None else DirectPolls(server, methods.modern_get)
+    polls = None if methods is None else DirectPolls(server, methods)
     replies = JsonReplies(server, store_timeout, polls)
     _compat.choose_reply(_compat.low_level_server(server), replies)
     return replies
