@@ -14,7 +14,9 @@ the task.
 
 from __future__ import annotations
 
+import math
 import time
+from typing import Any
 
 import anyio
 import pytest
@@ -24,7 +26,16 @@ from fastmcp_tasks.server.engine.watcher import WATCHED
 from fastmcp_tasks.server.flow import retry_message
 from fastmcp_tasks.stores.base import NEW_TASKS_KIND
 from fastmcp_tasks.stores.postgres import PostgresTaskStore
-from fastmcp_tasks.stores.postgres.feed_parts import NEW_TASKS, QUEUED_ONLY, WAKING_KINDS, Heard
+from fastmcp_tasks.stores.postgres.feed import PostgresChangeFeed
+from fastmcp_tasks.stores.postgres.feed_parts import (
+    NEW_TASKS,
+    QUEUED_ONLY,
+    WAKING_KINDS,
+    Announced,
+    Heard,
+)
+from fastmcp_tasks.stores.postgres.sql import Statements
+from fastmcp_tasks.stores.subscriptions import Subscriber
 from tests import test_postgres_store
 from tests.test_postgres_store import WAIT, next_change
 from tests.test_store_contract import postgres_store, record
@@ -196,7 +207,9 @@ async def test_a_creation_wakes_an_engine_only_reader_without_a_read(
 ) -> None:
     """A worker's reader hands its runners (`NEW_TASKS_KIND`) "new tasks" on a creation's
     notification and reads the rows later (the next waking read, or `quiet_lag`): no row
-    read per task."""
+    read per task. The creation's row, once read, is not handed to them again (they were
+    told; `feed_parts.Announced`); the other kinds' rows and a requeued task's `queued`
+    row are, in order."""
     engine, other = pair
     engine._feed.quiet_lag = 60.0  # no timed read within the test
     task = record(app="app")
@@ -212,13 +225,113 @@ async def test_a_creation_wakes_an_engine_only_reader_without_a_read(
             woken = await next_change(engine_feed)
             assert woken == NEW_TASKS
             assert engine.stats["feed_reads"] == reads  # woken without reading a row
-            await other.request_cancel(task.task_id)  # waking: read, with what waited
-            rows = [await next_change(engine_feed) for _ in range(2)]
-            assert [(c.kind, c.task_id) for c in rows] == [
-                ("queued", task.task_id),
-                ("cancel_requested", task.task_id),
-            ]
-            assert engine.stats["feed_reads"] - reads == 1
+            assert len(engine._feed.announced) == 1
+            claimed = await other.claim(task.task_id, "w", time.time() + 60)
+            assert claimed is not None
+            assert await other.requeue(task.task_id, "w") is not None  # waking: read
+            again = await next_change(engine_feed)
+            assert (again.kind, again.task_id, again.details) == (
+                "queued",
+                task.task_id,
+                {"app": "app"},
+            )
+            await other.request_cancel(task.task_id)
+            change = await next_change(engine_feed)
+            assert (change.kind, change.task_id) == ("cancel_requested", task.task_id)
+            assert len(engine._feed.announced) == 0  # the creation's row was read, unsent
+
+
+def _feed_with(*kinds: frozenset[str]) -> tuple[PostgresChangeFeed, list[Any]]:
+    """A change feed with no reader (its logic alone) and subscribers of `kinds`."""
+
+    async def never(query: str, params: tuple[Any, ...]) -> Any:
+        raise AssertionError("no statement here")
+
+    feed = PostgresChangeFeed(
+        url="postgresql://nowhere",
+        options={},
+        sql=Statements("s"),
+        connect_timeout=1.0,
+        application_name="test",
+        label="test",
+        gap_timeout=1.0,
+        stats={},
+        scrub=str,
+        pooled=never,
+    )
+    feed.watermark = 10
+    receives = []
+    for wanted in kinds:
+        send, receive = anyio.create_memory_object_stream[tuple[float, Any]](math.inf)
+        feed._subscribers.add(Subscriber(None, wanted, send, 0))
+        receives.append(receive)
+    return feed, receives
+
+
+def _got(receive: Any) -> list[tuple[float, str, str]]:
+    out = []
+    while True:
+        try:
+            seq, change = receive.receive_nowait()
+        except anyio.WouldBlock:
+            return out
+        out.append((seq, change.kind, change.task_id))
+
+
+RUNNER = frozenset({*WATCHED, NEW_TASKS_KIND})
+
+
+def test_only_a_creation_announced_before_its_row_is_read_is_held_back() -> None:
+    """A creation heard first: "new tasks" now, and its row, read later, not again. A
+    creation whose row a read took before its notification was heard (it committed
+    after a later seq's): the row itself, and the late notification announces nothing.
+    A `queued` row of another statement (a requeue, a gate's turn) always goes."""
+    feed, (runner,) = _feed_with(RUNNER)
+    heard = Heard()
+    heard.add(f"12{QUEUED_ONLY}")
+    assert feed._announce(heard)
+    assert _got(runner) == [(12, "queued", "")]  # NEW_TASKS
+    rows = [
+        (11, "t11", "queued", "working", '{"app": "a"}'),  # its notification not heard yet
+        (12, "t12", "queued", "working", '{"app": "a"}'),  # announced: held back
+        (13, "t13", "queued", "working", '{"app": "a"}'),  # a requeue's (waking)
+    ]
+    assert feed._dispatch_rows(rows) is None
+    assert _got(runner) == [(11, "queued", "t11"), (13, "queued", "t13")]
+    assert len(feed.announced) == 0
+    late = Heard()
+    late.add(f"11{QUEUED_ONLY}")  # heard after its row was read
+    assert not feed._announce(late)
+    assert _got(runner) == []
+
+
+def test_a_subscriber_not_told_still_gets_every_creation_row() -> None:
+    """With a subscriber that takes no announcements nothing is announced (every row is
+    read and handed to everyone); a row announced earlier, while only runners listened,
+    still reaches a subscriber that came since and wants it."""
+    feed, (runner, plain) = _feed_with(RUNNER, frozenset(WATCHED))
+    heard = Heard()
+    heard.add(f"11{QUEUED_ONLY}")
+    assert not feed._announce(heard)
+    feed.announced.add([12], 10)  # told while only runners listened
+    feed._dispatch_rows(
+        [
+            (11, "t11", "queued", "working", '{"app": "a"}'),
+            (12, "t12", "queued", "working", '{"app": "a"}'),
+        ]
+    )
+    assert _got(runner) == [(11, "queued", "t11")]
+    assert _got(plain) == [(11, "queued", "t11"), (12, "queued", "t12")]
+
+
+def test_announced_creations_are_forgotten_once_passed_unread() -> None:
+    """With no subscriber the watermark moves past unread rows: what was announced for
+    them is dropped, so the set holds only rows still to come."""
+    announced = Announced()
+    announced.add([5, 9, 12], 8)  # 5: read already (at or under the watermark)
+    assert len(announced) == 2
+    announced.forget_through(10)
+    assert len(announced) == 1 and announced.take(12) and not announced.take(12)
 
 
 async def test_a_creation_is_read_for_a_subscriber_that_takes_no_announcements(

@@ -39,7 +39,8 @@ is not read at once by a reader whose subscribers all want only waking kinds (a
 worker's runners): they get `feed_parts.NEW_TASKS` ("something was queued", which is all
 a runner does with it: a claim round) and the rows are read like quiet ones, with the
 next notification that is read or `QUIET_LAG` later, so a worker reads no row per new
-task; a `queued` change then arrives twice, which a runner takes as one more claim round.
+task when it is created; when read, such a row goes only to the subscribers that were
+not told (`feed_parts.Announced`), so a runner does not act on a creation twice.
 
 While every subscriber wants only waking kinds (a runner), the reader waits for
 notifications once per `wake_spacing` at most (`WAKE_SPACING`; more while workers share
@@ -70,8 +71,17 @@ import anyio
 import psycopg
 
 from fastmcp_tasks.errors import StoreError
-from fastmcp_tasks.stores.base import NEW_TASKS_KIND, TaskChange
-from fastmcp_tasks.stores.postgres.feed_parts import NEW_TASKS, Heard, details_of, wants_quiet
+from fastmcp_tasks.stores.base import TaskChange
+from fastmcp_tasks.stores.postgres.feed_parts import (
+    Announced,
+    Heard,
+    announce,
+    any_wants_quiet,
+    details_of,
+    takes_announcements,
+    takes_new_tasks,
+    wants_quiet,
+)
 from fastmcp_tasks.stores.postgres.liveness import returns_rows
 from fastmcp_tasks.stores.postgres.quiet_readers import QuietRegistration
 from fastmcp_tasks.stores.subscriptions import Subscriber, SubscriberFeed
@@ -135,6 +145,7 @@ class PostgresChangeFeed:
         self._reader: asyncio.Task[None] | None = None
         self._listening = asyncio.Event()
         self.watermark: int | None = None  # the last seq dispatched (module doc)
+        self.announced = Announced()  # creations told of, their rows not read yet
         self._proven = 0  # every seq up to this one is committed or gone
         self._gap_since: float | None = None
         self._last_read = 0.0  # `time.monotonic()` of the last read (`QUIET_LAG`)
@@ -161,9 +172,10 @@ class PostgresChangeFeed:
                 if self._reader is None:
                     self._listening = asyncio.Event()
                     self.watermark, self._gap_since = None, None
+                    self.announced = Announced()
                     self._reader = asyncio.get_running_loop().create_task(self._read())
                 listening = self._listening
-                renewing = self._wants_quiet()  # the reader keeps its row fresh
+                renewing = any_wants_quiet(self._subscribers)  # the reader keeps its row fresh
                 self._subscribers.add(sub)
             try:
                 with anyio.fail_after(self.connect_timeout):
@@ -200,8 +212,6 @@ class PostgresChangeFeed:
         if reader is not None:
             reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)
-
-    # --- the reader -------------------------------------------------------------------
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
         return await psycopg.AsyncConnection.connect(
@@ -265,7 +275,7 @@ class PostgresChangeFeed:
         woke = 0.0  # `time.monotonic()` when the last wait ended
         while True:
             assert self.watermark is not None
-            wants_quiet = self._wants_quiet()
+            wants_quiet = any_wants_quiet(self._subscribers)
             if wants_quiet and self.quiet.due():  # keep quiet changes notified, and read
                 await self.quiet.register(lambda q, p: self._execute(conn, q, *p), renew=True)
                 pending = await self._catch_up(conn)  # what slipped past (`quiet_readers`)
@@ -283,7 +293,7 @@ class PostgresChangeFeed:
             if quiet > self.watermark:  # read them by `QUIET_LAG` after the last read
                 due = max(0.0, self.quiet_lag - (time.monotonic() - self._last_read))
                 timeout = due if timeout is None else min(timeout, due)
-            if not self._wants_quiet():  # a runner's: a burst's notifications gather
+            if not any_wants_quiet(self._subscribers):  # a runner's: a burst's notifications gather
                 await asyncio.sleep(self.wake_spacing - (time.monotonic() - woke))
             heard = Heard()
             async for notify in conn.notifies(timeout=timeout, stop_after=1):
@@ -296,43 +306,29 @@ class PostgresChangeFeed:
             if not self._subscribers:  # nobody to hand rows to: the next one starts later
                 self.watermark = max(self.watermark, newest, quiet, heard.created)
                 pending, self._gap_since = False, None
+                self.announced.forget_through(self.watermark)
                 continue
-            if heard.created > self.watermark:
-                if self._takes_announcements():  # runners only: wake them now, read the
-                    self._announce(heard.created)  # rows later, as quiet ones
-                    quiet = max(quiet, heard.created)
-                else:
-                    newest = max(newest, heard.created)
-            if quiet > self.watermark and (
-                self._wants_quiet() or time.monotonic() - self._last_read >= self.quiet_lag
-            ):
+            if self._announce(heard):  # runners only: woken now, the rows read later
+                quiet = max(quiet, heard.created)
+            else:
+                newest = max(newest, heard.created)
+            lagged = time.monotonic() - self._last_read >= self.quiet_lag
+            if quiet > self.watermark and (any_wants_quiet(self._subscribers) or lagged):
                 newest = max(newest, quiet)
             if pending or newest > self.watermark:
                 pending = await self._catch_up(conn)
                 if not pending:
                     wait = GAP_FIRST
 
-    def _takes_announcements(self) -> bool:
-        """Whether every subscriber wants only waking kinds and each that wants `queued`
-        rows takes `NEW_TASKS` for them (`NEW_TASKS_KIND`): a creation need not be read."""
-        return not self._wants_quiet() and all(
-            sub.kinds is not None and ("queued" not in sub.kinds or NEW_TASKS_KIND in sub.kinds)
-            for sub in self._subscribers
-        )
-
-    def _announce(self, seq: int) -> None:
-        """New tasks were created (up to `seq`), not read yet: `NEW_TASKS` to every
-        subscriber that takes it."""
-        for sub in list(self._subscribers):
-            if sub.kinds is not None and NEW_TASKS_KIND in sub.kinds:
-                try:
-                    sub.send.send_nowait((seq, NEW_TASKS))
-                except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-                    self._subscribers.discard(sub)
-
-    def _wants_quiet(self) -> bool:
-        """Whether a subscriber wants a kind a quiet notification may announce."""
-        return any(wants_quiet(sub) for sub in self._subscribers)
+    def _announce(self, heard: Heard) -> bool:
+        """`NEW_TASKS` for the creations heard whose rows were not read, when every
+        subscriber takes it instead of the rows; whether it went out (module doc)."""
+        assert self.watermark is not None
+        if heard.created <= self.watermark or not takes_announcements(self._subscribers):
+            return False
+        announce(self._subscribers, heard.created)
+        self.announced.add(heard.created_seqs, self.watermark)
+        return True
 
     async def _catch_up(self, conn: psycopg.AsyncConnection[Any]) -> bool:
         """Dispatch the rows past the watermark, in order; True when stopped at a gap."""
@@ -382,9 +378,13 @@ class PostgresChangeFeed:
         return since is not None and time.monotonic() - since >= self.gap_timeout
 
     def _dispatch(self, seq: int, task_id: str, kind: Any, status: Any, details: str) -> None:
-        """Hand a row to the subscribers that select it (only then are `details` decoded)."""
+        """Hand a row to the subscribers that select it (only then are `details` decoded),
+        an announced creation's only to those not told of it (`Announced`)."""
         change: TaskChange | None = None
+        told = kind == "queued" and self.announced.take(seq)
         for sub in list(self._subscribers):
+            if told and takes_new_tasks(sub):
+                continue
             if (sub.task_ids is None or task_id in sub.task_ids) and (
                 sub.kinds is None or kind in sub.kinds
             ):

@@ -1,6 +1,8 @@
 """The PostgreSQL change feed's parts that hold no connection: how a notification's
 payload is read (`Heard`, `details_of`, and the kinds and markers: `WAKING_KINDS`, `QUIET`,
-`QUEUED_ONLY`) and which subscriber wants quiet ones (`wants_quiet`).
+`QUEUED_ONLY`), which subscribers want quiet ones (`wants_quiet`) or take `NEW_TASKS`
+(`takes_announcements`, `announce`), and which creations' rows the runners were told of
+already (`Announced`).
 
 A change statement notifies with the highest `seq` it wrote (`postgres.sql`), followed by
 ` quiet` when none of its rows is of a waking kind, or by a single space when its rows
@@ -11,8 +13,10 @@ space, so a reader from before it takes such a notification as any waking one.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+import anyio
 
 from fastmcp_tasks.stores.base import NEW_TASKS_KIND, TaskChange
 from fastmcp_tasks.stores.subscriptions import Subscriber
@@ -49,6 +53,8 @@ class Heard:
     quiet: int = 0
     #: of one whose rows are only new tasks' `queued` rows
     created: int = 0
+    #: every such seq: a creation statement writes one row, so each is that row's seq
+    created_seqs: list[int] = field(default_factory=list)
 
     def add(self, payload: str) -> None:
         """Count `payload`; one that is no seq (the open-time probe of `sessions`) is not."""
@@ -62,13 +68,81 @@ class Heard:
             self.quiet = max(self.quiet, seq)
         elif text.endswith(QUEUED_ONLY):
             self.created = max(self.created, seq)
+            self.created_seqs.append(seq)
         else:
             self.waking = max(self.waking, seq)
+
+
+class Announced:
+    """The seqs of creations whose `NEW_TASKS` went out before their rows were read.
+
+    A creation statement writes one `queued` row and notifies its seq (`QUEUED_ONLY`):
+    a runners-only reader hands its runners `NEW_TASKS` at once and reads the row later
+    (`postgres.feed`). The row then tells a runner nothing it was not told (a `queued`
+    change of a new task: a claim round), so it is not handed to the subscribers that
+    took the announcement, only to the others. Without this every worker decoded and
+    acted on every creation's row a second time. Exact: a row read before its
+    notification was heard is not in here, and is handed on as before.
+    """
+
+    __slots__ = ("_seqs",)
+
+    def __init__(self) -> None:
+        self._seqs: set[int] = set()
+
+    def add(self, seqs: list[int], watermark: int) -> None:
+        """Announced creations, those not read yet (past `watermark`)."""
+        self._seqs.update(seq for seq in seqs if seq > watermark)
+
+    def take(self, seq: int) -> bool:
+        """Whether the row `seq` being read is an announced creation's (forgotten now)."""
+        if seq in self._seqs:
+            self._seqs.discard(seq)
+            return True
+        return False
+
+    def forget_through(self, watermark: int) -> None:
+        """Drop what can no longer be read (the watermark passed it unread)."""
+        if self._seqs:
+            self._seqs = {seq for seq in self._seqs if seq > watermark}
+
+    def __len__(self) -> int:
+        return len(self._seqs)
 
 
 def wants_quiet(sub: Subscriber[Any]) -> bool:
     """Whether `sub` wants a kind a quiet notification may announce."""
     return sub.kinds is None or not sub.kinds <= WAKING_ONLY
+
+
+def any_wants_quiet(subs: set[Subscriber[Any]]) -> bool:
+    """Whether a subscriber wants a kind a quiet notification may announce."""
+    return any(wants_quiet(sub) for sub in subs)
+
+
+def takes_new_tasks(sub: Subscriber[Any]) -> bool:
+    """Whether `sub` takes `NEW_TASKS` for a creation's rows (`NEW_TASKS_KIND`)."""
+    return sub.kinds is not None and NEW_TASKS_KIND in sub.kinds
+
+
+def takes_announcements(subs: set[Subscriber[Any]]) -> bool:
+    """Whether every subscriber wants only waking kinds and each that wants `queued`
+    rows takes `NEW_TASKS` for them: a creation need not be read."""
+    return not any_wants_quiet(subs) and all(
+        sub.kinds is not None and ("queued" not in sub.kinds or NEW_TASKS_KIND in sub.kinds)
+        for sub in subs
+    )
+
+
+def announce(subs: set[Subscriber[Any]], seq: int) -> None:
+    """New tasks were created (up to `seq`), not read yet: `NEW_TASKS` to every
+    subscriber that takes it (one whose stream is closed is dropped)."""
+    for sub in list(subs):
+        if takes_new_tasks(sub):
+            try:
+                sub.send.send_nowait((seq, NEW_TASKS))
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                subs.discard(sub)
 
 
 def details_of(text: str) -> dict[str, Any]:
@@ -85,7 +159,12 @@ __all__ = [
     "QUIET",
     "WAKING_KINDS",
     "WAKING_ONLY",
+    "Announced",
     "Heard",
+    "announce",
+    "any_wants_quiet",
     "details_of",
+    "takes_announcements",
+    "takes_new_tasks",
     "wants_quiet",
 ]
