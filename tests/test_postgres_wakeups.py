@@ -37,7 +37,7 @@ from fastmcp_tasks.stores.postgres.feed_parts import (
 from fastmcp_tasks.stores.postgres.sql import Statements
 from fastmcp_tasks.stores.subscriptions import Subscriber
 from tests import test_postgres_store
-from tests.test_postgres_store import WAIT, next_change
+from tests.test_postgres_store import WAIT, fresh_schema, next_change
 from tests.test_store_contract import postgres_store, record
 
 pytestmark = pytest.mark.anyio
@@ -332,6 +332,37 @@ def test_announced_creations_are_forgotten_once_passed_unread() -> None:
     assert len(announced) == 2
     announced.forget_through(10)
     assert len(announced) == 1 and announced.take(12) and not announced.take(12)
+
+
+async def test_an_announced_creation_trimmed_unread_is_forgotten() -> None:
+    """A creation's row the retention trim removed before the reader read it (more than
+    `max_changes` changes within `quiet_lag`) is passed as a gap, and what was announced
+    for it is forgotten then: a worker's reader keeps nothing for rows it will never read."""
+    schema = fresh_schema()
+    engine = postgres_store(schema=schema)
+    other = postgres_store(schema=schema, max_changes=1)
+    assert isinstance(engine, PostgresTaskStore) and isinstance(other, PostgresTaskStore)
+    await engine.open()
+    await other.open()
+    try:
+        engine._feed.quiet_lag = 60.0
+        first, second = record(app="app"), record(app="app")
+        with anyio.fail_after(WAIT):
+            async with engine.changes(kinds=RUNNER) as feed:
+                await other.create(first)
+                await other.create(second)
+                while len(engine._feed.announced) < 2:  # both heard, neither read
+                    assert await next_change(feed) == NEW_TASKS
+                await other.purge_expired(time.time())  # trims the first creation's row
+                await other.request_cancel(second.task_id)  # waking: read now
+                change = await next_change(feed)
+                while change == NEW_TASKS:
+                    change = await next_change(feed)
+                assert (change.kind, change.task_id) == ("cancel_requested", second.task_id)
+                assert len(engine._feed.announced) == 0
+    finally:
+        await other.close()
+        await engine.close()
 
 
 async def test_a_creation_is_read_for_a_subscriber_that_takes_no_announcements(

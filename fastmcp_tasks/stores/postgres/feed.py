@@ -149,8 +149,7 @@ class PostgresChangeFeed:
         self._proven = 0  # every seq up to this one is committed or gone
         self._gap_since: float | None = None
         self._last_read = 0.0  # `time.monotonic()` of the last read (`QUIET_LAG`)
-        #: The backend pid of the LISTEN connection (None while disconnected).
-        self.listener_pid: int | None = None
+        self.listener_pid: int | None = None  # the LISTEN connection's backend, if any
 
     @asynccontextmanager
     async def subscribe(
@@ -356,18 +355,19 @@ class PostgresChangeFeed:
         """Dispatch `rows` up to a gap not known to be permanent; the seq after it, if any."""
         for seq, task_id, kind, status, details in rows:
             assert self.watermark is not None
-            if seq > self.watermark + 1 and seq - 1 > self._proven and not self._stale():
-                if self._gap_since is None:
-                    self._gap_since = time.monotonic()
-                return int(seq)
-            if seq > self.watermark + 1 and seq - 1 > self._proven:
-                logger.warning(
-                    "%s: change feed skips seq %d..%d, missing for %.1f s",
-                    self.label,
-                    self.watermark + 1,
-                    seq - 1,
-                    self.gap_timeout,
-                )
+            if seq > self.watermark + 1:  # a gap: wait for it to fill, or pass it
+                if seq - 1 > self._proven and not self._stale():
+                    self._gap_since = self._gap_since or time.monotonic()
+                    return int(seq)
+                if seq - 1 > self._proven:
+                    logger.warning(
+                        "%s: change feed skips seq %d..%d, missing for %.1f s",
+                        self.label,
+                        self.watermark + 1,
+                        seq - 1,
+                        self.gap_timeout,
+                    )
+                self.announced.forget_through(int(seq) - 1)  # trimmed or gone: never read
             self._gap_since = None
             self.watermark = int(seq)
             self._dispatch(int(seq), task_id, kind, status, details)
