@@ -16,7 +16,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import anyio
 import anyio.to_thread
@@ -172,6 +172,16 @@ class SQLiteConnections:
             raise StoreError(f"SQLite task store {str(self.path)!r} is not open")
         value, _ = await reader.submit(fn, False)
         return value
+
+    async def _point_read(self, fn: Callable[[Tx], T]) -> T:
+        """`_read` of a few rows by key: on the event loop's thread while the reader's
+        thread is idle (`SQLiteWriter.read_now`), else on that thread."""
+        reader = self._reader
+        if reader is not None:
+            done, value = reader.read_now(fn, int(self.busy_timeout * 1000))
+            if done:
+                return cast(T, value)
+        return await self._read(fn)
 
     async def _poll(self, after: int, seen: int) -> tuple[int, Rows]:
         """One change-feed poll on the reader thread (see `ChangeReader.poll`)."""

@@ -39,6 +39,8 @@ class SQLiteLeases:
 
         async def _read(self, fn: Callable[[Tx], T]) -> T: ...
 
+        async def _point_read(self, fn: Callable[[Tx], T]) -> T: ...
+
     async def claim(
         self, task_id: str, owner: str, until: float, *, expect_owner: str | None = None
     ) -> TaskRecord | None:
@@ -109,7 +111,7 @@ class SQLiteLeases:
         self, owner: str, until: float, limit: int, *, app: str | None = None
     ) -> list[TaskRecord]:
         now = time.time()
-        if limit < 1 or not await self._read(lambda tx: gates.probe(tx, app, now)):
+        if limit < 1 or not await self._point_read(lambda tx: gates.probe(tx, app, now)):
             return []
         return await self._run(lambda tx: gates.claim(tx, owner, until, limit, app))
 

@@ -145,11 +145,11 @@ class SQLiteTaskStore(
         return outcome
 
     async def get(self, task_id: str) -> TaskRecord | None:
-        return await self._read(lambda tx: tx.load(task_id))
+        return await self._point_read(lambda tx: tx.load(task_id))
 
     async def peek(self, task_id: str) -> TaskRecord | None:
         """`get` without `arguments` and `context` (`stores.peeking`)."""
-        return await self._read(lambda tx: tx.load(task_id, lean=True))
+        return await self._point_read(lambda tx: tx.load(task_id, lean=True))
 
     # --- changes ------------------------------------------------------------------
 

@@ -11,7 +11,11 @@ to the event loop with one `call_soon_threadsafe` per batch. The store runs two:
 - the reader (`read_only=True`, the read-only connection): every operation is a
   plain read, so reads never queue behind a write waiting for another process's
   lock (WAL lets readers run during any write transaction). A read submitted
-  after an awaited write sees it: the write had committed.
+  after an awaited write sees it: the write had committed. A point read (a task by
+  its id, the claim's probe) runs on the event loop's thread instead while the
+  reader's thread is idle (`read_now`): a hop to the thread and back costs several
+  times the read itself. It never waits there (busy timeout 0, the lock tried, not
+  awaited); anything it meets sends it to the thread.
 
 Abandoning. Each operation has a state, changed only under the runner's state
 lock: `queued`, then `running` (set by the thread; for writes, once
@@ -127,6 +131,30 @@ class SQLiteWriter:
             outcome = await self._outcome(op)
         return cast("tuple[T, bool]", outcome)
 
+    def read_now(self, fn: Callable[[Tx], T], busy_ms: int) -> tuple[bool, T | None]:
+        """`(True, fn(tx))` run on the calling thread (the event loop's) when this is the
+        reader and its thread is idle; `(False, None)` when it is not, or when the read
+        meets anything at all (a lock, an I/O error, a bad row): the caller then submits
+        it to the thread, which answers as it always has. Never waits: SQLite's busy
+        timeout is 0 while it runs (`busy_ms` is put back after)."""
+        if not self.read_only or not self.lock.acquire(blocking=False):
+            return False, None
+        try:
+            if self._stopped:  # closing: the thread answers "not open"
+                return False, None
+            conn = self.conn
+            conn.execute("PRAGMA busy_timeout = 0")
+            try:
+                value = fn(Tx(conn))
+            finally:
+                conn.execute(f"PRAGMA busy_timeout = {busy_ms}")
+        except Exception:
+            return False, None
+        finally:
+            self.lock.release()
+        self.stats.reads += 1
+        return True, value
+
     def _must_wait(self, op: Op) -> bool:
         """Whether a write whose caller was cancelled must be waited for (it has started);
         a queued op is abandoned instead (it will never run), a read simply dropped."""
@@ -159,6 +187,8 @@ class SQLiteWriter:
             self._stopped = True
             self._queue.put(None)
         self._thread.join()
+        with self.lock:  # a `read_now` begun before the stop has ended: close is safe
+            pass
 
     # --- the thread ------------------------------------------------------------------
 
