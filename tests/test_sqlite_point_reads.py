@@ -10,15 +10,18 @@ found it.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
+import anyio
 import pytest
 
 from fastmcp_tasks.stores.peeking import peek
-from fastmcp_tasks.stores.sqlite import SQLiteTaskStore
+from fastmcp_tasks.stores.sqlite import SQLiteTaskStore, writer
 from fastmcp_tasks.stores.sqlite.tx import Tx
 from fastmcp_tasks.testing.base import make_record
 
@@ -129,3 +132,87 @@ async def test_a_closed_store_answers_not_open(tmp_path: Path) -> None:
     assert reader.read_now(lambda tx: 1, 1000) == (False, None)
     with pytest.raises(Exception, match="not open"):
         await store.get("sq-missing")
+
+
+async def test_a_read_by_id_still_yields_to_the_loop_and_can_be_cancelled(
+    store: SQLiteTaskStore,
+) -> None:
+    """Each read takes a turn of the event loop, as a hop to the thread did: a loop of
+    reads lets other tasks run between them, and a cancelled scope stops at the read."""
+    task = make_record(app="app")
+    await store.create(task)
+    ran = anyio.Event()
+
+    async def other() -> None:
+        ran.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(other)  # ready to run at the next turn of the loop
+        assert await store.get(task.task_id) is not None
+        assert ran.is_set()  # it ran during the read
+    reached = False
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await store.get(task.task_id)
+        reached = True
+    assert not reached
+
+
+async def test_a_slow_read_sends_the_next_reads_to_the_thread_for_a_while(
+    store: SQLiteTaskStore, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SQLite's WAL read setup may retry for seconds whatever the busy timeout (another
+    process holding its locks): a read on the loop that took longer than `SLOW_INLINE`
+    sends the next ones to the reader thread for `INLINE_PAUSE`, and says so."""
+    reader = store._reader
+    assert reader is not None
+    now = [1000.0]
+    monkeypatch.setattr(writer, "_clock", lambda: now[0])
+
+    def slow(tx: Tx) -> int:
+        now[0] += writer.SLOW_INLINE * 2
+        return 7
+
+    with caplog.at_level(logging.INFO, logger="fastmcp_tasks.stores.sqlite"):
+        assert reader.read_now(slow, 1000) == (True, 7)  # this one had run
+    assert "on the event loop" in caplog.text
+    assert reader.read_now(lambda tx: 1, 1000) == (False, None)
+    now[0] += writer.INLINE_PAUSE
+    assert reader.read_now(lambda tx: 1, 1000) == (True, 1)
+
+
+class _FailingRestore:
+    """The reader's connection, failing once to put the busy timeout back."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+        self.failed = False
+
+    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
+        if sql == "PRAGMA busy_timeout = 1000" and not self.failed:
+            self.failed = True
+            raise sqlite3.OperationalError("out of memory")
+        return self._conn.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._conn, name)
+
+
+async def test_a_timeout_not_put_back_is_put_back_by_the_thread(store: SQLiteTaskStore) -> None:
+    """Should putting the busy timeout back fail after a read on the loop, no read runs
+    there again and the reader thread puts it back before its next batch: its reads wait
+    for a lock as before, never with a timeout of 0."""
+    reader = store._reader
+    assert reader is not None
+    real = reader.conn
+    failing = _FailingRestore(real)
+    reader.conn = failing  # type: ignore[assignment]
+    try:
+        assert reader.read_now(lambda tx: 1, 1000) == (False, None)
+        assert failing.failed
+        assert real.execute("PRAGMA busy_timeout").fetchone()[0] == 0  # not put back
+        assert reader.read_now(lambda tx: 1, 1000) == (False, None)  # none here again
+        timeout = await store._read(lambda tx: tx.conn.execute("PRAGMA busy_timeout").fetchone())
+        assert timeout[0] == 1000
+    finally:
+        reader.conn = real

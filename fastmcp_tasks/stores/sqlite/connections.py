@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 
 from fastmcp_tasks.errors import ConfigurationError, StoreError
@@ -179,7 +180,8 @@ class SQLiteConnections:
         reader = self._reader
         if reader is not None:
             done, value = reader.read_now(fn, int(self.busy_timeout * 1000))
-            if done:
+            if done:  # still a turn of the loop, as through the thread: a loop of reads
+                await anyio.lowlevel.checkpoint()  # lets others run, and can be cancelled
                 return cast(T, value)
         return await self._read(fn)
 

@@ -29,6 +29,8 @@ that committed is reported as committed.
 from __future__ import annotations
 
 import asyncio
+import logging
+import math
 import queue
 import sqlite3
 import threading
@@ -44,6 +46,16 @@ from fastmcp_tasks.stores.sqlite import schema
 from fastmcp_tasks.stores.sqlite.tx import Tx
 
 T = TypeVar("T")
+
+logger = logging.getLogger("fastmcp_tasks.stores.sqlite")
+
+#: A point read on the event loop slower than this (seconds) sends the next ones to the
+#: reader thread for `INLINE_PAUSE` seconds: SQLite's WAL read setup retries for up to
+#: about 10 s whatever the busy timeout while another process holds its locks (one
+#: stopped mid-checkpoint), and the loop must not wait like that again and again.
+SLOW_INLINE = 0.05
+INLINE_PAUSE = 60.0
+_clock = time.monotonic  # what `read_now` times its reads with (a test replaces it)
 
 OpState = Literal["queued", "running", "abandoned"]
 
@@ -104,6 +116,8 @@ class SQLiteWriter:
         self.lock = threading.Lock()  # held while a batch runs
         self._state = threading.Lock()  # guards `Op.state` and `_stopped`
         self._stopped = False
+        self._inline_after = 0.0  # `time.monotonic()` before which `read_now` declines
+        self._busy_ms: int | None = None  # a busy timeout `read_now` could not put back
         self._queue: queue.SimpleQueue[Op | None] = queue.SimpleQueue()
         name = "fastmcp-tasks sqlite " + ("reader" if read_only else "writer")
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
@@ -135,25 +149,51 @@ class SQLiteWriter:
         """`(True, fn(tx))` run on the calling thread (the event loop's) when this is the
         reader and its thread is idle; `(False, None)` when it is not, or when the read
         meets anything at all (a lock, an I/O error, a bad row): the caller then submits
-        it to the thread, which answers as it always has. Never waits: SQLite's busy
-        timeout is 0 while it runs (`busy_ms` is put back after)."""
-        if not self.read_only or not self.lock.acquire(blocking=False):
+        it to the thread, which answers as it always has. It does not wait for a lock:
+        SQLite's busy timeout is 0 while it runs (`busy_ms` is put back after); only
+        SQLite's own WAL read setup may retry, and a read that took long stops these
+        reads for a while (`SLOW_INLINE`)."""
+        if (
+            not self.read_only
+            or _clock() < self._inline_after
+            or not self.lock.acquire(blocking=False)
+        ):
             return False, None
         try:
             if self._stopped:  # closing: the thread answers "not open"
                 return False, None
             conn = self.conn
+            started = _clock()
             conn.execute("PRAGMA busy_timeout = 0")
             try:
                 value = fn(Tx(conn))
             finally:
-                conn.execute(f"PRAGMA busy_timeout = {busy_ms}")
+                self._after_inline(conn, busy_ms, started)
+            self.stats.reads += 1  # under the lock, as the thread counts its reads
         except Exception:
             return False, None
         finally:
             self.lock.release()
-        self.stats.reads += 1
         return True, value
+
+    def _after_inline(self, conn: sqlite3.Connection, busy_ms: int, started: float) -> None:
+        """Put the busy timeout back (when that fails, the thread does it before its next
+        batch and no read runs here again); a slow read pauses these reads."""
+        took = _clock() - started
+        if took > SLOW_INLINE:
+            self._inline_after = _clock() + INLINE_PAUSE
+            logger.info(
+                "SQLite task store %s: a read took %.3f s on the event loop; reads by id "
+                "go to the reader thread for %g s",
+                self.where,
+                took,
+                INLINE_PAUSE,
+            )
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {busy_ms}")
+        except BaseException:
+            self._inline_after, self._busy_ms = math.inf, busy_ms
+            raise
 
     def _must_wait(self, op: Op) -> bool:
         """Whether a write whose caller was cancelled must be waited for (it has started);
@@ -223,6 +263,12 @@ class SQLiteWriter:
         return taken
 
     def _run(self, batch: list[Op]) -> None:
+        if self._busy_ms is not None:  # a `read_now` could not put it back
+            try:
+                self.conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+                self._busy_ms = None
+            except sqlite3.Error:
+                pass  # the next batch tries again
         writes: list[Op] = []
         for op in batch:
             if op.write:
