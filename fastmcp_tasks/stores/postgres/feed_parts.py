@@ -129,7 +129,7 @@ def takes_announcements(subs: set[Subscriber[Any]]) -> bool:
     """Whether every subscriber wants only waking kinds and each that wants `queued`
     rows takes `NEW_TASKS` for them: a creation need not be read."""
     return not any_wants_quiet(subs) and all(
-        sub.kinds is not None and ("queued" not in sub.kinds or NEW_TASKS_KIND in sub.kinds)
+        sub.kinds is not None and ("queued" not in sub.kinds or takes_new_tasks(sub))
         for sub in subs
     )
 

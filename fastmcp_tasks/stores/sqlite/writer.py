@@ -14,8 +14,9 @@ to the event loop with one `call_soon_threadsafe` per batch. The store runs two:
   after an awaited write sees it: the write had committed. A point read (a task by
   its id, the claim's probe) runs on the event loop's thread instead while the
   reader's thread is idle (`read_now`): a hop to the thread and back costs several
-  times the read itself. It never waits there (busy timeout 0, the lock tried, not
-  awaited); anything it meets sends it to the thread.
+  times the read itself. It does not wait for a lock there (busy timeout 0, the lock
+  tried, not awaited); anything it meets sends it to the thread, and a slow one sends
+  the next ones there for a while (`SLOW_INLINE`).
 
 Abandoning. Each operation has a state, changed only under the runner's state
 lock: `queued`, then `running` (set by the thread; for writes, once
@@ -116,7 +117,7 @@ class SQLiteWriter:
         self.lock = threading.Lock()  # held while a batch runs
         self._state = threading.Lock()  # guards `Op.state` and `_stopped`
         self._stopped = False
-        self._inline_after = 0.0  # `time.monotonic()` before which `read_now` declines
+        self._inline_after = 0.0  # `_clock()` before which `read_now` declines
         self._busy_ms: int | None = None  # a busy timeout `read_now` could not put back
         self._queue: queue.SimpleQueue[Op | None] = queue.SimpleQueue()
         name = "fastmcp-tasks sqlite " + ("reader" if read_only else "writer")
