@@ -38,7 +38,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from fastmcp import FastMCP
 from fastmcp.server.extensions import MethodBinding, build_method_handler
+from fastmcp.server.mixins.mcp_operations import MCPOperationsMixin
 from mcp.server import _streamable_http_modern as modern_module
 from mcp.server import runner as runner_module
 from mcp.server import streamable_http_manager as manager_module
@@ -134,6 +136,47 @@ def wire_result(server: Any, protocol_version: str, result: dict[str, Any]) -> d
     return dumped
 
 
+class _Shaper:
+    """What `ServerRunner._serialize` reads of its runner: the SDK server, and the stamp."""
+
+    _stamp_server_info = runner_module.ServerRunner._stamp_server_info
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+
+
+def serialize_result(
+    server: Any, method: str, protocol_version: str, result: Any
+) -> dict[str, Any]:
+    """`result` of a `method` handler in its wire form, by the SDK runner's own code
+    (`ServerRunner._serialize`: cache hints, the per-version sieve of a core result, the
+    `resultType` and the `serverInfo` stamp), for the SDK server `server`."""
+    shaper: Any = _Shaper(server)
+    shaped: dict[str, Any] = runner_module.ServerRunner._serialize(
+        shaper, method, protocol_version, result
+    )
+    return shaped
+
+
+async def mcp_param_rejection(server: Any, request: Any, envelope: Any, verdict: Any) -> Any:
+    """What the SDK's modern entry answers a `tools/call` whose `Mcp-Param-*` headers do
+    not match its arguments (`_mcp_param_rejection`), or `None` when they match. FastMCP
+    serves the tool schemas through `get_tool_input_schema`, so no `lifespan_state` is
+    read; without that hook this returns `NotImplemented` (the SDK must decide)."""
+    if getattr(server, "get_tool_input_schema", None) is None:
+        return NotImplemented
+    return await modern_module._mcp_param_rejection(server, request, envelope, verdict, None)
+
+
+def is_core_call_handler(server: FastMCP, handler: Any) -> bool:
+    """Whether `handler` is FastMCP's own `tools/call` handler of `server` (the bound
+    `_on_call_tool` it registers), not one registered in its place or overridden."""
+    return (
+        getattr(handler, "__self__", None) is server
+        and getattr(handler, "__func__", None) is MCPOperationsMixin._on_call_tool
+    )
+
+
 def choose_reply(app: Any, chooser: Chooser) -> None:
     """Ask `chooser` for each modern request the SDK server `app` answers, in either mode."""
     global _sdk_entry
@@ -184,6 +227,16 @@ def modern_entry_seams() -> Checks:
         "mcp.server.runner.ServerRunner._serialize(self, method, version, result)": lambda: (
             _params(runner_module.ServerRunner._serialize) == _SERIALIZE_PARAMS
         ),
+        "mcp.server.runner.ServerRunner._stamp_server_info(self, version, result)": lambda: (
+            _params(runner_module.ServerRunner._stamp_server_info) == {"self", "version", "result"}
+        ),
+        "mcp.server._streamable_http_modern._mcp_param_rejection(app, request, req, verdict, "
+        "lifespan_state)": lambda: (
+            _params(modern_module._mcp_param_rejection)
+            == {"app", "request", "req", "verdict", "lifespan_state"}
+        ),
+        "fastmcp.server.mixins.mcp_operations.MCPOperationsMixin._on_call_tool(self, ctx, "
+        "params)": lambda: _params(MCPOperationsMixin._on_call_tool) == {"self", "ctx", "params"},
         "fastmcp.server.extensions.build_method_handler's `binding` cell": lambda: (
             method_binding(build_method_handler(_PROBE)) is _PROBE
         ),

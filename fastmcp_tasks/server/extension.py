@@ -43,7 +43,6 @@ from fastmcp_tasks.errors import (
     ConfigurationError,
     StoreError,
     missing_capability,
-    too_large,
 )
 from fastmcp_tasks.server import json_replies, observability, poll_lane
 from fastmcp_tasks.server.creation import TASK_ID_BYTES, Admission, create_task, new_task_id
@@ -68,11 +67,11 @@ from fastmcp_tasks.server.related import serving_related
 from fastmcp_tasks.server.sealed_store import sealed_store
 from fastmcp_tasks.server.sealing import Sealer
 from fastmcp_tasks.server.termination import SigtermGuard
-from fastmcp_tasks.server.validation import arguments_valid
+from fastmcp_tasks.server.validation import task_arguments
 from fastmcp_tasks.stores import store_from_url
 from fastmcp_tasks.stores.base import TaskStore
 from fastmcp_tasks.stores.flow import keeps_flow_control
-from fastmcp_tasks.stores.text import EncodedJSON, encoded
+from fastmcp_tasks.stores.text import EncodedJSON
 from fastmcp_tasks.stores.urls import describe, masked
 from fastmcp_tasks.wire.legacy import CAPABILITY as LEGACY_CAPABILITY
 from fastmcp_tasks.wire.names import EXPERIMENTAL_CAPABILITY, TASKS_EXTENSION_ID
@@ -227,7 +226,7 @@ class TasksExtension(ServerExtension):
         #: this process's task events (`engine.history`), noted by handlers and engine
         self.history = HistoryWriter(self._store, enabled=history, sealed=self.seal_all)
         self.runner: TaskRunner | None = None
-        self._admission = Admission(
+        self.admission = Admission(
             self._store, self.retention_ms, self.lease_seconds, self._caps, input_timeout
         )
         self.legacy = LegacyTasks(self._store, self.history) if legacy_tasks else None
@@ -261,7 +260,9 @@ class TasksExtension(ServerExtension):
         self.listen.install(_compat.low_level_server(self.server))
         try:
             self.poll_lane = poll_lane.install(self.server)
-            self.json_replies = json_replies.install(self.server, self.store_timeout, self._methods)
+            self.json_replies = json_replies.install(
+                self.server, self.store_timeout, self._methods, self
+            )
             self._advertise_idempotency()
             if self.legacy is not None:  # 2025-11-25 connections get the V1 surface
                 _compat.allow_task_results()
@@ -367,10 +368,8 @@ class TasksExtension(ServerExtension):
                 raise missing_capability(f"tool {params.name!r} runs only as a task")
             refuse_resend(idempotency, params.name)
             return await call_next()
-        arguments = encoded(params.arguments or {})  # encoded once: sized, then stored
-        if (over := self.limits.over("max_argument_bytes", arguments)) is not None:
-            raise too_large("the arguments", "max_argument_bytes", *over)
-        if not arguments_valid(tool, arguments):
+        arguments = task_arguments(self.limits, tool, params.arguments)
+        if arguments is None:
             return await call_next()  # the synchronous path reports it, no task made
         options = options_of(await leaf_of(tool))  # a mounted tool's options live on the child's
         if options.foreground_input is not None:  # MRTR rounds before any task (C11)
@@ -379,7 +378,7 @@ class TasksExtension(ServerExtension):
                 return InputRequiredToolResult(ask)
             arguments = EncodedJSON(arguments)  # the hook may have changed them
         record = await create_task(
-            self._admission,
+            self.admission,
             self.runner,
             tool,
             params.name,

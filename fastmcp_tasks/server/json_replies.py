@@ -14,8 +14,9 @@ instructions as a poll's own work, and two requests of a task never need it:
 
 Both are bounded by `store_timeout`. `JsonReplies` has the SDK answer them in JSON mode
 when all of this holds, and leaves every other request to SSE mode (a `tasks/get` that
-qualifies is answered at the entry itself when it is plain enough: `direct_polls`; on a
-server in JSON mode already, that is the only request it takes):
+qualifies is answered at the entry itself when it is plain enough: `direct_polls`, and so
+is a call: `direct_calls`; on a server in JSON mode already, those direct answers are the
+only requests it takes):
 
 - `store_timeout` is set and at most half the deferral (7.5 s; the default is 5 s), so
   the SDK could not have committed to SSE before the handler ended, even with the
@@ -76,6 +77,7 @@ from starlette.requests import Request
 from starlette.types import Message, Receive, Scope
 
 from fastmcp_tasks import _compat
+from fastmcp_tasks.server.direct_calls import Creating, DirectCalls
 from fastmcp_tasks.server.direct_polls import DirectPolls
 from fastmcp_tasks.server.engine.call import leaf_of, resolve_tool
 from fastmcp_tasks.server.handlers import TaskMethods
@@ -115,50 +117,57 @@ class JsonReplies:
     """
 
     def __init__(
-        self, server: FastMCP, store_timeout: float | None, polls: DirectPolls | None = None
+        self,
+        server: FastMCP,
+        store_timeout: float | None,
+        polls: DirectPolls | None = None,
+        calls: DirectCalls | None = None,
     ) -> None:
         self._server = weakref.ref(server)
         self.bounded = store_timeout is not None and store_timeout <= _compat.sse_deferral() / 2
         self.taken = {METHOD_GET: 0, _CALL: 0}
         self.polls = polls  # answers a plain `tasks/get` itself (`direct_polls`)
+        self.calls = calls  # answers a plain task-creating call itself (`direct_calls`)
 
     async def __call__(
         self, scope: Scope, receive: Receive, answer: _compat.Answer, exchange: _compat.Exchange
     ) -> None:
         method = _header(scope, _METHOD_HEADER)
-        if exchange.json_response:  # JSON mode already: only a plain poll is answered here
-            server = self._server()
-            replay: Receive | None = receive
-            if method == METHOD_GET and server and self._plain(scope, server, method, sse=False):
-                replay = await self._poll(scope, receive, exchange)
-            if replay is not None:
-                await answer(True, replay)
-            return
-        if method not in self.taken or not self.bounded:
-            await answer(False, receive)
+        json_mode = exchange.json_response  # JSON mode already: only the direct answers
+        if method not in self.taken or not (self.bounded or json_mode):
+            await answer(json_mode, receive)
             return
         message: Message = {}
         if method == _CALL:  # most calls run in the foreground: the cheapest test first
+            if json_mode and self.calls is None:
+                await answer(True, receive)
+                return
             message = await receive()
             receive = _replaying(message, receive)
             if _OPT_IN not in message.get("body", b"") or _authenticated(scope):
-                await answer(False, receive)
+                await answer(json_mode, receive)
                 return
         server = self._server()
-        if server is None or not self._plain(scope, server, method):
-            await answer(False, receive)
+        if server is None or not self._plain(scope, server, method, sse=not json_mode):
+            await answer(json_mode, receive)
             return
         if method == METHOD_GET:
-            self.taken[method] += 1
+            if not json_mode:
+                self.taken[method] += 1
             replay = await self._poll(scope, receive, exchange)
             if replay is not None:
                 await answer(True, replay)
             return
         resolved = await self._task_tool(server, message)
         if resolved is None:
-            await answer(False, receive)
+            await answer(json_mode, receive)
             return
-        self.taken[method] += 1
+        if not json_mode:
+            self.taken[method] += 1
+        if self.calls is not None and await self.calls.answer(
+            scope, message, receive, exchange, resolved.tool, resolved.name, resolved.version
+        ):
+            return
         token = _resolved.set(resolved)
         try:
             await answer(True, receive)
@@ -286,12 +295,17 @@ def _replaying(message: Message, receive: Receive) -> Receive:
 
 
 def install(
-    server: FastMCP, store_timeout: float | None, methods: TaskMethods | None = None
+    server: FastMCP,
+    store_timeout: float | None,
+    methods: TaskMethods | None = None,
+    extension: Creating | None = None,
 ) -> JsonReplies:
     """Have the SDK ask a new `JsonReplies` for `server`'s modern requests; with `methods`
-    (the task methods bound), a plain poll is answered without the SDK (`direct_polls`)."""
+    (the task methods bound), a plain poll is answered without the SDK (`direct_polls`),
+    and with the `extension`, a plain task-creating call (`direct_calls`)."""
     polls = None if methods is None else DirectPolls(server, methods)
-    replies = JsonReplies(server, store_timeout, polls)
+    calls = None if extension is None else DirectCalls(server, extension)
+    replies = JsonReplies(server, store_timeout, polls, calls)
     _compat.choose_reply(_compat.low_level_server(server), replies)
     return replies
 

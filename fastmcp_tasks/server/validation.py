@@ -3,7 +3,9 @@
 A call with invalid arguments must be answered exactly as the synchronous path
 answers it, and must not leave a task behind. The interceptor therefore asks
 `arguments_valid()` first and, on `False`, hands the call to the synchronous
-path, which produces the very error a blocking call gets.
+path, which produces the very error a blocking call gets. `task_arguments()` is the
+whole check a task-creating call makes of its arguments, wherever it is answered (the
+interceptor, `direct_calls`): encoded once, within `max_argument_bytes`, valid.
 
 For a `FunctionTool` the check uses the same pydantic call adapter core builds
 in `FunctionTool.run` (`_compat.call_adapter`, built once per tool here, cached
@@ -27,6 +29,9 @@ from pydantic import TypeAdapter
 from pydantic import ValidationError as PydanticValidationError
 
 from fastmcp_tasks import _compat
+from fastmcp_tasks.errors import too_large
+from fastmcp_tasks.server.limits import Limits
+from fastmcp_tasks.stores.text import EncodedJSON, encoded
 
 logger = logging.getLogger("fastmcp_tasks.validation")
 
@@ -67,3 +72,16 @@ def arguments_valid(tool: Tool, arguments: dict[str, Any]) -> bool:
     if inspect.iscoroutine(pending):
         pending.close()
     return True
+
+
+def task_arguments(limits: Limits, tool: Tool, raw: dict[str, Any] | None) -> EncodedJSON | None:
+    """A task's arguments, encoded once (sized, then stored), or `None` when they are
+    invalid (the synchronous path reports them; no task is made).
+
+    Raises:
+        MCPError: -32602 when they are over `max_argument_bytes`.
+    """
+    arguments = encoded(raw or {})
+    if (over := limits.over("max_argument_bytes", arguments)) is not None:
+        raise too_large("the arguments", "max_argument_bytes", *over)
+    return arguments if arguments_valid(tool, arguments) else None
