@@ -19,12 +19,12 @@ from fastmcp import FastMCP
 from fastmcp.dependencies import CurrentContext
 from fastmcp.exceptions import NotFoundError, ToolError
 from fastmcp.server.context import Context
-from fastmcp.server.dependencies import get_http_headers
+from fastmcp.server.dependencies import get_context, get_http_headers
 from mcp.server.caching import CacheHint
 from mcp_types import CallToolRequestParams
 from pydantic import Field
 
-from fastmcp_tasks import Limits, TasksExtension, _compat
+from fastmcp_tasks import Limits, TasksExtension, _compat, task_options
 from fastmcp_tasks.errors import StoreError
 from fastmcp_tasks.server import creation, direct_calls
 from fastmcp_tasks.server import extension as extension_module
@@ -295,3 +295,93 @@ async def test_what_would_watch_or_change_a_call_leaves_it_to_the_sdk() -> None:
     assert [watched[2], hinted[2], replaced[2], plain[2]] == [0, 0, 0, 1]
     for direct, sdk, _, _ in (watched, hinted, replaced, plain):
         assert direct == sdk
+
+
+class Audited(FastMCP):
+    """A server of the author's that checks every call in `call_tool`."""
+
+    async def call_tool(self, name: str, arguments: Any = None, **options: Any) -> Any:
+        if (arguments or {}).get("text") == "forbidden":
+            raise ToolError("denied by policy")
+        return await super().call_tool(name, arguments, **options)
+
+
+class Vetting(TasksExtension):
+    """A tasks extension of the author's that vets a call before the interceptor's steps."""
+
+    async def intercept_tool_call(self, params: Any, context: Any, call_next: Any) -> Any:
+        if (params.arguments or {}).get("text") == "forbidden":
+            raise ToolError("vetoed")
+        return await super().intercept_tool_call(params, context, call_next)
+
+
+def authored(server: type[FastMCP], extension: TasksExtension) -> FastMCP:
+    mcp = server("authored")
+    mcp.add_extension(extension)
+
+    @mcp.tool(task=True)
+    async def echo(text: str) -> str:
+        return text
+
+    return mcp
+
+
+async def test_the_authors_own_call_path_leaves_a_call_to_the_sdk() -> None:
+    """A server class's own `call_tool`, an extension subclass's or a patched interceptor."""
+    audited = TasksExtension()
+    vetting = Vetting()
+    patched = TasksExtension()
+    outcomes = []
+    with anyio.fail_after(60):
+        for mcp, extension in (
+            (authored(Audited, audited), audited),
+            (authored(FastMCP, vetting), vetting),
+            (authored(FastMCP, patched), patched),
+        ):
+            async with serve_asgi(mcp.http_app()) as base:
+                async with httpx.AsyncClient(timeout=10) as http:
+                    replies = extension.json_replies
+                    assert replies is not None
+                    if extension is patched:
+                        calls_of(patched)  # made for it; then its interceptor is replaced
+                        patched.intercept_tool_call = vetting.intercept_tool_call  # type: ignore[method-assign]
+                    elif extension is vetting:
+                        assert replies.calls is None  # never made for a subclass
+                    sent = {**CALL_HEADERS}
+                    answers = []
+                    calls = replies.calls
+                    for _ in range(2):  # the second by the SDK
+                        reply = await http.post(
+                            f"{base}/mcp", content=raw(call(text="forbidden")), headers=sent
+                        )
+                        answers.append(seen_of(reply))
+                        replies.calls = None
+                    outcomes.append((answers, calls.answered if calls else None))
+    assert [answered for _, answered in outcomes] == [0, None, 0]
+    for (direct, sdk), _ in outcomes:
+        assert direct == sdk
+        assert b'"isError":true' in direct[2] and b'"resultType":"task"' not in direct[2]
+
+
+async def test_a_concurrency_key_leaves_a_call_to_the_sdk() -> None:
+    """The key may read FastMCP's request context, which only the SDK's path makes."""
+    mcp, extension, _ = server()
+
+    def key(arguments: dict[str, Any]) -> str:
+        return f"{get_context().fastmcp.name}:{arguments['text']}"
+
+    @mcp.tool(task=True)
+    @task_options(concurrency=1, concurrency_key=key)
+    async def keyed(text: str) -> str:
+        return text
+
+    keyed_call = call(text="a")
+    keyed_call["params"]["name"] = "keyed"
+    with anyio.fail_after(60):
+        async with serve_asgi(mcp.http_app()) as base, httpx.AsyncClient(timeout=10) as http:
+            url = f"{base}/mcp"
+            direct, sdk, answered, replies = await both_ways(
+                http, url, extension, raw(keyed_call), {"Mcp-Name": "keyed"}
+            )
+    assert answered == 0 and direct == sdk
+    assert replies[0].json()["result"]["statusMessage"].endswith("'direct-calls:a'")

@@ -168,12 +168,33 @@ async def mcp_param_rejection(server: Any, request: Any, envelope: Any, verdict:
     return await modern_module._mcp_param_rejection(server, request, envelope, verdict, None)
 
 
-def is_core_call_handler(server: FastMCP, handler: Any) -> bool:
+#: What FastMCP runs of its own between the SDK and an extension's tool-call interceptor,
+#: as it was at import (a class patched since counts as changed, as a subclass's does).
+_CORE_CALL_PATH = {
+    name: getattr(FastMCP, name)
+    for name in (
+        "_on_call_tool",
+        "call_tool",
+        "_dispatch_component_middleware",
+        "_compose_tool_call_interceptors",
+        "_rebind_prefab_tool_names",
+    )
+}
+
+
+def is_core_call_path(server: FastMCP, handler: Any) -> bool:
     """Whether `handler` is FastMCP's own `tools/call` handler of `server` (the bound
-    `_on_call_tool` it registers), not one registered in its place or overridden."""
-    return (
-        getattr(handler, "__self__", None) is server
-        and getattr(handler, "__func__", None) is MCPOperationsMixin._on_call_tool
+    `_on_call_tool` it registers), and everything it runs before the interceptors is
+    FastMCP's own: not overridden by `server`'s class, set on the instance, or patched."""
+    if getattr(handler, "__self__", None) is not server:
+        return False
+    if getattr(handler, "__func__", None) is not MCPOperationsMixin._on_call_tool:
+        return False
+    own = vars(server)
+    kind = type(server)
+    return all(
+        name not in own and getattr(kind, name, None) is function
+        for name, function in _CORE_CALL_PATH.items()
     )
 
 

@@ -33,8 +33,13 @@ came (its body replayed), and is answered exactly as before:
   the SDK), and the params pass the SDK's surface check and FastMCP's params model;
 - it is a POST, and the SDK's checks pass: security, no routing header given twice,
   the ladder's modern route, the `Mcp-Param-*` headers;
-- the handler registered for `tools/call` is FastMCP's own (`_compat.is_core_call_handler`)
-  with no cache hint, and the extension's runner has started;
+- the handler registered for `tools/call` is FastMCP's own, and so is what it runs before
+  the interceptors (`_compat.is_core_call_path`: no subclass, instance attribute or patch
+  of it), with no cache hint; the extension is the server's tasks extension, intercepting
+  with the extension's own code (`TasksExtension` itself, not a subclass or patch of its
+  interceptor), and its runner has started;
+- the tool has no `concurrency_key` (the author's code, which may read FastMCP's request
+  context or `Context`, which this path does not make);
 - the arguments are valid (else the synchronous path reports them).
 
 Once the interceptor's first step has run, the request is answered here whatever it
@@ -77,6 +82,7 @@ from fastmcp_tasks.server.limits import Limits
 from fastmcp_tasks.server.options import options_of
 from fastmcp_tasks.server.poll_lane import unobserved
 from fastmcp_tasks.server.validation import task_arguments
+from fastmcp_tasks.wire.names import TASKS_EXTENSION_ID
 from fastmcp_tasks.wire.render import render_create_result
 
 
@@ -91,6 +97,8 @@ class Creating(Protocol):
 
     @property
     def admission(self) -> Admission: ...
+
+    async def intercept_tool_call(self, params: Any, context: Any, call_next: Any) -> Any: ...
 
 
 CALL = "tools/call"
@@ -133,7 +141,19 @@ class DirectCalls:
     def __init__(self, server: FastMCP, extension: Creating) -> None:
         self._server = weakref.ref(server)
         self._extension = weakref.ref(extension)
+        #: the interceptor whose steps `answer` runs (the extension's own: `install`)
+        self._intercept = type(extension).intercept_tool_call
         self.answered = 0
+
+    def _intercepts(self, server: FastMCP, extension: Creating) -> bool:
+        """Whether `extension` is `server`'s tasks extension and still intercepts with the
+        code it had when this was made (not replaced on the instance or its class)."""
+        registered = _compat.server_extensions(server).get(TASKS_EXTENSION_ID)
+        return (
+            registered is extension
+            and "intercept_tool_call" not in vars(extension)
+            and type(extension).intercept_tool_call is self._intercept
+        )
 
     async def answer(
         self,
@@ -167,9 +187,9 @@ class DirectCalls:
             return False
         low = _compat.low_level_server(server)
         entry = low.get_request_handler(CALL)
-        if entry is None or not _compat.is_core_call_handler(server, entry.handler):
+        if entry is None or not _compat.is_core_call_path(server, entry.handler):
             return False
-        if CALL in low.cache_hints:
+        if CALL in low.cache_hints or not self._intercepts(server, extension):
             return False
         protocol_version = verdict.protocol_version
         try:
@@ -183,6 +203,9 @@ class DirectCalls:
             return False
         if await _compat.mcp_param_rejection(low, request, envelope, verdict) is not None:
             return False
+        options = options_of(await leaf_of(tool))
+        if options.foreground_input is not None or options.concurrency_key is not None:
+            return False  # the author's code that may read FastMCP's request context
         context = _CallContext(dict(meta), request, protocol_version)
         result: Any = None
         failure: Exception | None = None
@@ -192,9 +215,6 @@ class DirectCalls:
                 arguments = task_arguments(extension.limits, tool, typed.arguments)
                 if arguments is None:
                     return False  # the synchronous path reports them: nothing was done
-                options = options_of(await leaf_of(tool))
-                if options.foreground_input is not None:
-                    return False
                 record = await create_task(
                     extension.admission,
                     runner,

@@ -12,8 +12,8 @@
 - `lifespan()` warns about task options that do nothing on this server (`misuse`),
   opens the store, serves `subscriptions/listen` (see `listen`), lets a `tasks/get` no
   middleware or tracer could watch skip FastMCP's request seam (`poll_lane`), has a
-  task's own requests answered without the SDK's SSE deferral (`json_replies`) and runs
-  the runner for the server's lifetime.
+  task's own requests answered without the SDK's SSE deferral (`json_replies`, plain
+  ones at the SDK's entry while the interceptor is this class's own) and runs the runner.
 
 Faults. Handlers, listen and the runner use the store through
 `monitored_store` (every request-serving call bounded by `store_timeout`, every
@@ -260,8 +260,9 @@ class TasksExtension(ServerExtension):
         self.listen.install(_compat.low_level_server(self.server))
         try:
             self.poll_lane = poll_lane.install(self.server)
+            direct = self if type(self).intercept_tool_call is _INTERCEPT else None
             self.json_replies = json_replies.install(
-                self.server, self.store_timeout, self._methods, self
+                self.server, self.store_timeout, self._methods, direct
             )
             self._advertise_idempotency()
             if self.legacy is not None:  # 2025-11-25 connections get the V1 surface
@@ -342,8 +343,7 @@ class TasksExtension(ServerExtension):
         if request is None or not _compat.is_client_tool_call():
             return await call_next()  # a nested or direct call: never a task
         idempotency = read_idempotency(request.meta)  # -32602 before any store sees it
-        # The version exactly as core's `_on_call_tool` resolves it: from the raw
-        # request `_meta`, a string only (`VersionSpec(eq=...)`), else the highest.
+        # as core's `_on_call_tool`: the raw `_meta`'s string only, else the highest
         version = extract_version_spec(request.meta)
         tool = await json_replies.call_tool_of(context.fastmcp, params.name, version)
         legacy = request.protocol_version not in _MODERN and self.legacy is not None
@@ -393,5 +393,7 @@ class TasksExtension(ServerExtension):
             return announce(self.legacy, record, context, self.runner)
         return render_create_result(record)
 
+
+_INTERCEPT = TasksExtension.intercept_tool_call  # the one `direct_calls` repeats the steps of
 
 __all__ = ["TASK_ID_BYTES", "TasksExtension", "new_task_id"]

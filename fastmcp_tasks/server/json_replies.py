@@ -33,9 +33,10 @@ only requests it takes):
   server, proxy, or provider or transform other than FastMCP's visibility rules: their
   answers could depend on the request), and the tool it names, resolved as core
   resolves it at the version asked, is a task tool with no `foreground_input` hook
-  (the only code of the tool's author that runs before a task exists). The interceptor
-  then creates a task, refuses with an error, or lets core report invalid arguments:
-  none of them emits.
+  (the one hook of the tool's author before a task exists that is handed the request's
+  `Context`; a `concurrency_key` and the arguments' validators get the arguments only,
+  and have no way to emit). The interceptor then creates a task, refuses with an error,
+  or lets core report invalid arguments: none of them emits.
 
 An unauthenticated modern-era call has no client identity for per-client visibility
 rules to hang on, so its tool resolves inside the request exactly as it did before:
