@@ -20,6 +20,7 @@ from mcp.client.extension import ClientExtension, NotificationBinding
 from mcp.shared.exceptions import MCPError
 
 from fastmcp_tasks import TasksExtension
+from fastmcp_tasks.stores.memory import MemoryTaskStore
 from fastmcp_tasks.wire.legacy import RELATED_TASK
 from tests.wire import Wire, WireError, http_server, memory_wire_for
 
@@ -210,12 +211,24 @@ async def test_cancel_ends_the_task_before_it_answers(transport: str) -> None:
             assert unknown.value.code == -32602
 
 
-async def test_list_shows_the_session_s_tasks_paginated(transport: str) -> None:
+async def test_list_shows_the_session_s_tasks_paginated(
+    transport: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     server, _ = v1_server()
     async with legacy_wire(server, transport) as (wire, _):
         made = [(await call(wire, "double", {"x": i}))["task"]["taskId"] for i in range(53)]
+        reads = {"get": 0, "get_many": 0}
+        for name in reads:
+            original = getattr(MemoryTaskStore, name)
+
+            async def counted(self: Any, *args: Any, _o: Any = original, _n: str = name) -> Any:
+                reads[_n] += 1
+                return await _o(self, *args)
+
+            monkeypatch.setattr(MemoryTaskStore, name, counted)
         first = await v1(wire, "tasks/list")
         second = await v1(wire, "tasks/list", cursor=first["nextCursor"])
+        assert reads == {"get": 0, "get_many": 2}  # one read of the session's tasks a page
         with pytest.raises(WireError) as bad:
             await v1(wire, "tasks/list", cursor="not-a-cursor")
     listed = [t["taskId"] for t in first["tasks"] + second["tasks"]]

@@ -50,7 +50,7 @@ from fastmcp_tasks.server.engine.inputs import answer_problem
 from fastmcp_tasks.server.engine.streams import ResultStreams
 from fastmcp_tasks.server.ownership import current_principal, may_access, missing
 from fastmcp_tasks.server.payloads import unreadable
-from fastmcp_tasks.stores.base import TaskRecord, TaskStore
+from fastmcp_tasks.stores.base import TaskRecord, TaskStore, get_many
 from fastmcp_tasks.stores.listing import PageKey, page_key
 from fastmcp_tasks.stores.peeking import peek
 from fastmcp_tasks.wire.legacy import legacy_call_result, legacy_task, related
@@ -276,7 +276,8 @@ class LegacyTasks:
         self, session_id: str | None, before: PageKey | None
     ) -> list[TaskRecord]:
         ids = self._created.get(session_id, []) if session_id is not None else []
-        records = [r for r in [await self.store.get(i) for i in ids] if r is not None]
+        found = await get_many(self.store, ids)  # one read where the store can
+        records = [found[i] for i in dict.fromkeys(ids) if i in found]
         records.sort(key=page_key, reverse=True)
         return [r for r in records if before is None or page_key(r) < before][: PAGE + 1]
 
