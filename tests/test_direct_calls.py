@@ -37,6 +37,14 @@ from tests.wire import serve_asgi
 
 pytestmark = pytest.mark.anyio
 
+#: FastMCP serves its tools' input schemas to the SDK (4.2 and later): only then can the
+#: `Mcp-Param-*` headers be checked as the SDK's entry checks them, so only then is a call
+#: answered at the entry (`test_without_the_schema_hook_every_call_goes_to_the_sdk`).
+HOOKED = _compat.low_level_server(FastMCP("probe")).get_tool_input_schema is not None
+answers_directly = pytest.mark.skipif(
+    not HOOKED, reason="this FastMCP serves no tool schemas to the SDK: calls go through it"
+)
+
 CALL_HEADERS = {**HEADERS, "Mcp-Method": "tools/call", "Mcp-Name": "echo"}
 #: What differs between two new tasks: the id and the times.
 NEW = re.compile(rb'"taskId":"[^"]+"|"(createdAt|lastUpdatedAt)":"[^"]+"|"ttlMs":\d+')
@@ -122,6 +130,7 @@ async def both_ways(
     return seen_of(direct), seen_of(sdk), answered, [direct, sdk]
 
 
+@answers_directly
 async def test_every_kind_of_answer_is_the_sdks_byte_for_byte(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -164,6 +173,7 @@ async def test_every_kind_of_answer_is_the_sdks_byte_for_byte(
     assert down[3][0].json()["error"]["code"] == -32603
 
 
+@answers_directly
 @pytest.mark.parametrize(
     ("raised", "expected"),
     [
@@ -195,6 +205,7 @@ async def test_an_error_creating_the_task_is_mapped_as_fastmcp_and_the_sdk_map_i
         assert answer["result"]["content"][0]["text"] == expected
 
 
+@answers_directly
 async def test_the_task_is_the_same_task_and_its_run_sees_the_same_caller(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -231,6 +242,7 @@ async def test_the_task_is_the_same_task_and_its_run_sees_the_same_caller(
     assert by_session[0]["session"] != by_session[1]["session"]  # a new id per request
 
 
+@answers_directly
 @pytest.mark.parametrize(
     ("content", "headers"),
     [
@@ -270,6 +282,7 @@ async def test_an_unusual_call_is_left_to_the_sdk(
     assert direct == sdk
 
 
+@answers_directly
 async def test_what_would_watch_or_change_a_call_leaves_it_to_the_sdk() -> None:
     mcp, extension, _ = server()
     low = _compat.low_level_server(mcp)
@@ -326,6 +339,7 @@ def authored(server: type[FastMCP], extension: TasksExtension) -> FastMCP:
     return mcp
 
 
+@answers_directly
 async def test_the_authors_own_call_path_leaves_a_call_to_the_sdk() -> None:
     """A server class's own `call_tool`, an extension subclass's or a patched interceptor."""
     audited = TasksExtension()
@@ -363,6 +377,7 @@ async def test_the_authors_own_call_path_leaves_a_call_to_the_sdk() -> None:
         assert b'"isError":true' in direct[2] and b'"resultType":"task"' not in direct[2]
 
 
+@answers_directly
 async def test_a_concurrency_key_leaves_a_call_to_the_sdk() -> None:
     """The key may read FastMCP's request context, which only the SDK's path makes."""
     mcp, extension, _ = server()
@@ -385,3 +400,18 @@ async def test_a_concurrency_key_leaves_a_call_to_the_sdk() -> None:
             )
     assert answered == 0 and direct == sdk
     assert replies[0].json()["result"]["statusMessage"].endswith("'direct-calls:a'")
+
+
+async def test_without_the_schema_hook_every_call_goes_to_the_sdk() -> None:
+    """Without `get_tool_input_schema` the SDK's entry reads the schemas through the
+    server's lifespan state, which the entry does not hand on: the SDK answers."""
+    mcp, extension, _ = server()
+    low = _compat.low_level_server(mcp)
+    low.get_tool_input_schema = None
+    with anyio.fail_after(60):
+        async with serve_asgi(mcp.http_app()) as base, httpx.AsyncClient(timeout=10) as http:
+            direct, sdk, answered, replies = await both_ways(
+                http, f"{base}/mcp", extension, raw(call(text="n"))
+            )
+    assert answered == 0 and direct == sdk
+    assert replies[0].json()["result"]["resultType"] == "task"

@@ -32,7 +32,9 @@ came (its body replayed), and is answered exactly as before:
   `arguments` and `_meta` (a continuation's `inputResponses` or `requestState` goes to
   the SDK), and the params pass the SDK's surface check and FastMCP's params model;
 - it is a POST, and the SDK's checks pass: security, no routing header given twice,
-  the ladder's modern route, the `Mcp-Param-*` headers;
+  the ladder's modern route, the `Mcp-Param-*` headers (checked against the schema
+  FastMCP serves the SDK through `get_tool_input_schema`, as FastMCP 4.2 and later do;
+  without that hook every call goes to the SDK, which reads the schemas another way);
 - the handler registered for `tools/call` is FastMCP's own, and so is what it runs before
   the interceptors (`_compat.is_core_call_path`: no subclass, instance attribute or patch
   of it), with no cache hint; the extension is the server's tasks extension, intercepting
