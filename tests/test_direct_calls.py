@@ -22,13 +22,14 @@ from fastmcp.server.context import Context
 from fastmcp.server.dependencies import get_context, get_http_headers
 from mcp.server.caching import CacheHint
 from mcp_types import CallToolRequestParams
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from fastmcp_tasks import Limits, TasksExtension, _compat, task_options
 from fastmcp_tasks.errors import StoreError
 from fastmcp_tasks.server import creation, direct_calls
 from fastmcp_tasks.server import extension as extension_module
 from fastmcp_tasks.server.json_replies import JsonReplies
+from fastmcp_tasks.stores.memory import MemoryTaskStore
 from fastmcp_tasks.wire.names import IDEMPOTENCY_META_KEY
 from tests.test_direct_polls import ENVELOPE, HEADERS, VOLATILE, Watching, raw
 from tests.test_poll_lane import no_tracer_provider  # noqa: F401 - autouse: no tracer
@@ -415,3 +416,66 @@ async def test_without_the_schema_hook_every_call_goes_to_the_sdk() -> None:
             )
     assert answered == 0 and direct == sdk
     assert replies[0].json()["result"]["resultType"] == "task"
+
+
+class Gatekeeping(FastMCP):
+    """A server of the author's that vetoes a call in its middleware runner."""
+
+    async def _run_middleware(self, context: Any, call_next: Any, **options: Any) -> Any:
+        message = getattr(context, "message", None)
+        if (getattr(message, "arguments", None) or {}).get("text") == "forbidden":
+            raise ToolError("denied by policy")
+        return await super()._run_middleware(context, call_next, **options)
+
+
+class TenantStore(MemoryTaskStore):
+    """A store of the author's that reads the request's FastMCP context on create."""
+
+    async def create(self, record: Any, **options: Any) -> Any:
+        if get_context().fastmcp.name != "direct-calls":
+            raise RuntimeError("not a tenant")
+        return await super().create(record, **options)
+
+
+def server_named(check: str) -> str:
+    if get_context().fastmcp.name != check:
+        raise ValueError("unknown server")
+    return check
+
+
+@answers_directly
+async def test_code_of_the_authors_that_reads_the_request_context_leaves_a_call_to_the_sdk() -> (
+    None
+):
+    """A server class's own middleware runner, a store of the author's, a validator."""
+    gatekeeping = TasksExtension()
+    outcomes = []
+    with anyio.fail_after(60):
+        gated = authored(Gatekeeping, gatekeeping)
+        tenant, tenant_extension, _ = server(store=TenantStore())
+        plain, plain_extension, _ = server()
+
+        @plain.tool(task=True)
+        async def checked(text: Annotated[str, AfterValidator(server_named)]) -> str:
+            return text
+
+        for mcp, extension, case, name in (
+            (gated, gatekeeping, raw(call(text="forbidden")), "echo"),
+            (tenant, tenant_extension, raw(call(text="t")), "echo"),
+            (
+                plain,
+                plain_extension,
+                raw(call(text="x")).replace(b'"echo"', b'"checked"'),
+                "checked",
+            ),
+        ):
+            async with serve_asgi(mcp.http_app()) as base:
+                async with httpx.AsyncClient(timeout=10) as http:
+                    outcomes.append(
+                        await both_ways(http, f"{base}/mcp", extension, case, {"Mcp-Name": name})
+                    )
+    assert [answered for _, _, answered, _ in outcomes] == [0, 0, 0]
+    assert all(direct == sdk for direct, sdk, _, _ in outcomes)
+    gate, store, validator = (replies[0].json()["result"] for _, _, _, replies in outcomes)
+    assert gate["isError"] is True and store["resultType"] == "task"
+    assert validator["isError"] is True and "unknown server" in validator["content"][0]["text"]

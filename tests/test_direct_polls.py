@@ -17,6 +17,7 @@ import anyio
 import httpx
 import pytest
 from fastmcp import FastMCP
+from fastmcp.server.dependencies import fastmcp_request_ctx
 from fastmcp.server.middleware import Middleware
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
@@ -26,6 +27,7 @@ from starlette.middleware import Middleware as StarletteMiddleware
 from fastmcp_tasks import Limits, TasksExtension, _compat
 from fastmcp_tasks.errors import StoreError
 from fastmcp_tasks.server.json_replies import JsonReplies
+from fastmcp_tasks.stores.memory import MemoryTaskStore
 from fastmcp_tasks.wire.models import TaskIdParams
 from tests.test_poll_lane import no_tracer_provider  # noqa: F401 - autouse: no tracer
 from tests.test_poll_lane import server as lane_server
@@ -379,3 +381,24 @@ async def test_another_tasks_get_handler_is_left_to_the_sdk(started: bool) -> No
                 low.add_request_handler("tasks/get", TaskIdParams, audited)
             direct, sdk, answered = await both_ways(http, url, extension, body(done))
     assert answered == 0 and direct == sdk and b'"audited":true' in direct[2]
+
+
+class RequestReadingStore(MemoryTaskStore):
+    """A store of the author's that reads the request's FastMCP context on a read."""
+
+    async def get(self, task_id: str) -> Any:
+        request = fastmcp_request_ctx.get()
+        if request is None:
+            raise RuntimeError("no request context")
+        return await super().get(task_id)
+
+
+async def test_a_store_of_the_authors_leaves_a_poll_to_the_sdk() -> None:
+    mcp, extension, _ = server(store=RequestReadingStore())
+    with anyio.fail_after(60):
+        async with serve_asgi(mcp.http_app()) as base, httpx.AsyncClient(timeout=10) as http:
+            url = f"{base}/mcp"
+            done = await created(http, url, "echo", text="s")
+            direct, sdk, answered = await both_ways(http, url, extension, body(done))
+    assert answered == 0 and direct == sdk
+    assert json.loads(direct[2])["result"]["taskId"] == done

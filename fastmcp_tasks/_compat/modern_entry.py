@@ -176,22 +176,40 @@ _CORE_CALL_PATH = {
         "_on_call_tool",
         "call_tool",
         "_dispatch_component_middleware",
+        "_run_middleware",
         "_compose_tool_call_interceptors",
         "_rebind_prefab_tool_names",
     )
 }
 
 
+#: What a subclass of FastMCP may define without changing how FastMCP serves a request.
+_HARMLESS = frozenset(
+    {"__init__", "__repr__", "__str__", "__doc__", "__module__", "__qualname__", "__dict__"}
+    | {"__weakref__", "__annotations__", "__orig_bases__", "__parameters__"}
+    | {"__firstlineno__", "__static_attributes__"}
+)
+#: Every name FastMCP's classes define: a subclass that redefines one may change the path.
+_FASTMCP_NAMES = frozenset(n for c in FastMCP.__mro__ for n in vars(c)) - _HARMLESS
+
+
 def is_core_call_path(server: FastMCP, handler: Any) -> bool:
     """Whether `handler` is FastMCP's own `tools/call` handler of `server` (the bound
     `_on_call_tool` it registers), and everything it runs before the interceptors is
-    FastMCP's own: not overridden by `server`'s class, set on the instance, or patched."""
+    FastMCP's own: no class of `server`'s between it and FastMCP redefines anything of
+    FastMCP's (but `__init__` and the like), and what it calls is not set on the instance
+    or patched on FastMCP."""
     if getattr(handler, "__self__", None) is not server:
         return False
     if getattr(handler, "__func__", None) is not MCPOperationsMixin._on_call_tool:
         return False
-    own = vars(server)
     kind = type(server)
+    for cls in kind.__mro__:
+        if cls is FastMCP:
+            break
+        if not _FASTMCP_NAMES.isdisjoint(vars(cls)):
+            return False
+    own = vars(server)
     return all(
         name not in own and getattr(kind, name, None) is function
         for name, function in _CORE_CALL_PATH.items()

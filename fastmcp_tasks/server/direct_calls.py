@@ -40,8 +40,12 @@ came (its body replayed), and is answered exactly as before:
   of it), with no cache hint; the extension is the server's tasks extension, intercepting
   with the extension's own code (`TasksExtension` itself, not a subclass or patch of its
   interceptor), and its runner has started;
-- the tool has no `concurrency_key` (the author's code, which may read FastMCP's request
-  context or `Context`, which this path does not make);
+- no code of the author's that may read FastMCP's request context or `Context` (which
+  this path does not make) would run: the tool has no `concurrency_key`, the store is
+  one of the package's own (`monitored_store.builtin_store`), and checking the arguments
+  meets nothing but a validation error (a validator that raised anything else hands the
+  call on: `validation.task_arguments(strict=True)`; one that catches such an error
+  itself cannot be told apart);
 - the arguments are valid (else the synchronous path reports them).
 
 Once the interceptor's first step has run, the request is answered here whatever it
@@ -81,6 +85,7 @@ from fastmcp_tasks.server.engine.call import leaf_of
 from fastmcp_tasks.server.engine.jobs import CreatingRunner
 from fastmcp_tasks.server.idempotency import read as read_idempotency
 from fastmcp_tasks.server.limits import Limits
+from fastmcp_tasks.server.monitored_store import builtin_store
 from fastmcp_tasks.server.options import options_of
 from fastmcp_tasks.server.poll_lane import unobserved
 from fastmcp_tasks.server.validation import task_arguments
@@ -193,6 +198,8 @@ class DirectCalls:
             return False
         if CALL in low.cache_hints or not self._intercepts(server, extension):
             return False
+        if not builtin_store(extension.admission.store):
+            return False  # a store of the author's may read FastMCP's request context
         protocol_version = verdict.protocol_version
         try:
             spec_methods.validate_client_request(CALL, protocol_version, params)
@@ -214,7 +221,7 @@ class DirectCalls:
         with set_http_request(request):  # the request the SDK would bind for the handler
             try:
                 idempotency = read_idempotency(context.meta)  # the interceptor's first step
-                arguments = task_arguments(extension.limits, tool, typed.arguments)
+                arguments = task_arguments(extension.limits, tool, typed.arguments, strict=True)
                 if arguments is None:
                     return False  # the synchronous path reports them: nothing was done
                 record = await create_task(

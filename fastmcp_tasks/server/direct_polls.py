@@ -30,7 +30,9 @@ came (its body replayed), and is answered exactly as before:
   (`classify_inbound_request`);
 - the handler registered for `tasks/get` is FastMCP's wrapper of the extension's own
   binding (`_compat.method_binding`; one registered in its place, before or after the
-  server started, runs through the SDK), and the method has no cache hint.
+  server started, runs through the SDK), and the method has no cache hint;
+- the store is one of the package's own (`monitored_store.builtin_store`: a store of the
+  author's may read FastMCP's request context, which this path does not make).
 
 Once `TaskMethods.get` has run, the request is answered here whatever it raised (an
 unknown task, a missing opt-in, an `Mcp-Name` naming another task, polling too fast, the
@@ -62,6 +64,7 @@ from starlette.types import Message, Receive, Scope
 
 from fastmcp_tasks import _compat
 from fastmcp_tasks.server.handlers import TaskMethods
+from fastmcp_tasks.server.monitored_store import builtin_store
 from fastmcp_tasks.server.poll_lane import unobserved
 from fastmcp_tasks.wire.models import TaskIdParams
 from fastmcp_tasks.wire.names import METHOD_GET
@@ -120,8 +123,8 @@ class DirectPolls:
         binding = None if entry is None else _compat.method_binding(entry.handler)
         if binding is None or binding.handler is not self._methods.bound_get:
             return False  # another handler answers `tasks/get` now: the SDK runs it
-        if METHOD_GET in low.cache_hints:
-            return False
+        if METHOD_GET in low.cache_hints or not builtin_store(self._methods.store):
+            return False  # (a store of the author's may read FastMCP's request context)
         try:
             typed = TaskIdParams.model_validate(params, by_name=False)
         except ValidationError:

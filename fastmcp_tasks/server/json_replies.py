@@ -34,7 +34,7 @@ only requests it takes):
   answers could depend on the request), and the tool it names, resolved as core
   resolves it at the version asked, is a task tool with no `foreground_input` hook
   (the one hook of the tool's author before a task exists that is handed the request's
-  `Context`; a `concurrency_key` and the arguments' validators get the arguments only,
+  `Context`; a `concurrency_key` and the arguments' validators are handed the arguments,
   and have no way to emit). The interceptor then creates a task, refuses with an error,
   or lets core report invalid arguments: none of them emits.
 
@@ -113,8 +113,9 @@ _resolved: ContextVar[_Resolved | None] = ContextVar("fastmcp_tasks_resolved", d
 class JsonReplies:
     """The chooser `_compat.choose_reply` asks for one server (module doc).
 
-    `taken` counts, per method, the requests handed to the SDK's JSON mode (one the SDK
-    then rejects, a header that does not match the body say, is counted too).
+    `taken` counts, per method, the requests of an SSE-mode server chosen for a JSON
+    answer: handed to the SDK's JSON mode (one the SDK then rejects, a header that does
+    not match the body say, is counted too) or answered at the entry (`polls`, `calls`).
     """
 
     def __init__(

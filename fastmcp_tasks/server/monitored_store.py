@@ -269,3 +269,9 @@ def innermost(store: TaskStore) -> TaskStore:
     while isinstance(store, MonitoredStore | SealedStore):
         store = store.inner
     return store
+
+
+def builtin_store(store: TaskStore) -> bool:
+    """Whether the store under every wrapper is one of the package's own stores (exactly:
+    not a subclass, which may run code of its author's that reads the request's context)."""
+    return type(innermost(store)).__module__.startswith("fastmcp_tasks.stores.")

@@ -55,8 +55,11 @@ def _adapter_for(tool: Any) -> TypeAdapter[Any] | None:
     return adapter
 
 
-def arguments_valid(tool: Tool, arguments: dict[str, Any]) -> bool:
-    """False when the synchronous path would reject `arguments` before running the tool."""
+def arguments_valid(tool: Tool, arguments: dict[str, Any], *, strict: bool = False) -> bool:
+    """False when the synchronous path would reject `arguments` before running the tool;
+    with `strict`, also when the check trips over anything else (a validator that needs
+    FastMCP's request context, say, which `direct_calls` does not make): the caller then
+    leaves the call to the path that has it."""
     if not _compat.is_function_tool(tool):
         return True
     adapter = _adapter_for(tool)
@@ -67,6 +70,8 @@ def arguments_valid(tool: Tool, arguments: dict[str, Any]) -> bool:
     except PydanticValidationError:
         return False
     except Exception:  # the seam misbehaves: let the task's run validate (fail safe)
+        if strict:
+            return False
         logger.warning("Argument pre-check for tool %r failed", tool.name, exc_info=True)
         return True
     if inspect.iscoroutine(pending):
@@ -74,9 +79,12 @@ def arguments_valid(tool: Tool, arguments: dict[str, Any]) -> bool:
     return True
 
 
-def task_arguments(limits: Limits, tool: Tool, raw: dict[str, Any] | None) -> EncodedJSON | None:
+def task_arguments(
+    limits: Limits, tool: Tool, raw: dict[str, Any] | None, *, strict: bool = False
+) -> EncodedJSON | None:
     """A task's arguments, encoded once (sized, then stored), or `None` when they are
-    invalid (the synchronous path reports them; no task is made).
+    invalid (the synchronous path reports them; no task is made), or with `strict` when
+    the check could not tell (`arguments_valid`).
 
     Raises:
         MCPError: -32602 when they are over `max_argument_bytes`.
@@ -84,4 +92,4 @@ def task_arguments(limits: Limits, tool: Tool, raw: dict[str, Any] | None) -> En
     arguments = encoded(raw or {})
     if (over := limits.over("max_argument_bytes", arguments)) is not None:
         raise too_large("the arguments", "max_argument_bytes", *over)
-    return arguments if arguments_valid(tool, arguments) else None
+    return arguments if arguments_valid(tool, arguments, strict=strict) else None
