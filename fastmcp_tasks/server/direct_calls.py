@@ -55,7 +55,6 @@ unavailable), as the SDK and FastMCP map it: handing it on would create the task
 
 from __future__ import annotations
 
-import json
 import uuid
 import weakref
 from collections.abc import Mapping
@@ -77,7 +76,7 @@ from mcp_types import CallToolResult, JSONRPCError, JSONRPCRequest, JSONRPCRespo
 from mcp_types import methods as spec_methods
 from pydantic import ValidationError
 from starlette.requests import Request
-from starlette.types import Message, Receive, Scope
+from starlette.types import Receive, Scope
 
 from fastmcp_tasks import _compat
 from fastmcp_tasks.server.creation import Admission, create_task
@@ -165,26 +164,22 @@ class DirectCalls:
     async def answer(
         self,
         scope: Scope,
-        message: Message,
+        decoded: Any,
         receive: Receive,
         exchange: _compat.Exchange,
         tool: Tool,
         name: str,
         version: str | None,
     ) -> bool:
-        """Answer the call whose body is `message` (chosen for `tool`, resolved from `name`
-        at `version`) through `exchange.send`; `False` (nothing sent) when the SDK must
-        answer it. `receive` replays the body."""
+        """Answer the call whose whole body, decoded, is `decoded` (chosen for `tool`,
+        resolved from `name` at `version`) through `exchange.send`; `False` (nothing sent)
+        when the SDK must answer it. `receive` replays the body."""
         server, extension = self._server(), self._extension()
         if server is None or extension is None or scope.get("method") != "POST":
             return False
         runner = extension.runner
         if runner is None or not runner.started:
             return False  # the interceptor's own error, through the SDK
-        try:
-            decoded = json.loads(message.get("body", b""))
-        except (ValueError, RecursionError):
-            return False
         if not _plain_envelope(decoded):
             return False
         params = decoded["params"]

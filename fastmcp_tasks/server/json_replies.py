@@ -104,6 +104,7 @@ class _Resolved:
     name: str
     version: str | None
     tool: Tool
+    body: Any  # the request's body, decoded once
 
 
 #: Set only while the SDK answers a call `JsonReplies` chose (module doc).
@@ -167,7 +168,7 @@ class JsonReplies:
         if not json_mode:
             self.taken[method] += 1
         if self.calls is not None and await self.calls.answer(
-            scope, message, receive, exchange, resolved.tool, resolved.name, resolved.version
+            scope, resolved.body, receive, exchange, resolved.tool, resolved.name, resolved.version
         ):
             return
         token = _resolved.set(resolved)
@@ -205,7 +206,8 @@ class JsonReplies:
         if message.get("type") != "http.request" or message.get("more_body", False):
             return None
         try:
-            params = json.loads(message["body"]).get("params")
+            decoded = json.loads(message["body"])
+            params = decoded.get("params")
         except (ValueError, RecursionError, AttributeError):
             return None  # the SDK answers it
         if not isinstance(params, Mapping) or not _opted_in(params.get("_meta")):
@@ -223,7 +225,7 @@ class JsonReplies:
         except Exception:  # the request itself will meet whatever this was
             logger.debug("could not resolve %r before its call", name, exc_info=True)
             return None
-        return _Resolved(server, name, version, tool)
+        return _Resolved(server, name, version, tool, decoded)
 
 
 async def call_tool_of(server: FastMCP, name: str, version: str | None) -> Tool | None:
