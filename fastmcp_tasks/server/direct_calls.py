@@ -66,12 +66,6 @@ from fastmcp.exceptions import DisabledError, FastMCPError, NotFoundError
 from fastmcp.server.http import set_http_request
 from fastmcp.tools.base import Tool
 from mcp.server.runner import modern_error_data
-from mcp.server.transport_security import TransportSecurityMiddleware
-from mcp.shared.inbound import (
-    InboundModernRoute,
-    classify_inbound_request,
-    find_duplicated_routing_header,
-)
 from mcp_types import CallToolResult, JSONRPCError, JSONRPCRequest, JSONRPCResponse, TextContent
 from mcp_types import methods as spec_methods
 from pydantic import ValidationError
@@ -80,6 +74,7 @@ from starlette.types import Receive, Scope
 
 from fastmcp_tasks import _compat
 from fastmcp_tasks.server.creation import Admission, create_task
+from fastmcp_tasks.server.direct_polls import modern_route
 from fastmcp_tasks.server.engine.call import leaf_of
 from fastmcp_tasks.server.engine.jobs import CreatingRunner
 from fastmcp_tasks.server.idempotency import read as read_idempotency
@@ -184,7 +179,7 @@ class DirectCalls:
             return False
         params = decoded["params"]
         request = Request(scope)
-        verdict = await _route(request, exchange, decoded)
+        verdict = await modern_route(request, exchange, decoded)
         if verdict is None or not unobserved(server, verdict.protocol_version, params):
             return False
         low = _compat.low_level_server(server)
@@ -249,19 +244,6 @@ class DirectCalls:
         self.answered += 1
         await _compat.write_reply(reply, scope, receive, exchange.send)
         return True
-
-
-async def _route(
-    request: Request, exchange: _compat.Exchange, decoded: Any
-) -> InboundModernRoute | None:
-    """The SDK's transport checks of a POST, in its order; its modern route when all pass."""
-    security = TransportSecurityMiddleware(exchange.security_settings)
-    if await security.validate_request(request, is_post=True) is not None:
-        return None
-    if find_duplicated_routing_header(request.headers.items()) is not None:
-        return None
-    verdict = classify_inbound_request(decoded, headers=dict(request.headers))
-    return verdict if isinstance(verdict, InboundModernRoute) else None
 
 
 def _error_result(text: str) -> CallToolResult:

@@ -107,16 +107,9 @@ class DirectPolls:
         if not _plain_envelope(decoded):
             return False
         request = Request(scope)
-        security = TransportSecurityMiddleware(exchange.security_settings)
-        if await security.validate_request(request, is_post=True) is not None:
-            return False
-        if find_duplicated_routing_header(request.headers.items()) is not None:
-            return False
-        verdict = classify_inbound_request(decoded, headers=dict(request.headers))
+        verdict = await modern_route(request, exchange, decoded)
         params = decoded["params"]
-        if not isinstance(verdict, InboundModernRoute) or not unobserved(
-            server, verdict.protocol_version, params
-        ):
+        if verdict is None or not unobserved(server, verdict.protocol_version, params):
             return False
         low = _compat.low_level_server(server)
         entry = low.get_request_handler(METHOD_GET)
@@ -145,6 +138,21 @@ class DirectPolls:
         return True
 
 
+async def modern_route(
+    request: Request, exchange: _compat.Exchange, decoded: Any
+) -> InboundModernRoute | None:
+    """The SDK entry's checks of a POST whose body is `decoded`, in its order (the security
+    settings, no routing header given twice, the protocol ladder); its modern route when
+    all pass, else `None` (the SDK answers the request)."""
+    security = TransportSecurityMiddleware(exchange.security_settings)
+    if await security.validate_request(request, is_post=True) is not None:
+        return None
+    if find_duplicated_routing_header(request.headers.items()) is not None:
+        return None
+    verdict = classify_inbound_request(decoded, headers=dict(request.headers))
+    return verdict if isinstance(verdict, InboundModernRoute) else None
+
+
 def _plain_envelope(decoded: Any) -> bool:
     """One JSON-RPC `tasks/get` request with nothing the SDK's envelope model might read
     otherwise: exactly the four members, an integer (not boolean) or string id."""
@@ -160,4 +168,4 @@ def _plain_envelope(decoded: Any) -> bool:
     )
 
 
-__all__ = ["DirectPolls"]
+__all__ = ["DirectPolls", "modern_route"]
