@@ -31,7 +31,7 @@ from fastmcp_tasks.server import extension as extension_module
 from fastmcp_tasks.server.json_replies import JsonReplies
 from fastmcp_tasks.stores.memory import MemoryTaskStore
 from fastmcp_tasks.wire.names import IDEMPOTENCY_META_KEY
-from tests.test_direct_polls import ENVELOPE, HEADERS, VOLATILE, Watching, raw
+from tests.test_direct_polls import ENVELOPE, HEADERS, Watching, raw, seen
 from tests.test_poll_lane import no_tracer_provider  # noqa: F401 - autouse: no tracer
 from tests.test_poll_lane import server as lane_server
 from tests.wire import serve_asgi
@@ -96,9 +96,9 @@ def server(**options: Any) -> tuple[FastMCP, TasksExtension, Seen]:
 
 
 def seen_of(response: httpx.Response) -> tuple[int, list[tuple[str, str]], bytes]:
-    headers = [(k, v) for k, v in response.headers.multi_items() if k not in VOLATILE]
-    body = NEW.sub(lambda m: m.group(0).split(b":")[0] + b":0", response.content)
-    return response.status_code, headers, body
+    """As a poll's answer is compared (`seen`), and the new task's id and times too."""
+    status, headers, body = seen(response)
+    return status, headers, NEW.sub(lambda m: m.group(0).split(b":")[0] + b":0", body)
 
 
 def calls_of(extension: TasksExtension) -> Any:
