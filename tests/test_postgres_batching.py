@@ -1,9 +1,10 @@
 """The PostgreSQL store's batched statements (`stores.postgres.batching`), on a real server.
 
-Concurrent creates, reads and status changes of one store object share round trips
-(`stats["batched"]`); a statement psycopg cannot send rolls its batch back, so the
-others are made alone exactly once and only it fails; reads whose batch met dead
-connections are retried on fresh ones. What each call answers under concurrency is
+Concurrent creates, reads, status changes and claims of one store object share round
+trips (`stats["batched"]`); a statement psycopg cannot send rolls its
+batch back, so the others are made alone exactly once and only it fails (a claim
+among them leases its tasks once); reads whose batch met dead connections are retried
+on fresh ones. What each call answers under concurrency is
 the store contract's (`ConcurrencyContract`).
 """
 
@@ -18,7 +19,7 @@ import psycopg
 import pytest
 
 from fastmcp_tasks.errors import StoreError
-from fastmcp_tasks.stores.base import TaskRecord
+from fastmcp_tasks.stores.base import ActiveCaps, TaskRecord
 from fastmcp_tasks.stores.postgres import PostgresTaskStore
 from fastmcp_tasks.testing import make_record
 from tests.test_call_batching import settle
@@ -78,6 +79,78 @@ async def test_concurrent_statements_share_round_trips(store: PostgresTaskStore)
                 group.start_soon(finish, task)
         assert round_trips(store) - before <= 3
         assert len(ended) == len(tasks) and all(e is not None for e in ended)
+
+
+async def test_a_claim_rides_the_batch_of_other_statements(store: PostgresTaskStore) -> None:
+    """A worker's claim, made while another statement is on its way, goes with the status
+    changes made meanwhile: one round trip after the one on its way."""
+    with anyio.fail_after(20):
+        queued = [make_record(app="batching") for _ in range(3)]
+        done = make_record(app="other")
+        for task in [*queued, done]:
+            await store.create(task)
+        outcomes: dict[str, Any] = {}
+        call = functools.partial(settle, outcomes)
+        later = 10**10
+        before = round_trips(store)
+        async with anyio.create_task_group() as group:
+            group.start_soon(call, "lead", lambda: store.get(done.task_id))  # goes alone
+            claim = functools.partial(store.claim_queued, "w", later, 5, app="batching")
+            group.start_soon(call, "claim", claim)
+            group.start_soon(call, "end", lambda: store.transition(done.task_id, "completed"))
+        assert round_trips(store) - before == 2  # the lead alone, the other two together
+        assert [r.task_id for r in outcomes["claim"]] == [t.task_id for t in queued]
+        assert all(r.lease_owner == "w" and r.attempts == 1 for r in outcomes["claim"])
+        assert outcomes["end"] is not None and outcomes["end"].status == "completed"
+        assert await store.claim_queued("v", later, 5, app="batching") == []
+
+
+async def test_a_claim_leaves_capped_creates_in_the_batch(store: PostgresTaskStore) -> None:
+    """Creates under the caps ride only beside writes that wait for no row: a claim is one
+    (it skips locked rows), so the creates made with it stay in its batch."""
+    with anyio.fail_after(20):
+        queued = make_record(app="capped")
+        await store.create(queued)
+        made = [make_record(app="later") for _ in range(2)]
+        outcomes: dict[str, Any] = {}
+        call = functools.partial(settle, outcomes)
+        caps = ActiveCaps(total=100_000)
+        before = round_trips(store)
+        async with anyio.create_task_group() as group:
+            group.start_soon(call, "lead", lambda: store.get(queued.task_id))  # goes alone
+            claim = functools.partial(store.claim_queued, "w", 10**10, 5, app="capped")
+            group.start_soon(call, "claim", claim)
+            for n, record in enumerate(made):
+                create = functools.partial(store.create, record, caps=caps)
+                group.start_soon(call, f"create{n}", create)
+        assert round_trips(store) - before == 2  # the lead alone, the other three together
+        assert [r.task_id for r in outcomes["claim"]] == [queued.task_id]
+        for record in made:
+            got = await store.get(record.task_id)
+            assert got is not None and got.lease_owner is None
+
+
+async def test_a_claim_in_a_refused_batch_is_made_again_alone_and_leases_once(
+    store: PostgresTaskStore,
+) -> None:
+    with anyio.fail_after(20):
+        queued = [make_record(app="refused") for _ in range(2)]
+        for task in queued:
+            await store.create(task)
+        outcomes: dict[str, Any] = {}
+        call = functools.partial(settle, outcomes)
+        later = 10**10
+        async with anyio.create_task_group() as group:
+            group.start_soon(call, "lead", lambda: store.get(queued[0].task_id))  # goes alone
+            claim = functools.partial(store.claim_queued, "w", later, 5, app="refused")
+            group.start_soon(call, "claim", claim)
+            group.start_soon(call, "bad", lambda: store.transition("nul\x00id", "completed"))
+        assert store.stats.get("batched", 0) >= 1  # the claim and the bad call were one batch
+        assert isinstance(outcomes["bad"], StoreError)
+        assert [r.task_id for r in outcomes["claim"]] == [t.task_id for t in queued]
+        for task in queued:
+            got = await store.get(task.task_id)
+            assert got is not None and got.lease_owner == "w" and got.attempts == 1
 
 
 @pytest.mark.parametrize(

@@ -110,7 +110,7 @@ async def test_counters_moved_into_the_margin_under_a_create_make_it_check_exact
     # 10 active tasks in the counters (as if created): 10 + margin >= the cap
     await rows(
         mover,
-        f"INSERT INTO {store.schema}.active_counts (key, shard, n) VALUES ('t', 99, 10) "
+        f"INSERT INTO {store.schema}.active_counts (key, shard, n) VALUES ('t', -1, 10) "
         "RETURNING n",
     )
     before = store.stats["statements"]

@@ -1,10 +1,11 @@
 """The PostgreSQL store's batched statements: several callers' statements, one round trip.
 
 `PostgresCalls` puts a `CallBatcher` (`stores.call_batching`) in front of the single
-statements every task makes: its creation, `get`, a status change (`transition`) and
-a progress message. Made while none of them is on its way, a statement goes at once on
-a pooled connection, as it always did; made while one is, it goes with the others made
-meanwhile in one pipeline on one connection: one send, one read, one commit.
+statements every task makes: its creation, `get`, a status change (`transition`), a
+progress message and a worker's claim (`claim_queued`'s first statement). Made while
+none of them is on its way, a statement goes at once on a pooled connection, as it
+always did; made while one is, it goes with the others made meanwhile in one pipeline on
+one connection: one send, one read, one commit.
 
 The statements of a batch run in one transaction (BEGIN travels with the first, COMMIT
 with the last: still one round trip; a batch of reads only needs none), so each sees
@@ -17,9 +18,10 @@ error. A connection lost under a batch fails each of its writes as it would fail
 write alone (the store maps it to "unreachable"; the engine and the front end treat it
 as they treat any lost reply), and its reads are made again alone, which retries them
 on another connection (after a server restart each pooled connection may be a dead one).
-Creates under the active-task caps ride only in a batch of reads and such creates, up
-to `BATCH_CREATES` in one (`_admitted`: the callers of the others make them alone at
-once), so a batch holding the caps lock never waits for a task's row meanwhile. In a
+Creates under the active-task caps ride only in a batch of reads, such creates and
+claims (which skip locked rows), up to `BATCH_CREATES` in one (`_admitted`: the callers
+of the others make them alone at once), so a batch holding the caps lock never waits
+for a task's row meanwhile. In a
 batch the lock is only ever taken shared, and the database itself bounds what batches
 add to the caps' shared-mode margin (`postgres.caps_batched`): a create near a cap, past
 a transaction's `BATCH_CREATES` or with no batch slot free inserts nothing there and is
@@ -30,8 +32,9 @@ a lock cycle. Its writes run in task-id order
 normally locks them (an index scan over the sorted ids), which keeps the two apart; a
 cycle PostgreSQL does find (two processes changing the same tasks at the same moment) is
 a deadlock it breaks after `deadlock_timeout` by refusing one transaction: a refused
-batch's calls go alone, a refused renewal is retried at the next one. A statement
-waiting for a row lock holds the batch's other calls meanwhile.
+batch's calls go alone, a refused renewal is retried at the next one. A claim never waits
+for a row (it skips locked ones). A statement waiting for a row lock holds the batch's
+other calls meanwhile.
 """
 
 from __future__ import annotations
@@ -51,9 +54,10 @@ from fastmcp_tasks.stores.postgres.liveness import returns_rows
 
 Row = tuple[Any, ...]
 Params = Sequence[Any] | Mapping[str, Any]
-#: One call: a statement, its parameters, whether it only reads, and whether it is a
-#: create that checks the active-task caps.
-Statement = tuple[str, Params, bool, bool]
+#: One call: a statement, its parameters, whether it only reads, whether it is a create
+#: that checks the active-task caps, and whether it is a write that never waits for a row
+#: (a claim: it skips locked rows).
+Statement = tuple[str, Params, bool, bool, bool]
 
 
 class PostgresCalls:
@@ -92,12 +96,14 @@ class PostgresCalls:
         *,
         read: bool = False,
         capped: bool = False,
+        skips_locked: bool = False,
     ) -> list[Row]:
         """The rows of one statement: `alone()` when nothing is on its way, else batched.
         A `read` whose batch met a connection the server had closed is made again alone,
         on another connection, as a read made alone is (a write fails, as alone). A
-        `capped` create rides only with reads and other capped creates (module doc)."""
-        return await self._batcher.call((query, params, read, capped), alone)
+        `capped` create rides only with reads, other capped creates and writes that
+        `skips_locked` (which never wait for a row: module doc)."""
+        return await self._batcher.call((query, params, read, capped, skips_locked), alone)
 
     async def _send(self, batch: list[Statement]) -> list[Any]:
         outcomes: list[Any] = [ALONE] * len(batch)
@@ -127,7 +133,7 @@ class PostgresCalls:
     def _text(self, statement: Statement) -> str:
         """The SQL a statement is sent as in a batch: a capped create's calls
         `CAPS_CHECK_BATCHED` (`postgres.caps_batched`)."""
-        query, _, _, capped = statement
+        query, _, _, capped, _ = statement
         return _batched(query, self._schema) if capped else query
 
     async def close(self) -> None:
@@ -141,12 +147,12 @@ def _closed() -> Exception:
 
 def _admitted(batch: list[Statement]) -> list[bool]:
     """Which statements go in the batch: all, but capped creates only into a batch of
-    reads and capped creates, up to `BATCH_CREATES`; the callers of the others make them
-    alone at once (module doc)."""
-    writes = any(not read and not capped for _, _, read, capped in batch)
+    reads, capped creates and writes that wait for no row, up to `BATCH_CREATES`; the
+    callers of the others make them alone at once (module doc)."""
+    writes = any(not (read or capped or skips) for _, _, read, capped, skips in batch)
     admitted: list[bool] = []
     taken = 0
-    for _, _, _, capped in batch:
+    for _, _, _, capped, _ in batch:
         admitted.append(not capped or not (writes or taken >= BATCH_CREATES))
         taken += capped and not writes
     return admitted
@@ -158,11 +164,11 @@ def _batched(query: str, schema: str) -> str:
 
 
 def _lock_order(statement: Statement) -> tuple[int, str]:
-    """Reads first, then the capped creates (never beside other writes: `_admitted`), then
-    the writes by task id: the order a batch's statements run in (module doc). The sort
-    is stable, so two calls for one task keep the order they were made in; concurrent
-    calls have no order of their own."""
-    _, params, read, capped = statement
+    """Reads first, then the capped creates (beside no write that may wait: `_admitted`),
+    then the writes by task id (a claim names none): the order a batch's statements run
+    in (module doc). The sort is stable, so two calls for one task keep the order they
+    were made in; concurrent calls have no order of their own."""
+    _, params, read, capped, _ = statement
     if read or not isinstance(params, Mapping):
         return (0, "")
     if capped:

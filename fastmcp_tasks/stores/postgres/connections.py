@@ -317,20 +317,23 @@ class PostgresConnections:
         read: bool = False,
         batch: bool = False,
         capped: bool = False,
+        skips_locked: bool = False,
     ) -> list[Row]:
         """One statement on a pooled connection: its rows. A `read` that met a connection
         the server had closed (a restart since it was last used) runs again on another
         (each pooled connection may be such a one). `batch`: made while another batched
         statement is on its way, it goes with the next batch (`postgres.batching`); a
-        `capped` one (a create that checks the active-task caps) only with reads and
-        other such creates."""
+        `capped` one (a create that checks the active-task caps) only with reads, such
+        creates and writes that `skips_locked` (a claim: it waits for no row)."""
         calls = self._calls
         if not batch or calls is None:
             return await self._alone(query, params, read=read)
         try:
             async with asyncio.timeout(self.timeout):
                 alone = functools.partial(self._alone, query, params, read=read)
-                return await calls.query(query, params, alone, read=read, capped=capped)
+                return await calls.query(
+                    query, params, alone, read=read, capped=capped, skips_locked=skips_locked
+                )
         except (TimeoutError, psycopg.Error) as exc:
             mapped = self._mapped(exc)
             if mapped is None:

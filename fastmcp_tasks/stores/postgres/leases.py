@@ -108,7 +108,7 @@ class PostgresLeases(PostgresConnections):
             return []
         params = {"owner": owner, "until": until, "limit": limit, "app": app, "now": time.time()}
         query = (self.sql.of_app if app is not None else self.sql.any_app).claim_ready
-        rows = await self._query(query, params)
+        rows = await self._query(query, params, batch=True, skips_locked=True)
         gates = [gate for row in rows if row[0] for gate in row[0]]
         if gates:  # a gate has room: the fair, serialised path
             async with self._tx() as conn:

@@ -51,13 +51,13 @@ WITH e AS (
         %(details)b::text[]) WITH ORDINALITY AS e(task_id, at, kind, details, i)
 ),
 live AS (
-    SELECT k.task_id FROM (SELECT DISTINCT task_id FROM e) d CROSS JOIN LATERAL (
+    SELECT k.task_id, (SELECT count(*) FROM {events} x WHERE x.task_id = k.task_id) AS stored
+    FROM (SELECT DISTINCT task_id FROM e) d CROSS JOIN LATERAL (
         SELECT task_id FROM {t} WHERE task_id = d.task_id AND {LIVE} FOR KEY SHARE
     ) k
 ),
 ranked AS (
-    SELECT e.*, (SELECT count(*) FROM {events} x WHERE x.task_id = e.task_id) AS stored,
-        row_number() OVER (PARTITION BY e.task_id ORDER BY e.i) - 1 AS k
+    SELECT e.*, live.stored, row_number() OVER (PARTITION BY e.task_id ORDER BY e.i) - 1 AS k
     FROM e JOIN live USING (task_id)
 ),
 judged AS (

@@ -24,11 +24,12 @@ feed's `details` is JSON text too. A plain text column (`status_message`) cannot
 NUL at all: NUL becomes U+FFFD there, as a lone surrogate does (`clean_text`).
 
 Version 1: `meta`, `tasks` (with its indexes), `changes` (the feed), `task_counts`
-(the retained-task count in 16 shards, for `max_tasks`), `active_counts` (the active
-tasks, in total (`t`) and per owner (`o:<owner>`), in 16 shards each, for `ActiveCaps`),
+(the retained-task count in shards, for `max_tasks`), `active_counts` (the active
+tasks, in total (`t`) and per owner (`o:<owner>`), in shards each, for `ActiveCaps`),
 `gate_turns`, `tombstones`. The counters are moved by the statements that insert,
-end and delete tasks; a writer adds to its backend's shard (`pg_backend_pid() % 16`),
-so concurrent writers rarely touch one row. Every `prepare` also (re)creates the
+end and delete tasks; a writer adds to its backend's shard (`pg_backend_pid() %
+COUNT_SHARDS`), so concurrent writers rarely touch one row (one that does waits for the
+other's commit: `COUNT_SHARDS`). Every `prepare` also (re)creates the
 functions `caps_check_8x8` (`CAPS_FUNCTION`), `caps_check_batched_8x8`
 (`postgres.caps_batched`, whose names carry the batch bounds their margin is made for)
 and `key_free` (`KEY_FREE_FUNCTION`), which need no version of their own.
@@ -108,8 +109,12 @@ UNLEASED = f"{ACTIVE} AND lease_owner IS NULL"
 READY = f"{UNLEASED} AND gate IS NULL"
 GATED = f"{UNLEASED} AND gate IS NOT NULL"
 HOLDING = f"{ACTIVE} AND lease_owner IS NOT NULL AND gate IS NOT NULL"
-#: Shards of `task_counts` (writers add to the shard of their backend).
-COUNT_SHARDS = 16
+#: Shards of `task_counts` and `active_counts` (a writer adds to its backend's shard). Two
+#: backends on one shard take turns: the second waits for the first's commit (a WAL
+#: flush), so with 16 a pool of ten connections had about three such pairs and its
+#: creates queued behind each other's commits; with 128 a pair is rare, and a read sums
+#: at most 128 rows (any number works with rows written under another: reads sum them).
+COUNT_SHARDS = 128
 
 _V1 = f"""
 CREATE TABLE {{s}}.meta (key text PRIMARY KEY, value text NOT NULL);

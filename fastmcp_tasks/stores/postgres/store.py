@@ -43,7 +43,7 @@ is one statement on its first use, with or without caps: the insert, guarded by 
 function `key_free`, which takes the same lock and then looks for a live holder
 (`create_unheld`, `create_capped_unheld`); only a held key (a resend), a refused cap or
 a full store go on to the general path, which reads the holder or raises.
-`max_tasks` counts retained tasks in 16 counter rows (`task_counts`, one per backend
+`max_tasks` counts retained tasks in counter rows (`task_counts`, one per backend
 shard, moved by the same statements that insert and delete tasks): cheap, and exact
 except that creates racing at the very cap may overshoot it by the number racing (it
 bounds memory, not a contract).
