@@ -1,4 +1,5 @@
-"""`CallBatcher` (`stores.call_batching`): idle calls go alone, concurrent ones together.
+"""`CallBatcher` (`stores.call_batching`): idle calls go alone, concurrent ones together
+(made in one turn of the event loop, or while another is on its way).
 
 The batcher itself, with a `send` of the test's own that records every batch; the
 stores that use it are covered by the store contract (`ConcurrencyContract`) and by
@@ -13,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 from anyio.abc import TaskGroup
 
@@ -104,10 +106,19 @@ def batch_on_its_way() -> tuple[Recorder, CallBatcher[int], dict[Any, Any], Any]
     return recorder, batcher, outcomes, calling(batcher, recorder, outcomes)
 
 
+async def behind_one(group: TaskGroup, call: Any, calls: Any) -> None:
+    """Make the first of `calls`, wait until it is on its way (its recorder holds it),
+    then make the others: they are made while it is on its way."""
+    first, *rest = calls
+    group.start_soon(call, first)
+    await anyio.wait_all_tasks_blocked()
+    for n in rest:
+        group.start_soon(call, n)
+
+
 async def send_a_batch_of_2_and_3(group: TaskGroup, recorder: Recorder, call: Any) -> None:
     """Calls 1 to 3: 1 goes alone and answers, then the batch [2, 3] goes, and is held."""
-    for n in range(1, 4):
-        group.start_soon(call, n)
+    await behind_one(group, call, range(1, 4))
     await anyio.wait_all_tasks_blocked()
     recorder.alone_release.set()
     await anyio.wait_all_tasks_blocked()
@@ -122,6 +133,53 @@ async def test_an_idle_call_goes_alone_and_is_never_batched() -> None:
     assert recorder.alone == [3, 4] and recorder.batches == []
 
 
+async def test_calls_made_in_one_turn_of_the_loop_go_together_led_by_the_first() -> None:
+    """An idle batcher's call waits one turn of the event loop before it goes: the calls
+    made in that turn (the settles of tasks a claim started together) go with it."""
+    recorder = Recorder()
+    batcher = batcher_of(recorder)
+    answers: dict[int, Any] = {}
+    call = calling(batcher, recorder, answers)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+            for n in range(1, 5):
+                group.start_soon(call, n)
+        assert await batcher.call(7, recorder.alone_call(7)) == 70  # no company: alone
+    assert recorder.batches == [[1, 2, 3, 4]] and recorder.alone == [7]
+    assert answers == {n: n * 10 for n in range(1, 5)}
+
+
+async def test_a_call_cancelled_in_its_turn_leaves_the_calls_that_came_along_answered() -> None:
+    recorder = Recorder()
+    batcher = batcher_of(recorder)
+    answers: dict[int, Any] = {}
+    scope = anyio.CancelScope()
+
+    async def first() -> None:
+        with scope:
+            answers[1] = await batcher.call(1, recorder.alone_call(1))
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+            group.start_soon(first)
+            group.start_soon(calling(batcher, recorder, answers), 2)
+            await anyio.lowlevel.checkpoint()  # 1 waits out its turn, 2 queues behind it
+            scope.cancel()
+    assert answers == {2: 20} and recorder.alone == [2] and recorder.batches == []
+
+
+async def test_a_call_whose_turn_saw_the_batcher_close_fails_unsent() -> None:
+    recorder = Recorder()
+    batcher = batcher_of(recorder)
+    outcomes: dict[int, Any] = {}
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+            group.start_soon(calling(batcher, recorder, outcomes), 1)
+            group.start_soon(batcher.close)
+    assert isinstance(outcomes[1], ConnectionError)
+    assert recorder.alone == [] and recorder.batches == []
+
+
 async def test_calls_made_while_one_is_on_its_way_go_together_in_order() -> None:
     recorder, batcher = held()
     answers: dict[int, Any] = {}
@@ -129,8 +187,7 @@ async def test_calls_made_while_one_is_on_its_way_go_together_in_order() -> None
 
     with anyio.fail_after(5):
         async with anyio.create_task_group() as group:
-            for n in range(1, 9):
-                group.start_soon(call, n)
+            await behind_one(group, call, range(1, 9))
             await anyio.wait_all_tasks_blocked()
             recorder.release.set()
     assert recorder.alone == [1] and recorder.batches == [[2, 3, 4, 5, 6, 7, 8]]
@@ -144,8 +201,7 @@ async def test_each_call_gets_its_own_error_and_alone_means_its_caller_makes_it(
 
     with anyio.fail_after(5):
         async with anyio.create_task_group() as group:
-            for n in (1, 2, -3, 4, -1, 5):
-                group.start_soon(call, n)
+            await behind_one(group, call, (1, 2, -3, 4, -1, 5))
             await anyio.wait_all_tasks_blocked()
             recorder.release.set()
     assert recorder.batches == [[2, -3, 4, -1, 5]]
@@ -162,8 +218,7 @@ async def test_a_batch_that_fails_as_a_whole_fails_each_of_its_calls() -> None:
 
     with anyio.fail_after(5):
         async with anyio.create_task_group() as group:
-            for n in range(1, 5):
-                group.start_soon(call, n)
+            await behind_one(group, call, range(1, 5))
             await anyio.wait_all_tasks_blocked()
             recorder.fail = OSError("connection reset")
             recorder.release.set()
@@ -174,8 +229,8 @@ async def test_a_batch_that_fails_as_a_whole_fails_each_of_its_calls() -> None:
 
 
 async def cancel_some(calls: list[int], cancelled: set[int]) -> tuple[Recorder, dict[int, Any]]:
-    """Make `calls` at once (the first goes alone and is held, the rest queue), cancel the
-    callers of `cancelled` while they wait, then let everything answer."""
+    """Make `calls` (the first goes alone and is held, the rest queue behind it), cancel
+    the callers of `cancelled` while they wait, then let everything answer."""
     recorder, batcher = held()
     answers: dict[int, Any] = {}
     scopes: dict[int, anyio.CancelScope] = {}
@@ -186,8 +241,7 @@ async def cancel_some(calls: list[int], cancelled: set[int]) -> tuple[Recorder, 
 
     with anyio.fail_after(5):
         async with anyio.create_task_group() as group:
-            for n in calls:
-                group.start_soon(call, n)
+            await behind_one(group, call, calls)
             await anyio.wait_all_tasks_blocked()
             for n in cancelled:
                 scopes[n].cancel()
@@ -248,8 +302,7 @@ async def test_a_send_that_answers_the_wrong_number_of_calls_fails_them_all() ->
 
     with anyio.fail_after(5):
         async with anyio.create_task_group() as group:
-            for n in range(3):
-                group.start_soon(call, n)
+            await behind_one(group, call, range(3))
             await anyio.wait_all_tasks_blocked()
             gate.set()
     assert outcomes[0] == 0
@@ -283,8 +336,7 @@ async def test_calls_a_batch_does_not_admit_are_made_alone_at_once() -> None:
     call = calling(batcher, recorder, outcomes)
     with anyio.fail_after(5):
         async with anyio.create_task_group() as group:
-            for n in range(1, 6):
-                group.start_soon(call, n)
+            await behind_one(group, call, range(1, 6))
             await anyio.wait_all_tasks_blocked()
             recorder.alone_release.set()  # 1 answers; the batch [2, 4] goes and is held
             await anyio.wait_all_tasks_blocked()

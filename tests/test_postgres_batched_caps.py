@@ -67,7 +67,6 @@ async def test_batched_capped_creates_of_several_processes_never_overshoot_the_c
                 await locker.execute(lock, (f"{base.schema}:caps",))
                 async with anyio.create_task_group() as group:
                     for store in stores:
-                        group.start_soon(call, functools.partial(store.get, "lead"))  # alone
                         for _ in range(each):
                             record = make_record()
                             group.start_soon(
@@ -136,25 +135,23 @@ async def test_a_capped_create_rides_only_with_reads_and_near_a_cap_is_made_alon
     near = make_record()
     before = store.stats["statements"]
     with anyio.fail_after(10):
-        async with anyio.create_task_group() as group:
-            group.start_soon(settle, outcomes, "lead", functools.partial(store.get, "lead"))
+        async with anyio.create_task_group() as group:  # made in one turn: one batch
             group.start_soon(settle, outcomes, "read", functools.partial(store.get, "other"))
             create = functools.partial(store.create, near, caps=caps)
             group.start_soon(settle, outcomes, "create", create)
     assert store.stats.get("batched", 0) == 1  # the read and the create were one batch
     assert outcomes["create"] is None  # created: made again alone, checked exactly
-    assert store.stats["statements"] == before + 4  # lead, the batch of 2, the create again
+    assert store.stats["statements"] == before + 3  # the batch of 2, the create again
     assert await store.get(near.task_id) is not None
     alone = store.stats["statements"]
     async with anyio.create_task_group() as group:  # beside a write it goes alone at once
-        group.start_soon(settle, outcomes, "lead", functools.partial(store.get, "lead"))
         group.start_soon(
             settle, outcomes, "end", functools.partial(store.transition, near.task_id, "completed")
         )
         group.start_soon(
             settle, outcomes, "other", functools.partial(store.create, make_record(), caps=caps)
         )
-    assert store.stats.get("batched", 0) == 1 and store.stats["statements"] == alone + 3
+    assert store.stats.get("batched", 0) == 1 and store.stats["statements"] == alone + 2
 
 
 HELD = "SELECT mode FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
@@ -236,20 +233,19 @@ async def test_capped_creates_ride_together_with_reads_each_made_once(
     caps = ActiveCaps(total=100_000, per_owner=100_000)
     statements, batched = await create_beside_a_read(store, records, caps)
     assert batched == BATCH_CREATES  # the read and 8 creates: one round trip
-    assert statements == 2 + len(records)  # none made again
+    assert statements == 1 + len(records)  # none made again
 
 
 async def create_beside_a_read(
     store: PostgresTaskStore, records: list[TaskRecord], caps: ActiveCaps
 ) -> tuple[int, int]:
-    """Create `records` under `caps` while a read is on its way, beside another read (so
-    they form one batch), and check each was created, waiting; the statements made and
-    those that shared a round trip meanwhile."""
+    """Create `records` under `caps` beside a read, all made in one turn of the event loop
+    (so they form one batch), and check each was created, waiting; the statements made
+    and those that shared a round trip meanwhile."""
     outcomes: dict[str, Any] = {}
     before = store.stats["statements"], store.stats.get("batched", 0)
     with anyio.fail_after(10):
         async with anyio.create_task_group() as group:
-            group.start_soon(settle, outcomes, "lead", functools.partial(store.get, "lead"))
             group.start_soon(settle, outcomes, "read", functools.partial(store.get, "other"))
             for i, record in enumerate(records):
                 create = functools.partial(store.create, record, caps=caps)
@@ -278,4 +274,4 @@ async def test_with_every_batch_slot_taken_a_batchs_second_capped_create_is_made
         for holder in holders:
             await holder.close()
     assert batched == len(records)  # the read and 3 creates: one round trip
-    assert statements == 1 + 4 + 2  # two made again alone
+    assert statements == 4 + 2  # two made again alone

@@ -66,7 +66,7 @@ async def test_concurrent_statements_share_round_trips(store: PostgresTaskStore)
         async with anyio.create_task_group() as group:
             for task in tasks:
                 group.start_soon(get, task.task_id)
-        assert round_trips(store) - before <= 3  # one alone, then a batch
+        assert round_trips(store) - before == 1  # made in one turn: one batch
         assert all(found[t.task_id].arguments == t.arguments for t in tasks)  # type: ignore[union-attr]
         ended: list[TaskRecord | None] = []
 
@@ -82,8 +82,8 @@ async def test_concurrent_statements_share_round_trips(store: PostgresTaskStore)
 
 
 async def test_a_claim_rides_the_batch_of_other_statements(store: PostgresTaskStore) -> None:
-    """A worker's claim, made while another statement is on its way, goes with the status
-    changes made meanwhile: one round trip after the one on its way."""
+    """A worker's claim goes with the status changes made in the same turn of the event
+    loop: one round trip for them all."""
     with anyio.fail_after(20):
         queued = [make_record(app="batching") for _ in range(3)]
         done = make_record(app="other")
@@ -94,11 +94,10 @@ async def test_a_claim_rides_the_batch_of_other_statements(store: PostgresTaskSt
         later = 10**10
         before = round_trips(store)
         async with anyio.create_task_group() as group:
-            group.start_soon(call, "lead", lambda: store.get(done.task_id))  # goes alone
             claim = functools.partial(store.claim_queued, "w", later, 5, app="batching")
             group.start_soon(call, "claim", claim)
             group.start_soon(call, "end", lambda: store.transition(done.task_id, "completed"))
-        assert round_trips(store) - before == 2  # the lead alone, the other two together
+        assert round_trips(store) - before == 1  # together
         assert [r.task_id for r in outcomes["claim"]] == [t.task_id for t in queued]
         assert all(r.lease_owner == "w" and r.attempts == 1 for r in outcomes["claim"])
         assert outcomes["end"] is not None and outcomes["end"].status == "completed"
@@ -117,13 +116,12 @@ async def test_a_claim_leaves_capped_creates_in_the_batch(store: PostgresTaskSto
         caps = ActiveCaps(total=100_000)
         before = round_trips(store)
         async with anyio.create_task_group() as group:
-            group.start_soon(call, "lead", lambda: store.get(queued.task_id))  # goes alone
             claim = functools.partial(store.claim_queued, "w", 10**10, 5, app="capped")
             group.start_soon(call, "claim", claim)
             for n, record in enumerate(made):
                 create = functools.partial(store.create, record, caps=caps)
                 group.start_soon(call, f"create{n}", create)
-        assert round_trips(store) - before == 2  # the lead alone, the other three together
+        assert round_trips(store) - before == 1  # the three together
         assert [r.task_id for r in outcomes["claim"]] == [queued.task_id]
         for record in made:
             got = await store.get(record.task_id)
@@ -141,7 +139,6 @@ async def test_a_claim_in_a_refused_batch_is_made_again_alone_and_leases_once(
         call = functools.partial(settle, outcomes)
         later = 10**10
         async with anyio.create_task_group() as group:
-            group.start_soon(call, "lead", lambda: store.get(queued[0].task_id))  # goes alone
             claim = functools.partial(store.claim_queued, "w", later, 5, app="refused")
             group.start_soon(call, "claim", claim)
             group.start_soon(call, "bad", lambda: store.transition("nul\x00id", "completed"))
@@ -170,7 +167,6 @@ async def test_a_statement_that_cannot_be_sent_fails_alone_and_the_rest_apply_on
         call = functools.partial(settle, outcomes)
 
         async with anyio.create_task_group() as group:
-            group.start_soon(call, "lead", lambda: store.get(first.task_id))  # goes alone
             group.start_soon(call, "first", lambda: store.transition(first.task_id, "completed"))
             group.start_soon(call, "bad", lambda: store.get(bad_id))  # psycopg cannot send it
             group.start_soon(call, "second", lambda: store.transition(second.task_id, "failed"))
@@ -238,7 +234,6 @@ async def test_a_batch_whose_connection_dies_fails_its_writes_and_retries_its_re
                 POSTGRES_URL, autocommit=True
             ) as watcher:
                 async with anyio.create_task_group() as group:
-                    group.start_soon(call, "lead", lambda: store.get(other.task_id))
                     group.start_soon(
                         call, "write", lambda: store.transition(held.task_id, "completed")
                     )

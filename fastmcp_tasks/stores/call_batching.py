@@ -2,12 +2,15 @@
 
 `CallBatcher` is what the Redis and PostgreSQL stores put in front of their hot calls
 (`redis.batching`, `postgres.batching`). A call made while none of them is on its way
-goes at once, by itself, exactly as it would without batching: idle, nothing changes.
-A call made while one is on its way waits for it, then goes with every other call made
-meanwhile as one batch, one round trip (a Redis pipeline, a PostgreSQL pipeline). Under
-load, a front end serving many requests or a worker finishing a round of tasks makes a
-round trip per batch instead of one per call, and the server does less per call too.
-One batch is on its way at a time, so the batch grows with the load.
+first lets the event loop finish its turn (one `sleep(0)`, no timer): the calls made in
+that turn go with it as one batch, as when a claim's tasks end together and each
+settles. With no such company it goes by itself, exactly as it would without batching:
+idle, nothing waits. A call made while one is on its way waits for it, then goes with
+every other call made meanwhile as one batch, one round trip (a Redis pipeline, a
+PostgreSQL pipeline). Under load, a front end serving many requests or a worker
+finishing a round of tasks makes a round trip per batch instead of one per call, and
+the server does less per call too. One batch is on its way at a time, so the batch
+grows with the load.
 
 Each call gets its own reply or its own error; the store's `send` says how a batch
 maps to them. A call whose caller stopped waiting (cancelled, timed out) before its
@@ -68,18 +71,36 @@ class CallBatcher(Generic[Call]):
         self._closed = False
 
     async def call(self, call: Call, alone: Callable[[], Awaitable[T]]) -> T:
-        """Make `call`: `alone()` when nothing is on its way, else in the next batch."""
+        """Make `call`: when nothing is on its way, with the calls made in this turn of the
+        event loop (`alone()` when none is), else in the next batch."""
         if self._closed:
             raise self._closed_error()
+        first = False
         if not self._busy:
             self._busy = True
-            try:
-                return await alone()
-            finally:
+            try:  # one turn of the loop: the calls made in it come along (module doc)
+                await asyncio.sleep(0)
+            except BaseException:
                 self._busy = False
                 self._start()
+                raise
+            if self._closed:  # closed in that turn: what queued behind it was failed
+                self._busy = False
+                raise self._closed_error()
+            if not self._queued:
+                try:
+                    return await alone()
+                finally:
+                    self._busy = False
+                    self._start()
+            first = True
         reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._queued.append((call, reply))
+        if first:  # it leads the calls that came along
+            self._queued.insert(0, (call, reply))
+            self._busy = False
+            self._start()
+        else:
+            self._queued.append((call, reply))
         outcome = await reply
         if outcome is ALONE:
             return await alone()
