@@ -344,3 +344,25 @@ async def test_calls_a_batch_does_not_admit_are_made_alone_at_once() -> None:
             recorder.release.set()
     assert recorder.batches == [[2, 4]] and recorder.alone == [1, 3, 5]
     assert outcomes == {n: n * 10 for n in range(1, 6)}
+
+
+async def test_an_admit_that_raises_fails_its_batchs_calls_and_the_batcher_serves_on() -> None:
+    recorder, _ = held()
+    recorder.alone_release = asyncio.Event()
+
+    def admit(calls: list[int]) -> list[bool]:
+        if 99 in calls:
+            raise RuntimeError("admit failed")
+        return [True] * len(calls)
+
+    batcher = CallBatcher(recorder.send, lambda: ConnectionError("closed"), admit)
+    outcomes: dict[Any, Any] = {}
+    call = calling(batcher, recorder, outcomes)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+            await behind_one(group, call, (1, 2, 99))
+            recorder.alone_release.set()  # 1 answers; the batch [2, 99] meets the failure
+        assert isinstance(outcomes[2], RuntimeError) and isinstance(outcomes[99], RuntimeError)
+        recorder.release.set()
+        assert await batcher.call(7, recorder.alone_call(7)) == 70
+    assert outcomes[1] == 10 and recorder.batches == []

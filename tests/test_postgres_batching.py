@@ -21,6 +21,7 @@ import pytest
 from fastmcp_tasks.errors import StoreError
 from fastmcp_tasks.stores.base import ActiveCaps, TaskRecord
 from fastmcp_tasks.stores.postgres import PostgresTaskStore
+from fastmcp_tasks.stores.postgres.batching import _lock_order
 from fastmcp_tasks.testing import make_record
 from tests.test_call_batching import settle
 from tests.test_store_contract import POSTGRES_URL, postgres_available, postgres_store
@@ -126,6 +127,16 @@ async def test_a_claim_leaves_capped_creates_in_the_batch(store: PostgresTaskSto
         for record in made:
             got = await store.get(record.task_id)
             assert got is not None and got.lease_owner is None
+
+
+async def test_a_claim_runs_after_every_other_statement_of_its_batch() -> None:
+    """The rows a claim locks are held only from the end of its batch: no other statement
+    of the batch waits for a row meanwhile (a claim itself never waits)."""
+    claim = ("claim", {"owner": "w"}, False, False, True)
+    end = ("end", {"id": "b"}, False, False, False)
+    read = ("get", {"id": "a"}, True, False, False)
+    capped = ("create", {"task_id": "c"}, False, True, False)
+    assert sorted([claim, end, read, capped], key=_lock_order) == [read, capped, end, claim]
 
 
 async def test_a_claim_in_a_refused_batch_is_made_again_alone_and_leases_once(

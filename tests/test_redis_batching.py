@@ -17,6 +17,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 import redis.asyncio as aioredis
 
@@ -200,7 +201,6 @@ async def test_a_reply_that_cannot_be_decoded_never_makes_a_batch_run_twice() ->
             await raw.hset(store.keys.task("garbled"), mapping={"status": b"\xff\xfe"})
             good = make_record()
             async with anyio.create_task_group() as group:
-                group.start_soon(call, "lead", lambda: store.get("lead"))  # goes alone
                 group.start_soon(call, "create", lambda: store.create(good))
                 group.start_soon(call, "garbled", lambda: store.get("garbled"))
             assert not isinstance(outcomes["create"], DuplicateTask), outcomes
@@ -261,7 +261,17 @@ async def test_a_pool_of_one_still_serves_batches_beside_the_own_connection(
             tasks = [make_record(arguments={"n": n}) for n in range(6)]
             for task in tasks:
                 await store.create(task)  # alone: the own connection is taken
-            found = await gather_gets(store, [t.task_id for t in tasks])  # alone + a batch
+            found: dict[str, TaskRecord | None] = {}
+
+            async def get(task_id: str) -> None:
+                found[task_id] = await store.get(task_id)
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(get, tasks[0].task_id)
+                await anyio.lowlevel.checkpoint()  # its turn passes: it goes alone, on the
+                await anyio.lowlevel.checkpoint()  # own connection, and the others queue
+                for task in tasks[1:]:  # behind it: a batch through the pool of one
+                    group.start_soon(get, task.task_id)
             assert all(found[t.task_id] is not None for t in tasks)
             assert await store.clear() >= len(tasks)  # SCAN and UNLINK through the pool
     finally:

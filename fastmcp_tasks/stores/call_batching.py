@@ -45,7 +45,8 @@ ALONE: Any = _Alone()
 
 
 class CallBatcher(Generic[Call]):
-    """Sends calls at once when idle, else as the next batch (module doc).
+    """Sends an idle call with the calls made in its turn of the event loop (alone when
+    none is), else as the next batch (module doc).
 
     Args:
         send: sends a batch (two calls or more) as one round trip; one outcome per
@@ -119,7 +120,11 @@ class CallBatcher(Generic[Call]):
                 del self._queued[:LARGEST_BATCH]
                 batch = [(call, reply) for call, reply in taken if not reply.done()]
                 if self._admit is not None and len(batch) > 1:
-                    admitted = self._admit([call for call, _ in batch])
+                    try:
+                        admitted = self._admit([call for call, _ in batch])
+                    except Exception as exc:  # a bug: its calls fail, the batcher serves on
+                        self._settle(batch, [exc] * len(batch))
+                        continue
                     for (_, reply), admit in zip(batch, admitted, strict=True):
                         if not admit:  # its caller makes it alone, now
                             reply.set_result(ALONE)

@@ -3,9 +3,10 @@
 `PostgresCalls` puts a `CallBatcher` (`stores.call_batching`) in front of the single
 statements every task makes: its creation, `get`, a status change (`transition`), a
 progress message and a worker's claim (`claim_queued`'s first statement). Made while
-none of them is on its way, a statement goes at once on a pooled connection, as it
-always did; made while one is, it goes with the others made meanwhile in one pipeline on
-one connection: one send, one read, one commit.
+none of them is on its way, a statement goes with those made in the same turn of the
+event loop, and by itself on a pooled connection, as it always did, when there are none;
+made while one is, it goes with the others made meanwhile in one pipeline on one
+connection: one send, one read, one commit.
 
 The statements of a batch run in one transaction (BEGIN travels with the first, COMMIT
 with the last: still one round trip; a batch of reads only needs none), so each sees
@@ -165,12 +166,16 @@ def _batched(query: str, schema: str) -> str:
 
 def _lock_order(statement: Statement) -> tuple[int, str]:
     """Reads first, then the capped creates (beside no write that may wait: `_admitted`),
-    then the writes by task id (a claim names none): the order a batch's statements run
-    in (module doc). The sort is stable, so two calls for one task keep the order they
-    were made in; concurrent calls have no order of their own."""
-    _, params, read, capped, _ = statement
+    then the writes by task id, then a claim (it locks rows it never waits for, and holds
+    them only from there on, while no other statement of the batch waits for a row): the
+    order a batch's statements run in (module doc). The sort is stable, so two calls for
+    one task keep the order they were made in; concurrent calls have no order of their
+    own."""
+    _, params, read, capped, skips_locked = statement
     if read or not isinstance(params, Mapping):
         return (0, "")
     if capped:
         return (1, "")
+    if skips_locked:
+        return (3, "")
     return (2, str(params.get("id") or params.get("task_id") or ""))

@@ -321,10 +321,10 @@ class PostgresConnections:
     ) -> list[Row]:
         """One statement on a pooled connection: its rows. A `read` that met a connection
         the server had closed (a restart since it was last used) runs again on another
-        (each pooled connection may be such a one). `batch`: made while another batched
-        statement is on its way, it goes with the next batch (`postgres.batching`); a
-        `capped` one (a create that checks the active-task caps) only with reads, such
-        creates and writes that `skips_locked` (a claim: it waits for no row)."""
+        (each pooled connection may be such a one). `batch`: it goes with the batched
+        statements made in its turn or, while one is on its way, in the next batch
+        (`postgres.batching`); a `capped` one (a create under the active-task caps) only
+        with reads, such creates and writes that `skips_locked` (a claim)."""
         calls = self._calls
         if not batch or calls is None:
             return await self._alone(query, params, read=read)

@@ -111,9 +111,10 @@ GATED = f"{UNLEASED} AND gate IS NOT NULL"
 HOLDING = f"{ACTIVE} AND lease_owner IS NOT NULL AND gate IS NOT NULL"
 #: Shards of `task_counts` and `active_counts` (a writer adds to its backend's shard). Two
 #: backends on one shard take turns: the second waits for the first's commit (a WAL
-#: flush), so with 16 a pool of ten connections had about three such pairs and its
-#: creates queued behind each other's commits; with 128 a pair is rare, and a read sums
-#: at most 128 rows (any number works with rows written under another: reads sum them).
+#: flush), so with 16 a pool of ten connections had about three such pairs on average and
+#: its creates queued behind each other's commits; with 128 about a third of one, and a
+#: read sums at most 128 rows per counter (an owner's counter too; rows written under
+#: another number are summed as well).
 COUNT_SHARDS = 128
 
 _V1 = f"""

@@ -23,7 +23,7 @@ Serialisation. `create` with `ActiveCaps` is one statement (one round trip, in
 its own transaction unless it dedupes): its `caps` CTE calls `caps_check_8x8`
 (`schema.CAPS_FUNCTION`), which takes this schema's advisory transaction lock
 ("caps") and then reads the active-task counters (`active_counts`: the total and
-the owner's, 16 shard rows each, moved by the statements that create and end tasks,
+the owner's, `COUNT_SHARDS` shard rows each, moved by the statements that create and end tasks,
 so a check costs the same with 10 or 10,000 tasks active) in a snapshot taken after
 the lock is granted; the statement inserts only under the caps and commits at once.
 A create far from every cap (more than `max_connections` + `max_prepared_transactions` +
@@ -175,9 +175,9 @@ class PostgresTaskStore(
         return None
 
     async def _create_batched(self, record: TaskRecord, caps: ActiveCaps | None) -> bool:
-        """Insert `record` in one statement: alone when nothing is on its way, as always,
-        else in the next batch (`postgres.batching`: capped creates ride only with reads
-        and each other, their caps checked far from every cap only,
+        """Insert `record` in one statement, batched (`postgres.batching`: alone when no
+        other statement comes along; capped creates ride only with reads, claims and
+        each other, their caps checked far from every cap only,
         `postgres.caps_batched`). `False`: nothing was inserted (a duplicate, a cap or
         `max_tasks` refused, or in a batch near a cap, past its creates or with no batch
         slot free): the general path runs it again in a transaction of its own and

@@ -2,8 +2,9 @@
 
 `RedisCalls` puts a `CallBatcher` (`stores.call_batching`) in front of the calls every
 task makes: the scripts (`create`, `transition`, `claim_queued`, every read-modify-write)
-and `get`. Made while none of them is on its way, a call goes at once as it always did
-(a script through redis-py's `AsyncScript`); made while one is, it goes with the others
+and `get`. Made while none of them is on its way, a call goes with the calls made in the
+same turn of the event loop, and by itself, as it always did, when there are none (a
+script through redis-py's `AsyncScript`); made while one is, it goes with the others
 made meanwhile as one pipeline (`transaction=False`): one send, one read.
 
 What each call sees is what it would see alone: the pipeline's commands run in the
