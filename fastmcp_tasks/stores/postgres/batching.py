@@ -21,15 +21,14 @@ as they treat any lost reply), and its reads are made again alone, which retries
 on another connection (after a server restart each pooled connection may be a dead one).
 Creates under the active-task caps ride only in a batch of reads, such creates and
 claims (which skip locked rows), up to `BATCH_CREATES` in one (`_admitted`: the callers
-of the others make them alone at once), so a batch holding the caps lock never waits
-for a task's row meanwhile. In a
-batch the lock is only ever taken shared, and the database itself bounds what batches
-add to the caps' shared-mode margin (`postgres.caps_batched`): a create near a cap, past
-a transaction's `BATCH_CREATES` or with no batch slot free inserts nothing there and is
-made again alone, where the check is exact. A batch holds the rows it
-changed until it commits, so unlike single statements it can meet another transaction in
-a lock cycle. Its writes run in task-id order
-(`_lock_order`), the order in which lease renewal's statement over several tasks
+of the others make them alone at once), so a batch holding the caps lock never waits for
+a task's row meanwhile. In a batch the lock is only ever taken shared, and the database
+itself bounds what batches add to the caps' shared-mode margin
+(`postgres.caps_batched`): a create near a cap, past a transaction's `BATCH_CREATES` or
+with no batch slot free inserts nothing there and is made again alone, where the check
+is exact. A batch holds the rows it changed until it commits, so unlike single
+statements it can meet another transaction in a lock cycle. Its writes run in task-id
+order (`_lock_order`), the order in which lease renewal's statement over several tasks
 normally locks them (an index scan over the sorted ids), which keeps the two apart; a
 cycle PostgreSQL does find (two processes changing the same tasks at the same moment) is
 a deadlock it breaks after `deadlock_timeout` by refusing one transaction: a refused
@@ -99,7 +98,7 @@ class PostgresCalls:
         capped: bool = False,
         skips_locked: bool = False,
     ) -> list[Row]:
-        """The rows of one statement: `alone()` when nothing is on its way, else batched.
+        """The rows of one statement, batched (`alone()` when no other comes along).
         A `read` whose batch met a connection the server had closed is made again alone,
         on another connection, as a read made alone is (a write fails, as alone). A
         `capped` create rides only with reads, other capped creates and writes that
