@@ -1,6 +1,6 @@
 """The `fastmcp-tasks` command line (also `python -m fastmcp_tasks`).
 
-    fastmcp-tasks worker path/to/server.py[:object] [--concurrency N] [--grace SECONDS]
+    fastmcp-tasks worker path/to/server.py[:object] [--concurrency N] [--grace SECONDS] [--no-gc-freeze]
     fastmcp-tasks call SERVER TOOL [key=value ...] [--timeout SECONDS]   (SERVER: URL or server.py)
     fastmcp-tasks get SERVER TASK_ID
     fastmcp-tasks wait SERVER TASK_ID [--timeout SECONDS]
@@ -42,6 +42,7 @@ shared store: loopback only unless a token is set (`--token` or
 from __future__ import annotations
 
 import argparse
+import functools
 
 import anyio
 
@@ -68,10 +69,21 @@ def main(argv: list[str] | None = None) -> None:
     worker.add_argument(
         "--grace", type=float, default=30.0, help="seconds running tasks may finish at shutdown"
     )
+    worker.add_argument(
+        "--no-gc-freeze",
+        dest="gc_freeze",
+        action="store_false",
+        help="do not freeze what startup loaded out of the garbage collector's full passes",
+    )
     args = parser.parse_args(argv)
     if args.command == "worker":
         server = load_server(args.server)
-        anyio.run(run_worker, server, args.concurrency, args.grace)
+        anyio.run(
+            functools.partial(run_worker, gc_freeze=args.gc_freeze),
+            server,
+            args.concurrency,
+            args.grace,
+        )
     elif args.command == "ui":
         raise SystemExit(run_ui_command(args))
     elif args.command in OPERATOR_COMMANDS:
