@@ -1,10 +1,11 @@
 """The PostgreSQL store's batched statements (`stores.postgres.batching`), on a real server.
 
 Concurrent creates, reads, status changes and claims of one store object share round
-trips (`stats["batched"]`); a statement psycopg cannot send rolls its
+trips (`stats["batched"]`); a batch's creations notify the channel once, with every
+seq (`postgres.created_notes`); a statement psycopg cannot send rolls its
 batch back, so the others are made alone exactly once and only it fails (a claim
-among them leases its tasks once); reads whose batch met dead connections are retried
-on fresh ones. What each call answers under concurrency is
+among them leases its tasks once, a creation notifies alone); reads whose batch met dead
+connections are retried on fresh ones. What each call answers under concurrency is
 the store contract's (`ConcurrencyContract`).
 """
 
@@ -22,8 +23,10 @@ from fastmcp_tasks.errors import StoreError
 from fastmcp_tasks.stores.base import ActiveCaps, TaskRecord
 from fastmcp_tasks.stores.postgres import PostgresTaskStore
 from fastmcp_tasks.stores.postgres.batching import _lock_order
+from fastmcp_tasks.stores.postgres.feed_parts import QUEUED_ONLY, Heard
 from fastmcp_tasks.testing import make_record
 from tests.test_call_batching import settle
+from tests.test_postgres_wakeups import RUNNER, _feed_with, _got
 from tests.test_store_contract import POSTGRES_URL, postgres_available, postgres_store
 
 pytestmark = pytest.mark.anyio
@@ -260,3 +263,89 @@ async def test_a_batch_whose_connection_dies_fails_its_writes_and_retries_its_re
     assert isinstance(outcomes["read"], TaskRecord) and outcomes["read"].task_id == other.task_id
     got = await store.get(held.task_id)
     assert got is not None and got.status == "working"  # the write was not applied
+
+
+async def heard_on_the_channel(store: PostgresTaskStore, make: Any) -> list[str]:
+    """The payloads the store's channel carries while `make()` runs: on a listener of the
+    test's own, read up to a marker notified after `make()` returned (PostgreSQL delivers
+    notifications in commit order)."""
+    connect = functools.partial(psycopg.AsyncConnection.connect, POSTGRES_URL, autocommit=True)
+    async with await connect() as listener:
+        await listener.execute(store.sql.listen)
+        await make()
+        async with await connect() as sender:
+            await sender.execute("SELECT pg_notify(%s, 'end')", (store.sql.channel,))
+        payloads: list[str] = []
+        async for note in listener.notifies():
+            if note.payload == "end":
+                return payloads
+            payloads.append(note.payload)
+    raise AssertionError("the listener stopped")
+
+
+async def queued_seqs(store: PostgresTaskStore) -> dict[str, int]:
+    """The seq of each task's `queued` change row."""
+    rows = await store._query(
+        f"SELECT task_id, seq FROM {store.schema}.changes WHERE kind = 'queued'"
+    )
+    return {task_id: int(seq) for task_id, seq in rows}
+
+
+async def test_the_creations_of_a_batch_notify_once_with_every_seq(
+    store: PostgresTaskStore,
+) -> None:
+    """A creation made alone notifies its seq as before; the creations of one batch share
+    one notification that lists their seqs, and a reader takes each of them."""
+    lone, batch = make_record(), [make_record() for _ in range(5)]
+
+    async def make() -> None:
+        await store.create(lone)
+        before = round_trips(store)
+        async with anyio.create_task_group() as group:
+            for task in batch:
+                group.start_soon(store.create, task)
+        assert round_trips(store) - before == 1  # one batch, its notification included
+
+    with anyio.fail_after(20):
+        payloads = await heard_on_the_channel(store, make)
+        seqs = await queued_seqs(store)
+    listed = ",".join(str(seq) for seq in sorted(seqs[t.task_id] for t in batch))
+    assert payloads == [f"{seqs[lone.task_id]}{QUEUED_ONLY}", f"{listed}{QUEUED_ONLY}"]
+    heard = Heard()
+    heard.add(payloads[1])
+    assert sorted(heard.created_seqs) == sorted(seqs[t.task_id] for t in batch)
+    assert (heard.created, heard.waking, heard.quiet) == (max(heard.created_seqs), 0, 0)
+
+
+async def test_the_creations_of_a_refused_batch_notify_alone(store: PostgresTaskStore) -> None:
+    """The batch is rolled back (a statement psycopg cannot send), nothing of it is
+    notified; each creation is made again alone and notifies its own seq, once."""
+    tasks = [make_record() for _ in range(3)]
+    outcomes: dict[str, Any] = {}
+    call = functools.partial(settle, outcomes)
+
+    async def make() -> None:
+        async with anyio.create_task_group() as group:
+            group.start_soon(call, "bad", lambda: store.get("nul\x00id"))
+            for task in tasks:
+                group.start_soon(store.create, task)
+
+    with anyio.fail_after(20):
+        payloads = await heard_on_the_channel(store, make)
+        seqs = await queued_seqs(store)
+    assert isinstance(outcomes["bad"], StoreError)
+    assert sorted(payloads) == sorted(f"{seqs[t.task_id]}{QUEUED_ONLY}" for t in tasks)
+
+
+def test_a_batchs_notification_wakes_runners_once_and_holds_back_each_row() -> None:
+    """The runners of a reader are told "new tasks" once for the batch; each listed row,
+    read later, is held back, and a row between them (another statement's) goes."""
+    feed, (runner,) = _feed_with(RUNNER)
+    heard = Heard()
+    heard.add(f"12,14{QUEUED_ONLY}")
+    assert feed._announce(heard)
+    assert _got(runner) == [(14, "queued", "")]  # NEW_TASKS, once
+    rows = [(seq, f"t{seq}", "queued", "working", '{"app": "a"}') for seq in (11, 12, 13, 14)]
+    assert feed._dispatch_rows(rows) is None
+    assert _got(runner) == [(11, "queued", "t11"), (13, "queued", "t13")]
+    assert len(feed.announced) == 0

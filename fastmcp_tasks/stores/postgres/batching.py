@@ -50,7 +50,9 @@ from psycopg import AsyncConnection
 
 from fastmcp_tasks.stores.call_batching import ALONE, CallBatcher
 from fastmcp_tasks.stores.postgres.caps_batched import BATCH_CREATES, batched_create
+from fastmcp_tasks.stores.postgres.created_notes import SHARED, deferred, flush
 from fastmcp_tasks.stores.postgres.liveness import returns_rows
+from fastmcp_tasks.stores.postgres.sql import Statements
 
 Row = tuple[Any, ...]
 Params = Sequence[Any] | Mapping[str, Any]
@@ -69,8 +71,9 @@ class PostgresCalls:
         prepare: psycopg's `prepare` for each statement.
         stats: the store's counters: each statement adds one to `"statements"`, and each
             statement that shared a round trip with another one to `"batched"`.
-        schema: the store's schema (a capped create in a batch calls its
-            `CAPS_CHECK_BATCHED`).
+        sql: the store's statements: its schema (a capped create in a batch calls its
+            `CAPS_CHECK_BATCHED`) and its channel (a batch's creations notify it once,
+            `postgres.created_notes`).
     """
 
     def __init__(
@@ -79,13 +82,14 @@ class PostgresCalls:
         timeout: float,
         prepare: bool | None,
         stats: dict[str, int],
-        schema: str,
+        sql: Statements,
     ) -> None:
         self._connection = connection
         self._timeout = timeout
         self._prepare = prepare
         self._stats = stats
-        self._schema = schema
+        self._schema = sql.schema
+        self._channel = sql.channel
         self._batcher: CallBatcher[Statement] = CallBatcher(self._send, _closed, _admitted)
 
     async def query(
@@ -108,17 +112,20 @@ class PostgresCalls:
     async def _send(self, batch: list[Statement]) -> list[Any]:
         outcomes: list[Any] = [ALONE] * len(batch)
         sent = sorted(range(len(batch)), key=lambda i: _lock_order(batch[i]))
+        texts, shared = self._texts([batch[i] for i in sent])
         stats = self._stats
-        stats["statements"] += len(sent)  # sent, and made again if the batch is refused
-        stats["batched"] = stats.get("batched", 0) + len(sent) - 1  # one round trip
+        stats["statements"] += len(sent) + shared  # sent, and made again if refused
+        stats["batched"] = stats.get("batched", 0) + len(sent) + shared - 1  # one round trip
         writes = not all(batch[i][2] for i in sent)
         async with asyncio.timeout(self._timeout), self._connection() as conn:
             try:  # reads alone need no transaction of their own: nothing to commit
                 async with conn.pipeline(), conn.transaction() if writes else nullcontext():
                     cursors = [
-                        await conn.execute(self._text(batch[i]), batch[i][1], prepare=self._prepare)
-                        for i in sent
+                        await conn.execute(text, batch[i][1], prepare=self._prepare)
+                        for text, i in zip(texts, sent, strict=True)
                     ]
+                    if shared:  # the creations' one notification, at commit
+                        await conn.execute(flush(self._channel), prepare=self._prepare)
             except psycopg.Error as exc:
                 if conn.closed or conn.broken:  # the connection, not a statement
                     for i in sent:
@@ -130,11 +137,23 @@ class PostgresCalls:
                 outcomes[i] = await cur.fetchall() if returns_rows(cur) else []
         return outcomes
 
-    def _text(self, statement: Statement) -> str:
-        """The SQL a statement is sent as in a batch: a capped create's calls
-        `CAPS_CHECK_BATCHED` (`postgres.caps_batched`)."""
-        query, _, _, capped, _ = statement
-        return _batched(query, self._schema) if capped else query
+    def _texts(self, statements: list[Statement]) -> tuple[list[str], bool]:
+        """The SQL each statement is sent as in a batch: a capped create's calls
+        `CAPS_CHECK_BATCHED` (`postgres.caps_batched`); with more than one creation, up to
+        `SHARED` of them defer their notification to one at the batch's end
+        (`postgres.created_notes`), and then whether that flush is due."""
+        texts = [
+            _batched(query, self._schema) if capped else query
+            for query, _, _, capped, _ in statements
+        ]
+        deferrals = [deferred(text, self._channel) for text in texts]
+        if sum(text is not None for text in deferrals) < 2:
+            return texts, False
+        shared = 0
+        for k, text in enumerate(deferrals):
+            if text is not None and shared < SHARED:
+                texts[k], shared = text, shared + 1
+        return texts, True
 
     async def close(self) -> None:
         """Fail what is queued; the store closes."""

@@ -195,7 +195,7 @@ class PostgresConnections:
         )
         await pool.open(wait=False)
         self._calls = PostgresCalls(
-            lambda: self._checkout(pool), self.timeout, self._prepare, self.stats, self.schema
+            lambda: self._checkout(pool), self.timeout, self._prepare, self.stats, self.sql
         )
         self._pool = pool
 

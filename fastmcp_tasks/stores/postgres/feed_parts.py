@@ -7,7 +7,9 @@ already (`Announced`).
 A change statement notifies with the highest `seq` it wrote (`postgres.sql`), followed by
 ` quiet` when none of its rows is of a waking kind, or by a single space when its rows
 are only new tasks' `queued` rows (a creation's: `QUEUED_ONLY`). `int()` ignores that
-space, so a reader from before it takes such a notification as any waking one.
+space, so a reader from before it takes such a notification as any waking one. The
+creations of one batch of statements notify once, their seqs comma-separated before that
+space (`postgres.created_notes`).
 """
 
 from __future__ import annotations
@@ -57,9 +59,18 @@ class Heard:
     created_seqs: list[int] = field(default_factory=list)
 
     def add(self, payload: str) -> None:
-        """Count `payload`; one that is no seq (the open-time probe of `sessions`) is not."""
+        """Count `payload`; one that is no seq (the open-time probe of `sessions`) is not.
+        A batch's creations' one notification lists their seqs (`postgres.created_notes`)."""
         is_quiet = payload.endswith(QUIET)
         text = payload[: -len(QUIET)] if is_quiet else payload
+        if "," in text and text.endswith(QUEUED_ONLY):
+            try:
+                seqs = [int(part) for part in text.split(",")]
+            except ValueError:
+                return
+            self.created = max(self.created, *seqs)
+            self.created_seqs += seqs
+            return
         try:
             seq = int(text)
         except ValueError:

@@ -14,7 +14,8 @@ append to the task's history (`postgres.operations_sql`).
 
 A change statement notifies the store's channel (`channel`) once, with the highest
 `seq` it wrote, followed by ` quiet` when none of its rows is of a `WAKING_KINDS` kind
-(a creation's by `QUEUED_ONLY`: its rows are only new tasks' `queued` rows), and a
+(a creation's by `QUEUED_ONLY`: its rows are only new tasks' `queued` rows; a batch's
+creations share one, `postgres.created_notes`), and a
 quiet one only while some reader wants them (`postgres.quiet_readers`); the feed reads
 the rows themselves (`postgres.feed`), and a reader none of whose subscribers wants
 other kinds reads nothing on a quiet notification.
@@ -27,7 +28,8 @@ from typing import Any
 from fastmcp_tasks.stores.base import TaskRecord, encode_json
 from fastmcp_tasks.stores.postgres.caps_batched import CAPS_CHECK
 from fastmcp_tasks.stores.postgres.claims import claim_statements
-from fastmcp_tasks.stores.postgres.feed_parts import QUEUED_ONLY, QUIET, WAKING_KINDS
+from fastmcp_tasks.stores.postgres.created_notes import created
+from fastmcp_tasks.stores.postgres.feed_parts import QUIET, WAKING_KINDS
 from fastmcp_tasks.stores.postgres.quiet_readers import wanted as quiet_wanted
 from fastmcp_tasks.stores.postgres.schema import (
     ACTIVE,
@@ -78,8 +80,7 @@ class Statements:
         notify = f"pg_notify('{self.channel}', max(seq)::text || {quiet})"
         heard = f"bool_or(kind IN ({waking})) OR {quiet_wanted(s)}"  # `postgres.quiet_readers`
         note = f"note AS (SELECT {notify} FROM ch HAVING count(*) > 0 AND ({heard}))"
-        created = f"pg_notify('{self.channel}', max(seq)::text || '{QUEUED_ONLY}')"
-        created_note = f"note AS (SELECT {created} FROM ch HAVING count(*) > 0)"
+        created_note = f"note AS (SELECT {created(self.channel)} FROM ch HAVING count(*) > 0)"
         change = f"INSERT INTO {s}.changes (task_id, kind, status, details, created_at)"
         #: For the statements of other modules: the change-row INSERT and the notify CTE.
         self.change, self.note = change, note
