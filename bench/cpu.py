@@ -326,10 +326,16 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--profile", default="", help="directory: profile the task phase")
     p.add_argument("--text-bytes", type=int, default=0, help="pad each call's text to this size")
     p.add_argument("--progress", type=int, default=0, help="progress messages each call reports")
+    p.add_argument(
+        "--freeze-front-end",
+        action="store_true",
+        help="the front end calls gc.freeze() once it has started (workers always do)",
+    )
     p.add_argument("--out", default=str(RESULTS))
     cfg = p.parse_args(argv)
     PADDING["text"] = "x" * max(0, cfg.text_bytes - len("hello 0"))
     os.environ["BENCH_CPU_PROGRESS"] = str(cfg.progress)  # the front end's and workers' `echo`
+    os.environ["BENCH_CPU_FREEZE"] = "1" if cfg.freeze_front_end else ""  # the front end's
     if cfg.quick:
         cfg.tasks, cfg.workers = 200, "1,2"
     return cfg
@@ -375,6 +381,7 @@ def main(argv: list[str] | None = None) -> None:
         "worker_concurrency": cfg.worker_concurrency,
         "text_bytes": cfg.text_bytes,
         "progress": cfg.progress,
+        "freeze_front_end": cfg.freeze_front_end,
     }
     out.write_text(json.dumps({**meta, "runs": runs}, indent=1))
     print(f"wrote {out}", file=sys.stderr)

@@ -10,12 +10,15 @@ SIGUSR1 starts a `cProfile` of the main thread and SIGUSR2 stops it and writes
 `<role>-<pid>.<k>.prof` there, so the harness profiles exactly its measured window),
 `BENCH_CPU_OPS` (a directory: then SIGHUP writes the round trips the process's store has
 made so far to `<role>-<pid>.ops` there, `store_operations`), `BENCH_CPU_PROGRESS` (how
-many progress messages `echo` reports, `--progress`).
+many progress messages `echo` reports, `--progress`), `BENCH_CPU_FREEZE` (non-empty: the
+front end calls `gc.freeze()` before it serves, as a server's own code may; the worker
+command does it by itself, `--freeze-front-end`).
 """
 
 from __future__ import annotations
 
 import cProfile
+import gc
 import os
 import signal
 import sys
@@ -114,6 +117,9 @@ def serve(port: int) -> None:
     """The front end: `mcp` over Streamable HTTP on 127.0.0.1:`port` until SIGTERM."""
     import uvicorn
 
+    if os.environ.get("BENCH_CPU_FREEZE"):  # what startup made, out of full collections
+        gc.collect()
+        gc.freeze()
     config = uvicorn.Config(
         mcp.http_app(),
         host="127.0.0.1",
