@@ -12,7 +12,7 @@ the store contract's (`ConcurrencyContract`).
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -265,7 +265,9 @@ async def test_a_batch_whose_connection_dies_fails_its_writes_and_retries_its_re
     assert got is not None and got.status == "working"  # the write was not applied
 
 
-async def heard_on_the_channel(store: PostgresTaskStore, make: Any) -> list[str]:
+async def heard_on_the_channel(
+    store: PostgresTaskStore, make: Callable[[], Awaitable[None]]
+) -> list[str]:
     """The payloads the store's channel carries while `make()` runs: on a listener of the
     test's own, read up to a marker notified after `make()` returned (PostgreSQL delivers
     notifications in commit order)."""
@@ -318,15 +320,22 @@ async def test_the_creations_of_a_batch_notify_once_with_every_seq(
 
 
 async def test_the_creations_of_a_refused_batch_notify_alone(store: PostgresTaskStore) -> None:
-    """The batch is rolled back (a statement psycopg cannot send), nothing of it is
+    """The batch is rolled back (a write psycopg cannot send, after the creations that
+    deferred their notification: it sorts after their task ids), nothing of it is
     notified; each creation is made again alone and notifies its own seq, once."""
     tasks = [make_record() for _ in range(3)]
     outcomes: dict[str, Any] = {}
     call = functools.partial(settle, outcomes)
+    bad = "zz-nul\x00id"  # task ids are hex: a write for it runs after their creations
+    assert all(
+        _lock_order(("", {"task_id": t.task_id}, False, False, False))
+        < _lock_order(("", {"id": bad}, False, False, False))
+        for t in tasks
+    )
 
     async def make() -> None:
         async with anyio.create_task_group() as group:
-            group.start_soon(call, "bad", lambda: store.get("nul\x00id"))
+            group.start_soon(call, "bad", lambda: store.transition(bad, "completed"))
             for task in tasks:
                 group.start_soon(store.create, task)
 

@@ -61,17 +61,22 @@ def start_worker(directory: Path, *flags: str) -> tuple[str, subprocess.Popen[by
         worker = subprocess.Popen(
             [sys.executable, "-m", "fastmcp_tasks", "worker", str(app), *flags],
             env={**os.environ, "GC_TEST_URL": url},
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=(directory / "worker.log").open("wb"),
         )
     return url, worker
 
 
 async def frozen_by_a_worker(directory: Path, *flags: str) -> int:
-    """How many objects a real worker started with `flags` had frozen when it ran a task."""
+    """How many objects a real worker started with `flags` had frozen when it ran a task
+    created once it had started (its startup line, printed after the freeze)."""
     url, worker = start_worker(directory, *flags)
     try:
         with anyio.fail_after(60):
+            assert worker.stdout is not None
+            line = await anyio.to_thread.run_sync(worker.stdout.readline)
+            log = (directory / "worker.log").read_bytes().decode(errors="replace")
+            assert line.startswith(b"fastmcp-tasks worker: "), (line, log)
             async with memory_wire(front_end(url)) as wire:
                 created = await wire.call_tool("collector")
                 done = await wire.wait(created["taskId"], within=50)

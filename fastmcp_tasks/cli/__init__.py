@@ -1,6 +1,6 @@
 """The `fastmcp-tasks` command line (also `python -m fastmcp_tasks`).
 
-    fastmcp-tasks worker path/to/server.py[:object] [--concurrency N] [--grace SECONDS] [--no-gc-freeze]
+    fastmcp-tasks worker path/to/server.py[:object] [--concurrency N] [--grace S] [--no-gc-freeze]
     fastmcp-tasks call SERVER TOOL [key=value ...] [--timeout SECONDS]   (SERVER: URL or server.py)
     fastmcp-tasks get SERVER TASK_ID
     fastmcp-tasks wait SERVER TASK_ID [--timeout SECONDS]

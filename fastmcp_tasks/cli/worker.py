@@ -13,12 +13,13 @@ ends the worker with its message and exit status 2, as a usage error does; a sto
 is down is waited for.
 
 Once the server's lifespan has started (its modules imported, its tools registered, its
-store open), the worker collects garbage once and freezes what is left (`gc.freeze`):
-CPython's full collections then no longer walk the objects of startup (FastMCP, pydantic,
-the MCP SDK, the server's own modules), which under load made every worker spend tens
-of milliseconds a collection re-reading them. What is frozen is never collected, so an
-object of startup that later becomes cyclic garbage stays in memory; `--no-gc-freeze`
-keeps the collector as it was.
+store opened or being waited for), the worker collects garbage once and freezes what is
+left (`gc.freeze`): CPython's full collections then no longer walk the objects of startup
+(FastMCP, pydantic, the MCP SDK, the store's driver, the server's own modules), which
+under load made every worker spend tens of milliseconds a collection re-reading them.
+What is frozen is never collected, so an object of startup that later becomes cyclic
+garbage (of a task it had taken by then, too) stays in memory; `--no-gc-freeze` keeps
+the collector as it was. The startup line is printed after the freeze.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ connection: one send, one read, one commit.
 The statements of a batch run in one transaction (BEGIN travels with the first, COMMIT
 with the last: still one round trip; a batch of reads only needs none), so each sees
 those before it, as it would have one after the other, and they commit together. That is the
-saving on the server too: one commit, one WAL flush, for the batch. Which they do not
+saving on the server too: one commit, one WAL flush, for the batch, and one notification
+for its creations (`postgres.created_notes`: a last statement sends it). Which they do not
 share is failure: a statement the server refuses, or whose parameters psycopg cannot
 send, rolls the batch back before anything commits, and then every call of it is made
 again by its caller alone (`ALONE`), so only the statement at fault fails, with its own
@@ -43,16 +44,18 @@ import asyncio
 import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import AsyncConnection
 
 from fastmcp_tasks.stores.call_batching import ALONE, CallBatcher
 from fastmcp_tasks.stores.postgres.caps_batched import BATCH_CREATES, batched_create
-from fastmcp_tasks.stores.postgres.created_notes import SHARED, deferred, flush
+from fastmcp_tasks.stores.postgres.created_notes import deferred, flush
 from fastmcp_tasks.stores.postgres.liveness import returns_rows
-from fastmcp_tasks.stores.postgres.sql import Statements
+
+if TYPE_CHECKING:
+    from fastmcp_tasks.stores.postgres.sql import Statements
 
 Row = tuple[Any, ...]
 Params = Sequence[Any] | Mapping[str, Any]
@@ -70,7 +73,8 @@ class PostgresCalls:
         timeout: the bound of one batch, seconds.
         prepare: psycopg's `prepare` for each statement.
         stats: the store's counters: each statement adds one to `"statements"`, and each
-            statement that shared a round trip with another one to `"batched"`.
+            statement that shared a round trip with another one to `"batched"` (a batch's
+            creations' one notification is such a statement).
         sql: the store's statements: its schema (a capped create in a batch calls its
             `CAPS_CHECK_BATCHED`) and its channel (a batch's creations notify it once,
             `postgres.created_notes`).
@@ -112,10 +116,11 @@ class PostgresCalls:
     async def _send(self, batch: list[Statement]) -> list[Any]:
         outcomes: list[Any] = [ALONE] * len(batch)
         sent = sorted(range(len(batch)), key=lambda i: _lock_order(batch[i]))
-        texts, shared = self._texts([batch[i] for i in sent])
+        texts, notify = self._texts([batch[i] for i in sent])
+        statements = len(sent) + int(notify)  # the creations' notification is one more
         stats = self._stats
-        stats["statements"] += len(sent) + shared  # sent, and made again if refused
-        stats["batched"] = stats.get("batched", 0) + len(sent) + shared - 1  # one round trip
+        stats["statements"] += statements  # sent, and made again if the batch is refused
+        stats["batched"] = stats.get("batched", 0) + statements - 1  # one round trip
         writes = not all(batch[i][2] for i in sent)
         async with asyncio.timeout(self._timeout), self._connection() as conn:
             try:  # reads alone need no transaction of their own: nothing to commit
@@ -124,7 +129,7 @@ class PostgresCalls:
                         await conn.execute(text, batch[i][1], prepare=self._prepare)
                         for text, i in zip(texts, sent, strict=True)
                     ]
-                    if shared:  # the creations' one notification, at commit
+                    if notify:  # the creations' one notification, at commit
                         await conn.execute(flush(self._channel), prepare=self._prepare)
             except psycopg.Error as exc:
                 if conn.closed or conn.broken:  # the connection, not a statement
@@ -139,9 +144,9 @@ class PostgresCalls:
 
     def _texts(self, statements: list[Statement]) -> tuple[list[str], bool]:
         """The SQL each statement is sent as in a batch: a capped create's calls
-        `CAPS_CHECK_BATCHED` (`postgres.caps_batched`); with more than one creation, up to
-        `SHARED` of them defer their notification to one at the batch's end
-        (`postgres.created_notes`), and then whether that flush is due."""
+        `CAPS_CHECK_BATCHED` (`postgres.caps_batched`); with more than one creation, each
+        defers its notification to one at the batch's end (`postgres.created_notes`), and
+        then whether that notification (`flush`) is due."""
         texts = [
             _batched(query, self._schema) if capped else query
             for query, _, _, capped, _ in statements
@@ -149,11 +154,9 @@ class PostgresCalls:
         deferrals = [deferred(text, self._channel) for text in texts]
         if sum(text is not None for text in deferrals) < 2:
             return texts, False
-        shared = 0
-        for k, text in enumerate(deferrals):
-            if text is not None and shared < SHARED:
-                texts[k], shared = text, shared + 1
-        return texts, True
+        return [
+            text if later is None else later for text, later in zip(texts, deferrals, strict=True)
+        ], True
 
     async def close(self) -> None:
         """Fail what is queued; the store closes."""

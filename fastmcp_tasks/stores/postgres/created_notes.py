@@ -10,9 +10,8 @@ a transaction-local setting (`SETTING`, `deferred`) instead of notifying, and on
 statement at the end of the batch (`flush`) notifies them together: their seqs,
 comma-separated, then the creation marker (`feed_parts.Heard` reads both forms). It is
 delivered at commit, as each of theirs was; a refused batch commits nothing, and its
-creations are made again alone, each notifying for itself. Up to `SHARED` creations
-share a notification (its payload stays far below PostgreSQL's 8,000 bytes); the rest of
-a larger batch notify alone.
+creations are made again alone, each notifying for itself. A batch holds at most
+`call_batching.LARGEST_BATCH` calls, so the payload stays below PostgreSQL's 8,000 bytes.
 
 A reader of a version from before this reads no seq in such a payload and ignores it (as
 it does the open-time probe's): its runners find those tasks by the next notification
@@ -23,12 +22,13 @@ from __future__ import annotations
 
 import functools
 
+from fastmcp_tasks.stores.call_batching import LARGEST_BATCH
 from fastmcp_tasks.stores.postgres.feed_parts import QUEUED_ONLY
 
 #: The transaction-local setting a batch's creations append their seqs to.
 SETTING = "fastmcp_tasks.created"
-#: Creations one notification carries at most (each seq up to 20 digits and a comma).
-SHARED = 200
+#: A bigint seq has at most 19 digits; with its comma, a batch's list fits a payload.
+assert LARGEST_BATCH * 20 + len(QUEUED_ONLY) < 8000
 
 
 def created(channel: str) -> str:
@@ -66,4 +66,4 @@ def flush(channel: str) -> str:
     )
 
 
-__all__ = ["SETTING", "SHARED", "created", "deferred", "flush"]
+__all__ = ["SETTING", "created", "deferred", "flush"]

@@ -2,17 +2,17 @@
 
 Every change is a row of the `changes` table, inserted by the statement that makes the
 change, which also calls `pg_notify` on the store's channel with the highest `seq` it
-wrote (delivered at commit). `PostgresChangeFeed` keeps ONE reader per store instance,
-from its first subscriber until `close`: a dedicated connection (`listen_url`, or the
-store's URL; a session, never a transaction-mode pooler) that LISTENs and, on each
-notification whose `seq` is past its watermark, reads the rows past the watermark in
-`seq` order and hands them to every in-process subscriber whose filters select them. A
-quiet notification (its rows are all of kinds no task engine waits for:
-`feed_parts.WAKING_KINDS`) is read only while a subscriber wants such kinds; its rows
-are read with the next notification that is, or `QUIET_LAG` after the last read at the
-latest. A notification only says "read": one lost or coalesced loses nothing, since
-the rows are read by watermark. While nothing happens the reader reads once every
-`keep_up` at most (TCP keepalives watch the idle connection).
+wrote (at commit; a batch's creations list theirs in one, `created_notes`).
+`PostgresChangeFeed` keeps ONE reader per store instance, from its first subscriber until
+`close`: a dedicated connection (`listen_url`, or the store's URL; a session, never a
+transaction-mode pooler) that LISTENs and, on each notification whose `seq` is past its
+watermark, reads the rows past the watermark in `seq` order and hands them to every
+in-process subscriber whose filters select them. A quiet notification (its rows are all of
+kinds no task engine waits for: `feed_parts.WAKING_KINDS`) is read only while a subscriber
+wants such kinds; its rows are read with the next notification that is, or `QUIET_LAG`
+after the last read at the latest. A notification only says "read": one lost or coalesced
+loses nothing, since the rows are read by watermark. While nothing happens the reader
+reads once every `keep_up` at most (TCP keepalives watch the idle connection).
 
 Commit order. `seq` is taken when a row is inserted, so a transaction that took
 `seq` 10 may commit after one that took 11. The reader never skips a missing

@@ -9,7 +9,8 @@ A change statement notifies with the highest `seq` it wrote (`postgres.sql`), fo
 are only new tasks' `queued` rows (a creation's: `QUEUED_ONLY`). `int()` ignores that
 space, so a reader from before it takes such a notification as any waking one. The
 creations of one batch of statements notify once, their seqs comma-separated before that
-space (`postgres.created_notes`).
+space (`postgres.created_notes`); a reader from before that reads no seq in it and
+ignores it.
 """
 
 from __future__ import annotations
@@ -87,7 +88,8 @@ class Heard:
 class Announced:
     """The seqs of creations whose `NEW_TASKS` went out before their rows were read.
 
-    A creation statement writes one `queued` row and notifies its seq (`QUEUED_ONLY`):
+    A creation statement writes one `queued` row and notifies its seq (`QUEUED_ONLY`; a
+    batch's creations notify their seqs together):
     a runners-only reader hands its runners `NEW_TASKS` at once and reads the row later
     (`postgres.feed`). The row then tells a runner nothing it was not told (a `queued`
     change of a new task: a claim round), so it is not handed to the subscribers that

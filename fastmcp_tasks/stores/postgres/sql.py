@@ -14,11 +14,11 @@ append to the task's history (`postgres.operations_sql`).
 
 A change statement notifies the store's channel (`channel`) once, with the highest
 `seq` it wrote, followed by ` quiet` when none of its rows is of a `WAKING_KINDS` kind
-(a creation's by `QUEUED_ONLY`: its rows are only new tasks' `queued` rows; a batch's
-creations share one, `postgres.created_notes`), and a
-quiet one only while some reader wants them (`postgres.quiet_readers`); the feed reads
-the rows themselves (`postgres.feed`), and a reader none of whose subscribers wants
-other kinds reads nothing on a quiet notification.
+(a creation's by `QUEUED_ONLY`: its rows are only new tasks' `queued` rows; the
+creations of one batch of statements share one notification instead,
+`postgres.created_notes`), and a quiet one only while some reader wants them
+(`postgres.quiet_readers`); the feed reads the rows themselves (`postgres.feed`), and a
+reader none of whose subscribers wants other kinds reads nothing on a quiet notification.
 """
 
 from __future__ import annotations
