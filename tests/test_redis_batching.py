@@ -11,7 +11,9 @@ store contract's (`ConcurrencyContract`); the NOSCRIPT and outage tests run a pr
 from __future__ import annotations
 
 import functools
+import gc
 import time
+import warnings
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -327,3 +329,25 @@ async def test_closing_under_a_call_made_alone_fails_it_as_a_store_error(
                     await anyio.sleep(0.01)
                 await store.close()  # (sent or not yet: either way a connection error)
     assert len(outcome) == 1 and isinstance(outcome[0], StoreError), outcome
+
+
+async def test_a_closed_store_leaves_no_client_for_the_collector_to_warn_of() -> None:
+    """A call made alone holds the store's own connection; `close` lets it go, so no
+    redis-py client is found unclosed when the store is collected (it printed "Unclosed
+    Redis client" and warned, once per store, in every process that closed one)."""
+    store = redis_store()
+    assert isinstance(store, RedisTaskStore)
+    await store.open()
+    with anyio.fail_after(10):
+        task = make_record()
+        await store.create(task)  # alone: on the own connection
+        assert await store.get(task.task_id) is not None
+        own = store._batched()._own
+        assert own.connection is not None  # held, as between calls
+        await store.close()
+    assert own.connection is None
+    del store, own
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gc.collect()
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)], caught

@@ -161,10 +161,13 @@ class RedisCalls:
     async def close(self) -> None:
         """Fail what is queued and close the own connection; the store closes. A call on it
         still in flight fails with a connection error (the connection is closed under it,
-        never given back while in use)."""
+        never given back while in use). The own client then holds no connection, so the
+        garbage collector finds no client left open to warn of ("Unclosed client"); a call
+        still on it gives the closed connection back to the pool itself, once."""
         self._closed = True
         await self._batcher.close()
         await self._own_pool.disconnect()
+        self._own.connection = None
 
 
 async def _round_trip(connection: AbstractConnection, command: tuple[Any, ...]) -> Any:
