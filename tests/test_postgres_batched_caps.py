@@ -232,8 +232,9 @@ async def test_capped_creates_ride_together_with_reads_each_made_once(
     records = [make_record(owner="alice") for _ in range(BATCH_CREATES + 2)]
     caps = ActiveCaps(total=100_000, per_owner=100_000)
     statements, batched = await create_beside_a_read(store, records, caps)
-    assert batched == BATCH_CREATES  # the read and 8 creates: one round trip
-    assert statements == 1 + len(records)  # none made again
+    # the read, 8 creates and their one notification (`created_notes`): one round trip
+    assert batched == BATCH_CREATES + 1
+    assert statements == 1 + len(records) + 1  # none made again
 
 
 async def create_beside_a_read(
@@ -273,5 +274,6 @@ async def test_with_every_batch_slot_taken_a_batchs_second_capped_create_is_made
     finally:
         for holder in holders:
             await holder.close()
-    assert batched == len(records)  # the read and 3 creates: one round trip
-    assert statements == 4 + 2  # two made again alone
+    # the read, 3 creates and their one notification (`created_notes`): one round trip
+    assert batched == len(records) + 1
+    assert statements == 5 + 2  # two made again alone
