@@ -163,7 +163,8 @@ class RedisCalls:
         still in flight fails with a connection error (the connection is closed under it,
         never given back while in use). The own client then holds no connection, so the
         garbage collector finds no client left open to warn of ("Unclosed client"); a call
-        still on it gives the closed connection back to the pool itself, once."""
+        still on it through the client gives the closed connection back to the pool itself,
+        once (a script sent on the connection directly gives nothing back)."""
         self._closed = True
         await self._batcher.close()
         await self._own_pool.disconnect()
