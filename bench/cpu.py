@@ -6,7 +6,11 @@ SQLite file, a Redis prefix, a PostgreSQL schema: `bench.server.store_url`), a f
 in a process of its own (`python -m bench.cpu_app PORT`, Streamable HTTP; on the memory
 store with `concurrency` > 0 and no workers, on a durable store with `concurrency=0`)
 and `--workers` worker processes (`python -m fastmcp_tasks worker bench/cpu_app.py:mcp`).
-After a warm-up it runs, with `--callers` callers on keep-alive connections of their own:
+After a warm-up of the same size (`--tasks` sync calls and `--tasks` tasks, so that every
+process's connection pool has grown to what the run needs and every pooled connection has
+prepared and planned its statements: the measured phases then hold what each further
+task costs, not what a process pays once), it runs, with `--callers` callers on
+keep-alive connections of their own:
 
 - the **sync** phase: `--tasks` plain `tools/call`s of `echo` (no tasks opt-in);
 - the **task** phase: `--tasks` task-creating `tools/call`s of `echo`, an untimed wait
@@ -277,7 +281,7 @@ async def run_config(
                 await proc.ready()
             callers = [Caller(front.port) for _ in range(cfg.callers)]
             meter = Meter(store, url, front, procs, ops)
-            warm = min(200, n)
+            warm = n  # a steady state first: pools grown, statements planned (module doc)
             await fan(callers, list(range(warm)), sync_call)
             await task_phase(callers, warm, store, url, meter, None)
             halves = [n // 2, n - n // 2]
