@@ -2,10 +2,11 @@
 
 On PostgreSQL every worker's `LISTEN` reader is woken by every new task, and would wake
 its runner to claim up to once per window: a pool of four made about three times the
-wake-ups and claim rounds of one worker. The heartbeat counts the live workers of the
-application once a worker claims, and the store paces the worker's reader by that count
-(`space_wakes`). A store with no reader to pace (SQLite) or that shares its wake-ups out
-(Redis) reads no count.
+wake-ups and claim rounds of one worker. The heartbeat lists the live workers of the
+application once a worker claims; the first of them by id (the primary) keeps a lone
+worker's pace and the store paces the others' readers by the count (`space_wakes`). A
+store with no reader to pace (SQLite) or that shares its wake-ups out (Redis) reads no
+count.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ pytestmark = pytest.mark.anyio
 
 
 def a_watcher(store: object = None, app: str | None = "shop") -> ChangeWatcher:
-    return ChangeWatcher(SimpleNamespace(store=store, app=app))  # type: ignore[arg-type]
+    runner = SimpleNamespace(store=store, app=app, owner="me")
+    return ChangeWatcher(runner)  # type: ignore[arg-type]
 
 
 def worker(worker_id: str, app: str | None = "shop", **fields: Any) -> WorkerInfo:
@@ -76,12 +78,18 @@ def test_peers_are_the_live_workers_of_the_application_that_run_tasks() -> None:
         worker("gone", last_seen=now - 600),
     ]
     watcher.count_peers(listed, now)
-    assert watcher.peers == 3
+    assert (watcher.peers, watcher.primary) == (3, False)  # "b" comes first
+    assert watcher.pace() == pytest.approx(2 * 3 * QUEUE_BATCH_SECONDS)
     watcher.count_peers([], now)  # a listing without itself (a store that lost it): one
-    assert watcher.peers == 1
+    assert (watcher.peers, watcher.primary) == (1, True)
+    assert watcher.pace() == QUEUE_BATCH_SECONDS
     watcher.count_peers(listed, now)
     watcher.count_peers(None, now)  # the listing failed: the count stands
-    assert watcher.peers == 3
+    assert (watcher.peers, watcher.primary) == (3, False)
+    # the first by id among the live ones, whatever order the listing has, is the primary
+    watcher.count_peers([worker("x"), worker("me"), worker("a", stopped=True)], now)
+    assert (watcher.peers, watcher.primary) == (2, True)
+    assert watcher.pace() == QUEUE_BATCH_SECONDS
 
 
 class CountingStore:
@@ -168,22 +176,31 @@ async def test_the_first_claim_round_has_the_peers_counted_at_once(
 async def test_postgres_wakes_a_worker_no_more_often_than_the_pool_needs(
     postgres: PostgresTaskStore,
 ) -> None:
-    """Every worker's reader hears every new task: with peers it waits `peers` windows
-    between two wake-ups (`space_wakes`), never less than its own spacing."""
+    """Every worker's reader hears every new task: a secondary waits twice `peers`
+    windows between two wake-ups (`space_wakes`), at most the longest claim window; the
+    primary keeps a lone worker's spacing, and a secondary whose primary said goodbye
+    takes its place at the next count."""
     heart, watcher = beating(postgres)
     with anyio.fail_after(10):
         for name in ("b", "c"):
             await postgres.beat(worker(name))
         watcher.claimed(1)
         await heart.beat()
-    assert watcher.peers == 3
-    assert postgres._feed.wake_spacing == pytest.approx(3 * QUEUE_BATCH_SECONDS)
-    for name in "defghijk":  # a large pool: at most the longest claim window
-        await postgres.beat(worker(name))
-    watcher.claimed(1)
-    await heart.beat()
-    assert postgres._feed.wake_spacing == pytest.approx(QUEUE_BATCH_MAX_SECONDS)
-    postgres.space_wakes(0.0)
+        assert (watcher.peers, watcher.primary) == (3, False)
+        assert postgres._feed.wake_spacing == pytest.approx(2 * 3 * QUEUE_BATCH_SECONDS)
+        for name in "defghijk":  # a large pool: at most the longest claim window
+            await postgres.beat(worker(name))
+        watcher.claimed(1)
+        await heart.beat()
+        assert postgres._feed.wake_spacing == pytest.approx(QUEUE_BATCH_MAX_SECONDS)
+        for name in "bcdefghijk":  # all the others stop: "me" is first, then alone
+            await postgres.beat(worker(name, stopped=True))
+        await postgres.beat(worker("z"))
+        watcher.claimed(1)
+        await heart.beat()
+        assert (watcher.peers, watcher.primary) == (2, True)
+        assert postgres._feed.wake_spacing == WAKE_SPACING
+    postgres.space_wakes(0.0)  # never less than the reader's own spacing
     assert postgres._feed.wake_spacing == WAKE_SPACING
 
 

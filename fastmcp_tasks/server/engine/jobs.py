@@ -139,6 +139,7 @@ class WatchedRunner(Protocol):
     store: TaskStore
     health: HealthMonitor
     inputs: InputBroker
+    owner: str
     app: str | None
     queue_poll: float
 

@@ -25,18 +25,23 @@ and the safety poll is unchanged.
 
 Peers. On PostgreSQL every worker's `LISTEN` reader is woken by every new task, and
 would wake its runner up to once per window, so a pool of four made about three times
-the claim rounds of one worker, each round taking a share of what one would have.
-Such a store paces its reader (`space_wakes`): the worker heartbeat counts the live
-workers of the application (`peers`, `count_peers`) at the worker's first claim round
-and then at each beat after which it claimed (an idle worker reads nothing), and the
-reader then waits up to `peers` windows (at most `QUEUE_BATCH_MAX_SECONDS`; less by up
-to half at random, so that the workers' claims interleave) between two waits for
-notifications. The pool wakes and claims far less
-often, each claim taking more; a notification after a pause that long is still handled
-at once, and a freed slot while tasks wait claims after one window as before.
-Cancel requests and answers share the reader, so under a busy queue they reach a
-worker up to that pace later. A store without such a reader (SQLite, whose workers
-poll; Redis, which shares wake-ups out) is never told, and no count is read for it.
+the claim rounds of one worker, each round taking a share of what one would have and
+many finding nothing. Such a store paces its reader (`space_wakes`): the worker heartbeat
+lists the live workers of the application (`peers`, `count_peers`) at the worker's first
+claim round and then at each beat after which it claimed (an idle worker reads nothing).
+The first of them by worker id (`primary`: every worker reading the same listing names
+the same one) keeps a lone worker's pace and takes a busy queue as it comes; each other
+one (a secondary) waits up to twice `peers` windows (at most `QUEUE_BATCH_MAX_SECONDS`;
+less by up to half at random, so that their claims interleave) between two waits for
+notifications, and takes what the primary leaves: the tasks beyond its free slots, or all
+of them while it is gone and still listed (a stopped worker says goodbye; a killed one
+drops out of the listing within `WorkerInfo.gone_after`). The pool wakes and claims far
+less often, each claim taking more; a notification after a pause that long is still
+handled at once by every worker, and a freed slot while tasks wait claims after one
+window as before. Cancel requests and answers share the reader, so under a busy queue
+they reach a secondary up to its pace later. A store without such a reader (SQLite,
+whose workers poll; Redis, which shares wake-ups out) is never told, and no count is
+read for it.
 """
 
 from __future__ import annotations
@@ -78,6 +83,7 @@ class ChangeWatcher:
         self.window = QUEUE_BATCH_SECONDS  # how long wake-ups gather (see `claimed`)
         self._room = anyio.Event()  # set when this worker's room may have changed
         self.peers = 1  # live workers of the application, this one included (`count_peers`)
+        self.primary = True  # the first of them by worker id (module doc: peers)
         self._claimed = False  # a claim round ran since the last count
         self._counted = False
         self.first_claim = anyio.Event()  # the first claim round, before any count
@@ -171,17 +177,29 @@ class ChangeWatcher:
         return self._claimed and self._pacer() is not None
 
     def count_peers(self, workers: list[WorkerInfo] | None, now: float) -> None:
-        """The live workers of this application that run tasks, this one included, and
-        the reader's pace that follows; `None`: the listing failed (the count stands)."""
+        """The live workers of this application that run tasks, this one included, whether
+        this one is the first of them (`primary`), and the reader's pace that follows
+        (`pace`); `None`: the listing failed (the count stands)."""
         if workers is not None:
             app = self.runner.app
-            live = sum(1 for w in workers if w.app == app and w.concurrency > 0 and w.alive(now))
-            self.peers = max(1, live)
+            live = sorted(
+                w.worker_id for w in workers if w.app == app and w.concurrency > 0 and w.alive(now)
+            )
+            self.peers = max(1, len(live))
+            self.primary = not live or live[0] == self.runner.owner
             if (space := self._pacer()) is not None:
-                space(min(QUEUE_BATCH_SECONDS * self.peers, QUEUE_BATCH_MAX_SECONDS))
+                space(self.pace())
         self._claimed = False
         if not self._counted:
             self._counted, self.first_claim = True, anyio.Event()
+
+    def pace(self) -> float:
+        """Seconds the reader lets pass between two wake-ups of this worker (module doc):
+        one window for a lone worker and a pool's primary, twice `peers` windows (at most
+        `QUEUE_BATCH_MAX_SECONDS`) for the others."""
+        if self.primary or self.peers == 1:
+            return QUEUE_BATCH_SECONDS
+        return min(2 * QUEUE_BATCH_SECONDS * self.peers, QUEUE_BATCH_MAX_SECONDS)
 
     def slot_freed(self) -> None:
         if self.more_queued:

@@ -329,8 +329,8 @@ class PostgresTaskStore(
     def space_wakes(self, seconds: float) -> None:
         """Let the change feed wake this process's runners once per `seconds` at most
         (never less than `feed.WAKE_SPACING`; the reader takes up to half off at random):
-        its workers share a busy queue with others (`server.engine.watcher`: peers). One
-        pace per store instance: its last caller's."""
+        its workers share a busy queue with others and are not their primary
+        (`server.engine.watcher`: peers). One pace per store instance: its last caller's."""
         self._feed.wake_spacing = max(WAKE_SPACING, seconds)
 
     async def _newest_change(self) -> int:
