@@ -86,6 +86,9 @@ def test_peers_are_the_live_workers_of_the_application_that_run_tasks() -> None:
     watcher.count_peers(listed, now)
     watcher.count_peers(None, now)  # the listing failed: the count stands
     assert (watcher.peers, watcher.primary) == (3, False)
+    watcher.count_peers([worker("b"), worker("c")], now)  # others, itself not listed (yet)
+    assert (watcher.peers, watcher.primary) == (2, False)
+    assert watcher.pace() == pytest.approx(2 * 2 * QUEUE_BATCH_SECONDS)
     # the first by id among the live ones, whatever order the listing has, is the primary
     watcher.count_peers([worker("x"), worker("me"), worker("a", stopped=True)], now)
     assert (watcher.peers, watcher.primary) == (2, True)
@@ -202,6 +205,28 @@ async def test_postgres_wakes_a_worker_no_more_often_than_the_pool_needs(
         assert postgres._feed.wake_spacing == WAKE_SPACING
     postgres.space_wakes(0.0)  # never less than the reader's own spacing
     assert postgres._feed.wake_spacing == WAKE_SPACING
+
+
+async def test_runners_sharing_a_store_are_woken_at_the_pace_of_the_quickest(
+    postgres: PostgresTaskStore,
+) -> None:
+    """One process may run several runners on one store instance, whose one reader wakes
+    them all: a pool's primary among them keeps its pace beside a secondary, whichever
+    of them counted last."""
+    primary, secondary = a_watcher(postgres), a_watcher(postgres)
+    primary.runner.owner = "a"  # type: ignore[attr-defined]
+    now = time.time()
+    listed = [worker("me"), worker("a"), worker("z")]
+    for first, then in ((primary, secondary), (secondary, primary)):
+        first.count_peers(listed, now)
+        then.count_peers(listed, now)
+        assert (primary.primary, secondary.primary) == (True, False)
+        assert postgres._feed.wake_spacing == WAKE_SPACING
+    listed.append(worker("0"))  # a worker with a smaller id joins: both are secondaries
+    primary.count_peers(listed, now)  # the other still asks for its pace among three
+    assert postgres._feed.wake_spacing == pytest.approx(2 * 3 * QUEUE_BATCH_SECONDS)
+    secondary.count_peers(listed, now)
+    assert postgres._feed.wake_spacing == pytest.approx(QUEUE_BATCH_MAX_SECONDS)
 
 
 async def test_a_failed_listing_keeps_the_count_and_the_beat_pace(

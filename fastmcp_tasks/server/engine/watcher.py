@@ -34,8 +34,8 @@ the same one) keeps a lone worker's pace and takes a busy queue as it comes; eac
 one (a secondary) waits up to twice `peers` windows (at most `QUEUE_BATCH_MAX_SECONDS`;
 less by up to half at random, so that their claims interleave) between two waits for
 notifications, and takes what the primary leaves: the tasks beyond its free slots, or all
-of them while it is gone and still listed (a stopped worker says goodbye; a killed one
-drops out of the listing within `WorkerInfo.gone_after`). The pool wakes and claims far
+of them while the primary takes none (full; draining at shutdown, until its goodbye; or
+killed and still listed, up to `WorkerInfo.gone_after`). The pool wakes and claims far
 less often, each claim taking more; a notification after a pause that long is still
 handled at once by every worker, and a freed slot while tasks wait claims after one
 window as before. Cancel requests and answers share the reader, so under a busy queue
@@ -87,7 +87,7 @@ class ChangeWatcher:
         self._claimed = False  # a claim round ran since the last count
         self._counted = False
         self.first_claim = anyio.Event()  # the first claim round, before any count
-        self._pace: Callable[[float], None] | Literal[False] | None = False  # `_pacer`
+        self._pace: Callable[[float, str], None] | Literal[False] | None = False  # `_pacer`
 
     async def follow(self) -> None:
         """One subscription: reconcile, then apply changes until the feed ends or fails."""
@@ -162,7 +162,7 @@ class ChangeWatcher:
         else:
             self.window = min(self.window * 2, QUEUE_BATCH_MAX_SECONDS)
 
-    def _pacer(self) -> Callable[[float], None] | None:
+    def _pacer(self) -> Callable[[float, str], None] | None:
         """The store's `space_wakes` (module doc: peers), or `None` (a store without a
         reader to pace, or one that shares its wake-ups out); looked up once, since a
         claim round on a store without one asks every time."""
@@ -188,7 +188,7 @@ class ChangeWatcher:
             self.peers = max(1, len(live))
             self.primary = not live or live[0] == self.runner.owner
             if (space := self._pacer()) is not None:
-                space(self.pace())
+                space(self.pace(), self.runner.owner)
         self._claimed = False
         if not self._counted:
             self._counted, self.first_claim = True, anyio.Event()

@@ -43,9 +43,9 @@ task when it is created; when read, such a row goes only to the subscribers that
 not told (`feed_parts.Announced`), so a runner does not act on a creation twice.
 
 While every subscriber wants only waking kinds (a runner), the reader waits for
-notifications once per `wake_spacing` at most (`WAKE_SPACING`; more for a worker that is
-not its pool's primary, `space_wakes`, less by up to half at random); one after a pause
-that long is handled at once.
+notifications once per `wake_spacing` at most (`WAKE_SPACING`; more while none of the
+process's runners is its pool's primary, `space_wakes`, less by up to half at random);
+one after a pause that long is handled at once.
 
 Subscribing. A new subscription waits (up to the store's `timeout`) for the reader
 to be listening, then reads the newest `seq` through the pool and receives exactly

@@ -326,12 +326,20 @@ class PostgresTaskStore(
         self._require()
         return self._feed.subscribe(task_ids, kinds, self._newest_change)
 
-    def space_wakes(self, seconds: float) -> None:
-        """Let the change feed wake this process's runners once per `seconds` at most
+    def space_wakes(self, seconds: float, runner: str = "") -> None:
+        """Let the change feed wake `runner` (its lease owner id) once per `seconds` at most
         (never less than `feed.WAKE_SPACING`; the reader takes up to half off at random):
-        its workers share a busy queue with others and are not their primary
-        (`server.engine.watcher`: peers). One pace per store instance: its last caller's."""
-        self._feed.wake_spacing = max(WAKE_SPACING, seconds)
+        its workers share a busy queue with others and it is not their primary
+        (`server.engine.watcher`: peers). The store instance has one reader for all its
+        runners, which wakes them at the shortest pace any of them asked for, so that a
+        primary sharing the instance with a secondary keeps its own pace."""
+        self._wake_paces[runner] = max(WAKE_SPACING, seconds)
+        self._feed.wake_spacing = min(self._wake_paces.values())
+
+    @functools.cached_property
+    def _wake_paces(self) -> dict[str, float]:
+        """Each runner's last pace (`space_wakes`): one entry per runner of the instance."""
+        return {}
 
     async def _newest_change(self) -> int:
         rows = await self._query(self.sql.last_seq, read=True)
