@@ -4,9 +4,9 @@ On PostgreSQL every worker's `LISTEN` reader is woken by every new task, and wou
 its runner to claim up to once per window: a pool of four made about three times the
 wake-ups and claim rounds of one worker. The heartbeat lists the live workers of the
 application once a worker claims; the first of them by id (the primary) keeps a lone
-worker's pace and the store paces the others' readers by the count (`space_wakes`). A
-store with no reader to pace (SQLite) or that shares its wake-ups out (Redis) reads no
-count.
+worker's pace and the store paces the others' readers by the count (`space_wakes`),
+slower while the others keep up. A store with no reader to pace (SQLite) or that shares
+its wake-ups out (Redis) reads no count.
 """
 
 from __future__ import annotations
@@ -23,9 +23,12 @@ import pytest
 
 from fastmcp_tasks.errors import StoreError
 from fastmcp_tasks.server.engine.heartbeat import WorkerHeartbeat
+from fastmcp_tasks.server.engine.leases import LeaseKeeper
 from fastmcp_tasks.server.engine.watcher import (
+    LEFT_WAITING_SECONDS,
     QUEUE_BATCH_MAX_SECONDS,
     QUEUE_BATCH_SECONDS,
+    SECONDARY_PACE_MAX_SECONDS,
     WATCHED,
     ChangeWatcher,
 )
@@ -93,6 +96,148 @@ def test_peers_are_the_live_workers_of_the_application_that_run_tasks() -> None:
     watcher.count_peers([worker("x"), worker("me"), worker("a", stopped=True)], now)
     assert (watcher.peers, watcher.primary) == (2, True)
     assert watcher.pace() == QUEUE_BATCH_SECONDS
+
+
+class Pacing:
+    """A store with a reader to pace, whose every `space_wakes` is recorded."""
+
+    def __init__(self) -> None:
+        self.paces: list[float] = []
+
+    def space_wakes(self, seconds: float, runner: str = "") -> None:
+        self.paces.append(seconds)
+
+
+def claim_round(watcher: ChangeWatcher, taken: int, filled: bool, waited: float = 0.0) -> None:
+    """What `take_queued` tells the watcher after a round (`filled`: it took as many tasks
+    as it had free slots; `waited`: how long ago the oldest it took was created)."""
+    watcher.more_queued = filled
+    watcher.claimed(taken, waited=waited)
+
+
+def secondary_of_three(store: Pacing) -> ChangeWatcher:
+    watcher = a_watcher(store)
+    watcher.count_peers([worker("a"), worker("me"), worker("z")], time.time())
+    assert not watcher.primary
+    return watcher
+
+
+BASE = 2 * 3 * QUEUE_BATCH_SECONDS  # a secondary's pace among three
+
+
+def test_a_secondary_slows_while_the_others_keep_up() -> None:
+    """Rounds that find fewer tasks than free slots, each just created: the pace doubles
+    up to `SECONDARY_PACE_MAX_SECONDS` and stays there, through a beat too."""
+    store = Pacing()
+    watcher = secondary_of_three(store)
+    assert store.paces == [pytest.approx(BASE)]
+    for taken in (3, 1, 0, 2):  # some or none, never as many as it could take
+        claim_round(watcher, taken, filled=False, waited=0.01)
+    slowest = SECONDARY_PACE_MAX_SECONDS
+    assert store.paces == [pytest.approx(p) for p in (BASE, 2 * BASE, 4 * BASE, slowest)]
+    for _ in range(2_000):  # bounded: no further doubling once at the slowest
+        claim_round(watcher, 0, filled=False)
+    assert (watcher.pace(), watcher.spared, len(store.paces)) == (slowest, 3, 4)
+    watcher.count_peers([worker("a"), worker("me"), worker("z")], time.time())
+    assert watcher.pace() == store.paces[-1] == slowest  # a beat keeps it
+
+
+@pytest.mark.parametrize(
+    ("filled", "waited"),
+    [(True, 0.0), (False, LEFT_WAITING_SECONDS)],
+    ids=["the queue holds more than it can take", "nobody else took a task it took"],
+)
+def test_a_secondary_is_back_at_its_pace_once_it_is_needed(filled: bool, waited: float) -> None:
+    """A round that fills every free slot, or takes a task that waited long enough that
+    nobody else is taking them (the primary is full, draining or gone), brings a slowed
+    secondary back to its pace at once; a round after that which is not needed slows it
+    again."""
+    store = Pacing()
+    watcher = secondary_of_three(store)
+    for _ in range(3):
+        claim_round(watcher, 1, filled=False)
+    assert watcher.pace() == SECONDARY_PACE_MAX_SECONDS
+    claim_round(watcher, 2, filled=filled, waited=waited)
+    assert watcher.pace() == store.paces[-1] == pytest.approx(BASE)
+    claim_round(watcher, 2, filled=filled, waited=waited)  # needed still: nothing to set
+    assert len(store.paces) == 5
+    claim_round(watcher, 2, filled=False, waited=LEFT_WAITING_SECONDS / 2)
+    assert store.paces[-1] == pytest.approx(2 * BASE)
+
+
+def test_the_primary_and_a_lone_worker_never_slow() -> None:
+    """A secondary that becomes the primary takes a lone worker's pace, and starts at a
+    secondary's own pace, not the slowed one, should it become one again."""
+    store = Pacing()
+    watcher = secondary_of_three(store)
+    for _ in range(3):
+        claim_round(watcher, 1, filled=False)
+    now = time.time()
+    watcher.count_peers([worker("me"), worker("z")], now)
+    assert watcher.pace() == store.paces[-1] == QUEUE_BATCH_SECONDS
+    for taken in (3, 0, 1):
+        claim_round(watcher, taken, filled=False)
+    assert watcher.pace() == store.paces[-1] == QUEUE_BATCH_SECONDS
+    watcher.count_peers([worker("a"), worker("me"), worker("z")], now)
+    assert watcher.pace() == store.paces[-1] == pytest.approx(BASE)
+    lone = a_watcher(store)
+    lone.count_peers([worker("me")], now)
+    for taken in (3, 0, 1):
+        claim_round(lone, taken, filled=False)
+    assert lone.pace() == QUEUE_BATCH_SECONDS
+
+
+class ScriptedClaims(Pacing):
+    """A paced store whose claim rounds return what the test lines up."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rounds: list[list[Any]] = []
+
+    async def claim_queued(
+        self, owner: str, until: float, limit: int, *, app: str | None = None
+    ) -> list[Any]:
+        return self.rounds.pop(0)[:limit] if self.rounds else []
+
+
+async def test_a_claim_round_tells_the_watcher_whether_it_was_needed() -> None:
+    """Through `take_queued`: fewer than the free slots, just created, slows a secondary;
+    a round that fills the slots, or that takes a task left waiting, does not."""
+    store = ScriptedClaims()
+    slots = [4]
+    runner = SimpleNamespace(
+        store=store,
+        app="shop",
+        owner="me",
+        stopping=False,
+        claiming=set(),
+        missed_cancels=set(),
+        free_slots=lambda: slots[0],
+    )
+    runner.watcher = watcher = secondary_of_three(store)
+    watcher.runner = runner  # type: ignore[assignment]
+    keeper = LeaseKeeper(runner, owner="me", lease_seconds=30.0)
+
+    async def start(record: Any, tools: Any) -> None:
+        slots[0] -= 1  # submitted: it holds a slot
+
+    keeper._start = start  # type: ignore[method-assign]
+
+    def tasks(count: int, age: float = 0.0) -> list[Any]:
+        made = time.time() - age
+        return [SimpleNamespace(task_id=f"t{i}", created_at=made) for i in range(count)]
+
+    async def round_of(*claims: list[Any]) -> float:
+        slots[0] = 4
+        store.rounds = list(claims)
+        assert await keeper.take_queued()
+        return watcher.pace()
+
+    with anyio.fail_after(10):
+        assert await round_of(tasks(2)) == pytest.approx(2 * BASE)
+        assert await round_of(tasks(4)) == pytest.approx(BASE)  # it filled every slot
+        assert await round_of([]) == pytest.approx(2 * BASE)
+        assert await round_of(tasks(1, age=LEFT_WAITING_SECONDS + 1)) == pytest.approx(BASE)
 
 
 class CountingStore:
@@ -193,13 +338,14 @@ async def test_postgres_wakes_a_worker_no_more_often_than_the_pool_needs(
         assert postgres._feed.wake_spacing == pytest.approx(2 * 3 * QUEUE_BATCH_SECONDS)
         for name in "defghijk":  # a large pool: at most the longest claim window
             await postgres.beat(worker(name))
-        watcher.claimed(1)
+        claim_round(watcher, 4, filled=True)  # needed: not slowed (see the test above)
         await heart.beat()
         assert postgres._feed.wake_spacing == pytest.approx(QUEUE_BATCH_MAX_SECONDS)
         for name in "bcdefghijk":  # all the others stop: "me" is first, then alone
             await postgres.beat(worker(name, stopped=True))
         await postgres.beat(worker("z"))
-        watcher.claimed(1)
+        claim_round(watcher, 1, filled=False)  # slower as a secondary: then primary
+        assert postgres._feed.wake_spacing == pytest.approx(2 * QUEUE_BATCH_MAX_SECONDS)
         await heart.beat()
         assert (watcher.peers, watcher.primary) == (2, True)
         assert postgres._feed.wake_spacing == WAKE_SPACING

@@ -230,14 +230,15 @@ class LeaseKeeper:
         (full, or stopping)."""
         runner = self.runner
         taken = 0
+        oldest = float("inf")  # when the oldest task this round took was created
         asked = False
         tools: dict[tuple[str, str | None], Any] = {}  # this round's lookups (`find_tool`)
         while not runner.stopping:  # shutting down: leave them for a live process
             free = runner.free_slots()
             if not free:  # full: look again as soon as a slot frees
                 runner.watcher.more_queued = True
-                if taken:
-                    runner.watcher.claimed(taken)  # it took tasks: the next window is short
+                if taken:  # it took tasks: the next window is short
+                    runner.watcher.claimed(taken, waited=max(0.0, time.time() - oldest))
                 return asked
             if self.lost_claims:
                 await self.reclaim_lost()
@@ -251,8 +252,9 @@ class LeaseKeeper:
                 raise
             runner.watcher.more_queued = len(records) == free
             taken += len(records)
-            if len(records) < free:
-                runner.watcher.claimed(taken)  # the round's last claim: its window
+            oldest = min([oldest, *(record.created_at for record in records)])
+            if len(records) < free:  # the round's last claim: its window
+                runner.watcher.claimed(taken, waited=max(0.0, time.time() - oldest))
             claimed = {record.task_id for record in records}
             runner.claiming |= claimed  # a cancel heard before they are submitted is kept
             try:

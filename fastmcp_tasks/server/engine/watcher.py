@@ -23,25 +23,33 @@ workers that keep losing then claim less often; a task still waits at most one w
 for whichever worker claims next (plus, on PostgreSQL, the reader's pace: peers below),
 and the safety poll is unchanged.
 
-Peers. On PostgreSQL every worker's `LISTEN` reader is woken by every new task, and
-would wake its runner up to once per window, so a pool of four made about three times
-the claim rounds of one worker, each round taking a share of what one would have and
-many finding nothing. Such a store paces its reader (`space_wakes`): the worker heartbeat
-lists the live workers of the application (`peers`, `count_peers`) at the worker's first
-claim round and then at each beat after which it claimed (an idle worker reads nothing).
-The first of them by worker id (`primary`: every worker reading the same listing names
-the same one) keeps a lone worker's pace and takes a busy queue as it comes; each other
-one (a secondary) waits up to twice `peers` windows (at most `QUEUE_BATCH_MAX_SECONDS`;
-less by up to half at random, so that their claims interleave) between two waits for
-notifications, and takes what the primary leaves: the tasks beyond its free slots, or all
-of them while the primary takes none (full; draining at shutdown, until its goodbye; or
-killed and still listed, up to `WorkerInfo.gone_after`). The pool wakes and claims far
-less often, each claim taking more; a notification after a pause that long is still
-handled at once by every worker, and a freed slot while tasks wait claims after one
-window as before. Cancel requests and answers share the reader, so under a busy queue
-they reach a secondary up to its pace later. A store without such a reader (SQLite,
-whose workers poll; Redis, which shares wake-ups out) is never told, and no count is
-read for it.
+Peers. On PostgreSQL every worker's `LISTEN` reader is woken by every new task, and would
+wake its runner up to once per window, so a pool of four made about three times the claim
+rounds of one worker, each round taking a share of what one would have and many finding
+nothing. Such a store paces its reader (`space_wakes`): the worker heartbeat lists the live
+workers of the application (`peers`, `count_peers`) at the worker's first claim round and
+then at each beat after which it claimed (an idle worker reads nothing). The first of them
+by worker id (`primary`: every worker reading the same listing names the same one) keeps a
+lone worker's pace and takes a busy queue as it comes; each other one (a secondary) waits
+up to twice `peers` windows (at most `QUEUE_BATCH_MAX_SECONDS`; less by up to half at
+random, so that their claims interleave) between two waits for notifications, and takes
+what the primary leaves: the tasks beyond its free slots, or all of them while the primary
+takes none (full; draining at shutdown, until its goodbye; or killed and still listed, up
+to `WorkerInfo.gone_after`). While the others keep up, a secondary's claims find fewer
+tasks than it has free slots, each created a moment ago; it then doubles that pace after
+each such round, up to `SECONDARY_PACE_MAX_SECONDS` (`spared`). A round that fills every
+free slot (the queue holds more than it can take) or takes a task created
+`LEFT_WAITING_SECONDS` or more before (nobody else took it: the primary is full, draining
+or gone) brings it back to its pace; so while it is needed, it claims at least every
+`SECONDARY_PACE_MAX_SECONDS`, and mostly much sooner. Four workers under a queue that one
+could nearly keep up with made about two and a half times the claim rounds of one, a third
+or more of them empty; with this, about one and a half times, a fifth of them empty. The
+pool wakes and claims far less often, each claim taking more; a notification after a pause
+that long is still handled at once by every worker, and a freed slot while tasks wait
+claims after one window as before. Cancel requests and answers share the reader, so under a
+busy queue they reach a secondary up to its pace later. A store without such a reader
+(SQLite, whose workers poll; Redis, which shares wake-ups out) is never told, and no count
+is read for it.
 """
 
 from __future__ import annotations
@@ -68,6 +76,11 @@ WATCHED = frozenset({"cancel_requested", "answered", "queued"})
 QUEUE_BATCH_SECONDS = 0.01
 #: The longest such window after claims that found nothing (see `claimed`).
 QUEUE_BATCH_MAX_SECONDS = 0.08
+#: The slowest a pool's secondary reads its notifications while the others keep up
+#: (module doc: peers).
+SECONDARY_PACE_MAX_SECONDS = 0.32
+#: A task a secondary claims that waited this long was left by the others (module doc).
+LEFT_WAITING_SECONDS = SECONDARY_PACE_MAX_SECONDS / 2
 
 
 class ChangeWatcher:
@@ -84,6 +97,7 @@ class ChangeWatcher:
         self._room = anyio.Event()  # set when this worker's room may have changed
         self.peers = 1  # live workers of the application, this one included (`count_peers`)
         self.primary = True  # the first of them by worker id (module doc: peers)
+        self.spared = 0  # a secondary's rounds in a row that found fewer than it could take
         self._claimed = False  # a claim round ran since the last count
         self._counted = False
         self.first_claim = anyio.Event()  # the first claim round, before any count
@@ -150,10 +164,11 @@ class ChangeWatcher:
             heapq.heappush(self._due, due)
         self._wake.set()  # the loop recomputes how long it sleeps
 
-    def claimed(self, taken: int) -> None:
-        """A claim round took `taken` tasks: the next window starts short again, or,
-        when it took none (another worker was quicker), is twice as long, up to
-        `QUEUE_BATCH_MAX_SECONDS`."""
+    def claimed(self, taken: int, waited: float = 0.0) -> None:
+        """A claim round took `taken` tasks (the oldest of them created `waited` seconds
+        ago): the next window starts short again, or, when it took none (another worker
+        was quicker), is twice as long, up to `QUEUE_BATCH_MAX_SECONDS`; a secondary's
+        pace follows (module doc: peers)."""
         self._claimed = True
         if not self._counted and self._pacer() is not None:
             self.first_claim.set()  # the heartbeat counts the peers now, not in `interval`
@@ -161,6 +176,14 @@ class ChangeWatcher:
             self.window = QUEUE_BATCH_SECONDS
         else:
             self.window = min(self.window * 2, QUEUE_BATCH_MAX_SECONDS)
+        if not self.primary and self.peers > 1 and (space := self._pacer()) is not None:
+            was = self.pace()  # a secondary: slower while the others keep up (module doc)
+            if self.more_queued or waited >= LEFT_WAITING_SECONDS:  # they do not
+                self.spared = 0
+            elif was < SECONDARY_PACE_MAX_SECONDS:
+                self.spared += 1
+            if self.pace() != was:
+                space(self.pace(), self.runner.owner)
 
     def _pacer(self) -> Callable[[float, str], None] | None:
         """The store's `space_wakes` (module doc: peers), or `None` (a store without a
@@ -187,6 +210,8 @@ class ChangeWatcher:
             )
             self.peers = max(1, len(live))
             self.primary = not live or live[0] == self.runner.owner
+            if self.primary or self.peers == 1:
+                self.spared = 0  # a secondary again later starts at its pace
             if (space := self._pacer()) is not None:
                 space(self.pace(), self.runner.owner)
         self._claimed = False
@@ -196,10 +221,12 @@ class ChangeWatcher:
     def pace(self) -> float:
         """Seconds the reader lets pass between two wake-ups of this worker (module doc):
         one window for a lone worker and a pool's primary, twice `peers` windows (at most
-        `QUEUE_BATCH_MAX_SECONDS`) for the others."""
+        `QUEUE_BATCH_MAX_SECONDS`) for the others, doubled for each of their rounds in a row
+        that was not needed (`spared`, `claimed`), up to `SECONDARY_PACE_MAX_SECONDS`."""
         if self.primary or self.peers == 1:
             return QUEUE_BATCH_SECONDS
-        return min(2 * QUEUE_BATCH_SECONDS * self.peers, QUEUE_BATCH_MAX_SECONDS)
+        pace = min(2 * QUEUE_BATCH_SECONDS * self.peers, QUEUE_BATCH_MAX_SECONDS)
+        return min(pace * 2.0**self.spared, max(pace, SECONDARY_PACE_MAX_SECONDS))
 
     def slot_freed(self) -> None:
         if self.more_queued:
