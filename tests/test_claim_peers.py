@@ -37,6 +37,7 @@ from fastmcp_tasks.stores.operations import WorkerInfo
 from fastmcp_tasks.stores.postgres import PostgresTaskStore
 from fastmcp_tasks.stores.postgres import feed as feeding
 from fastmcp_tasks.stores.postgres.feed import WAKE_SPACING
+from fastmcp_tasks.stores.postgres.feed_parts import Pace
 from fastmcp_tasks.stores.sqlite import SQLiteTaskStore
 from tests.test_store_contract import postgres_store, record, redis_store
 
@@ -144,8 +145,12 @@ def test_a_secondary_slows_while_the_others_keep_up() -> None:
 
 @pytest.mark.parametrize(
     ("filled", "waited"),
-    [(True, 0.0), (False, LEFT_WAITING_SECONDS)],
-    ids=["the queue holds more than it can take", "nobody else took a task it took"],
+    [(True, 0.0), (False, LEFT_WAITING_SECONDS), (False, -LEFT_WAITING_SECONDS)],
+    ids=[
+        "the queue holds more than it can take",
+        "nobody else took a task it took",
+        "the front end's clock is ahead of the worker's",
+    ],
 )
 def test_a_secondary_is_back_at_its_pace_once_it_is_needed(filled: bool, waited: float) -> None:
     """A round that fills every free slot, or takes a task that waited long enough that
@@ -161,7 +166,7 @@ def test_a_secondary_is_back_at_its_pace_once_it_is_needed(filled: bool, waited:
     assert watcher.pace() == store.paces[-1] == pytest.approx(BASE)
     claim_round(watcher, 2, filled=filled, waited=waited)  # needed still: nothing to set
     assert len(store.paces) == 5
-    claim_round(watcher, 2, filled=False, waited=LEFT_WAITING_SECONDS / 2)
+    claim_round(watcher, 2, filled=False, waited=-LEFT_WAITING_SECONDS / 2)  # near enough
     assert store.paces[-1] == pytest.approx(2 * BASE)
 
 
@@ -223,6 +228,9 @@ async def test_a_claim_round_tells_the_watcher_whether_it_was_needed() -> None:
 
     keeper._start = start  # type: ignore[method-assign]
 
+    async def started(record: Any, tools: Any) -> None:
+        """Submitted, and already done: its slot is free again."""
+
     def tasks(count: int, age: float = 0.0) -> list[Any]:
         made = time.time() - age
         return [SimpleNamespace(task_id=f"t{i}", created_at=made) for i in range(count)]
@@ -238,6 +246,37 @@ async def test_a_claim_round_tells_the_watcher_whether_it_was_needed() -> None:
         assert await round_of(tasks(4)) == pytest.approx(BASE)  # it filled every slot
         assert await round_of([]) == pytest.approx(2 * BASE)
         assert await round_of(tasks(1, age=LEFT_WAITING_SECONDS + 1)) == pytest.approx(BASE)
+        assert await round_of(tasks(1)) == pytest.approx(2 * BASE)
+        # a round of two claims (the first filled the slots, one freed meanwhile): the
+        # oldest task of the whole round counts, not only the last claim's
+        store.rounds = [tasks(3) + tasks(1, age=LEFT_WAITING_SECONDS + 1), tasks(1)]
+        slots[0] = 4
+        keeper._start = started  # type: ignore[method-assign]
+        assert await keeper.take_queued()
+        assert watcher.more_queued is False  # its last claim found fewer than it could take
+        assert watcher.pace() == pytest.approx(BASE)
+
+
+async def test_a_reader_pace_made_shorter_ends_its_pause_and_a_longer_one_does_not() -> None:
+    """A slowed secondary needed again is woken at its new pace (`feed_parts.Pace`), not
+    after the slow pause it began before; a longer pace set meanwhile extends the pause."""
+    pace = Pace(3_600.0)
+    ended = anyio.Event()
+
+    async def pause() -> None:
+        await pace.wait(time.monotonic())
+        ended.set()
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            group.start_soon(pause)
+            await anyio.wait_all_tasks_blocked()
+            pace.set(7_200.0)  # longer: the pause goes on
+            await anyio.wait_all_tasks_blocked()
+            assert not ended.is_set()
+            pace.set(0.0)  # shorter, and already over
+            await ended.wait()
+        assert pace.spacing == 0.0
 
 
 class CountingStore:
@@ -335,22 +374,22 @@ async def test_postgres_wakes_a_worker_no_more_often_than_the_pool_needs(
         watcher.claimed(1)
         await heart.beat()
         assert (watcher.peers, watcher.primary) == (3, False)
-        assert postgres._feed.wake_spacing == pytest.approx(2 * 3 * QUEUE_BATCH_SECONDS)
+        assert postgres._feed.pace.spacing == pytest.approx(2 * 3 * QUEUE_BATCH_SECONDS)
         for name in "defghijk":  # a large pool: at most the longest claim window
             await postgres.beat(worker(name))
         claim_round(watcher, 4, filled=True)  # needed: not slowed (see the test above)
         await heart.beat()
-        assert postgres._feed.wake_spacing == pytest.approx(QUEUE_BATCH_MAX_SECONDS)
+        assert postgres._feed.pace.spacing == pytest.approx(QUEUE_BATCH_MAX_SECONDS)
         for name in "bcdefghijk":  # all the others stop: "me" is first, then alone
             await postgres.beat(worker(name, stopped=True))
         await postgres.beat(worker("z"))
         claim_round(watcher, 1, filled=False)  # slower as a secondary: then primary
-        assert postgres._feed.wake_spacing == pytest.approx(2 * QUEUE_BATCH_MAX_SECONDS)
+        assert postgres._feed.pace.spacing == pytest.approx(2 * QUEUE_BATCH_MAX_SECONDS)
         await heart.beat()
         assert (watcher.peers, watcher.primary) == (2, True)
-        assert postgres._feed.wake_spacing == WAKE_SPACING
+        assert postgres._feed.pace.spacing == WAKE_SPACING
     postgres.space_wakes(0.0)  # never less than the reader's own spacing
-    assert postgres._feed.wake_spacing == WAKE_SPACING
+    assert postgres._feed.pace.spacing == WAKE_SPACING
 
 
 async def test_runners_sharing_a_store_are_woken_at_the_pace_of_the_quickest(
@@ -367,12 +406,12 @@ async def test_runners_sharing_a_store_are_woken_at_the_pace_of_the_quickest(
         first.count_peers(listed, now)
         then.count_peers(listed, now)
         assert (primary.primary, secondary.primary) == (True, False)
-        assert postgres._feed.wake_spacing == WAKE_SPACING
+        assert postgres._feed.pace.spacing == WAKE_SPACING
     listed.append(worker("0"))  # a worker with a smaller id joins: both are secondaries
     primary.count_peers(listed, now)  # the other still asks for its pace among three
-    assert postgres._feed.wake_spacing == pytest.approx(2 * 3 * QUEUE_BATCH_SECONDS)
+    assert postgres._feed.pace.spacing == pytest.approx(2 * 3 * QUEUE_BATCH_SECONDS)
     secondary.count_peers(listed, now)
-    assert postgres._feed.wake_spacing == pytest.approx(QUEUE_BATCH_MAX_SECONDS)
+    assert postgres._feed.pace.spacing == pytest.approx(QUEUE_BATCH_MAX_SECONDS)
 
 
 async def test_a_failed_listing_keeps_the_count_and_the_beat_pace(

@@ -238,7 +238,7 @@ class LeaseKeeper:
             if not free:  # full: look again as soon as a slot frees
                 runner.watcher.more_queued = True
                 if taken:  # it took tasks: the next window is short
-                    runner.watcher.claimed(taken, waited=max(0.0, time.time() - oldest))
+                    runner.watcher.claimed(taken, waited=time.time() - oldest)
                 return asked
             if self.lost_claims:
                 await self.reclaim_lost()
@@ -254,7 +254,7 @@ class LeaseKeeper:
             taken += len(records)
             oldest = min([oldest, *(record.created_at for record in records)])
             if len(records) < free:  # the round's last claim: its window
-                runner.watcher.claimed(taken, waited=max(0.0, time.time() - oldest))
+                runner.watcher.claimed(taken, waited=time.time() - oldest if taken else 0.0)
             claimed = {record.task_id for record in records}
             runner.claiming |= claimed  # a cancel heard before they are submitted is kept
             try:

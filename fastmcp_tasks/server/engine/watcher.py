@@ -40,16 +40,17 @@ tasks than it has free slots, each created a moment ago; it then doubles that pa
 each such round, up to `SECONDARY_PACE_MAX_SECONDS` (`spared`). A round that fills every
 free slot (the queue holds more than it can take) or takes a task created
 `LEFT_WAITING_SECONDS` or more before (nobody else took it: the primary is full, draining
-or gone) brings it back to its pace; so while it is needed, it claims at least every
-`SECONDARY_PACE_MAX_SECONDS`, and mostly much sooner. Four workers under a queue that one
-could nearly keep up with made about two and a half times the claim rounds of one, a third
-or more of them empty; with this, about one and a half times, a fifth of them empty. The
-pool wakes and claims far less often, each claim taking more; a notification after a pause
-that long is still handled at once by every worker, and a freed slot while tasks wait
-claims after one window as before. Cancel requests and answers share the reader, so under a
-busy queue they reach a secondary up to its pace later. A store without such a reader
-(SQLite, whose workers poll; Redis, which shares wake-ups out) is never told, and no count
-is read for it.
+or gone; or a task created that long after now: the front end's clock is ahead of its own)
+brings it back to its pace, from its reader's next read (`feed_parts.Pace`); so while it is
+needed, it claims at least every `SECONDARY_PACE_MAX_SECONDS` (plus its claim window), and
+mostly much sooner. Four workers under a queue that one could nearly keep up with made
+about two and a half times the claim rounds of one, a third or more of them empty; with
+this, about one and a half times, a fifth of them empty. The pool wakes and claims far less
+often, each claim taking more; a notification after a pause that long is still handled at
+once by every worker, and a freed slot while tasks wait claims after one window as before.
+Cancel requests and answers share the reader, so under a busy queue they reach a secondary
+up to its pace later. A store without such a reader (SQLite, whose workers poll; Redis,
+which shares wake-ups out) is never told, and no count is read for it.
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ class ChangeWatcher:
         self._room = anyio.Event()  # set when this worker's room may have changed
         self.peers = 1  # live workers of the application, this one included (`count_peers`)
         self.primary = True  # the first of them by worker id (module doc: peers)
-        self.spared = 0  # a secondary's rounds in a row that found fewer than it could take
+        self.spared = 0  # a secondary's rounds in a row that were not needed (up to its cap)
         self._claimed = False  # a claim round ran since the last count
         self._counted = False
         self.first_claim = anyio.Event()  # the first claim round, before any count
@@ -178,8 +179,8 @@ class ChangeWatcher:
             self.window = min(self.window * 2, QUEUE_BATCH_MAX_SECONDS)
         if not self.primary and self.peers > 1 and (space := self._pacer()) is not None:
             was = self.pace()  # a secondary: slower while the others keep up (module doc)
-            if self.more_queued or waited >= LEFT_WAITING_SECONDS:  # they do not
-                self.spared = 0
+            if self.more_queued or not -LEFT_WAITING_SECONDS < waited < LEFT_WAITING_SECONDS:
+                self.spared = 0  # the others do not keep up, or the clocks disagree
             elif was < SECONDARY_PACE_MAX_SECONDS:
                 self.spared += 1
             if self.pace() != was:

@@ -14,20 +14,19 @@ after the last read at the latest. A notification only says "read": one lost or 
 loses nothing, since the rows are read by watermark. While nothing happens the reader
 reads once every `keep_up` at most (TCP keepalives watch the idle connection).
 
-Commit order. `seq` is taken when a row is inserted, so a transaction that took
-`seq` 10 may commit after one that took 11. The reader never skips a missing
-`seq` it may still see: on a gap it stops before it and waits for the
-notification of that commit. A gap is left behind only when it is proven
-permanent (a rolled-back transaction): the reader reads the sequence's last value
-L and then finds no other session holding a write lock on `changes` (every insert
-holds one from before it takes its `seq` until it ends), so every `seq` up to L
-is committed or gone, and a re-read tells which. Under constant writes that proof
-may not come; a gap older than `gap_timeout` is then skipped with a WARNING.
+Commit order. `seq` is taken when a row is inserted, so a transaction that took `seq` 10
+may commit after one that took 11. The reader never skips a missing `seq` it may still
+see: on a gap it stops before it and waits for the notification of that commit. A gap is
+left behind only when it is proven permanent (a rolled-back transaction): the reader reads
+the sequence's last value L and then finds no other session holding a write lock on
+`changes` (every insert holds one from before it takes its `seq` until it ends), so every
+`seq` up to L is committed or gone, and a re-read tells which. Under constant writes that
+proof may not come; a gap older than `gap_timeout` is then skipped with a WARNING.
 
-Outages. A broken LISTEN connection (the server restarting, the backend
-terminated, keepalives giving up on a dead peer) is reconnected with capped
-backoff, logged once per outage; after LISTEN succeeds again the reader reads
-from its watermark, so what was committed meanwhile is delivered exactly once.
+Outages. A broken LISTEN connection (the server restarting, the backend terminated,
+keepalives giving up on a dead peer) is reconnected with capped backoff, logged once per
+outage; after LISTEN succeeds again the reader reads from its watermark, so what was
+committed meanwhile is delivered exactly once.
 
 Quiet notifications are sent only while some reader wants them (`postgres.quiet_readers`,
 which says when a reader registers and renews). A reader with subscribers reads at least
@@ -43,17 +42,17 @@ task when it is created; when read, such a row goes only to the subscribers that
 not told (`feed_parts.Announced`), so a runner does not act on a creation twice.
 
 While every subscriber wants only waking kinds (a runner), the reader waits for
-notifications once per `wake_spacing` at most (`WAKE_SPACING`; more while none of the
-process's runners is its pool's primary, `space_wakes`, less by up to half at random);
-one after a pause that long is handled at once.
+notifications once per `pace` at most (`WAKE_SPACING`; more while none of the process's
+runners is its pool's primary, `space_wakes`, less by up to half at random; a shorter pace
+ends the pause sooner: `feed_parts.Pace`); one after a pause that long is handled at once.
 
-Subscribing. A new subscription waits (up to the store's `timeout`) for the reader
-to be listening, then reads the newest `seq` through the pool and receives exactly
-the rows past it. Filtering is in-process; each subscriber has an unbounded queue,
-so a slow reader only delays itself. The reader outlives its last subscriber (the
-next one then needs no new connection, as a front end's `subscriptions/listen`
-streams come and go); while it has none it reads nothing and only moves its
-watermark past what it is notified of, which the next subscriber starts after.
+Subscribing. A new subscription waits (up to the store's `timeout`) for the reader to be
+listening, then reads the newest `seq` through the pool and receives exactly the rows past
+it. Filtering is in-process; each subscriber has an unbounded queue, so a slow reader only
+delays itself. The reader outlives its last subscriber (the next one then needs no new
+connection, as a front end's `subscriptions/listen` streams come and go); while it has
+none it reads nothing and only moves its watermark past what it is notified of, which the
+next subscriber starts after.
 """
 
 from __future__ import annotations
@@ -75,6 +74,7 @@ from fastmcp_tasks.stores.base import TaskChange
 from fastmcp_tasks.stores.postgres.feed_parts import (
     Announced,
     Heard,
+    Pace,
     announce,
     any_wants_quiet,
     details_of,
@@ -138,7 +138,7 @@ class PostgresChangeFeed:
         self.stats = stats
         self.scrub = scrub
         self.pooled = pooled  # one statement through the store's pool
-        self.wake_spacing = WAKE_SPACING  # a runners-only reader's (module doc)
+        self.pace = Pace(WAKE_SPACING)  # a runners-only reader's (module doc)
         self.quiet = QuietRegistration(sql.schema, sql.channel)
         self._subscribers: set[Subscriber[float]] = set()
         self._lock = anyio.Lock()
@@ -293,11 +293,11 @@ class PostgresChangeFeed:
                 due = max(0.0, self.quiet_lag - (time.monotonic() - self._last_read))
                 timeout = due if timeout is None else min(timeout, due)
             if not any_wants_quiet(self._subscribers):  # a runner's: a burst's notifications gather
-                await asyncio.sleep(self.wake_spacing - (time.monotonic() - woke))
+                await self.pace.wait(woke)
             heard = Heard()
             async for notify in conn.notifies(timeout=timeout, stop_after=1):
                 heard.add(notify.payload)
-            woke = time.monotonic() - random.random() * (self.wake_spacing - WAKE_SPACING) / 2
+            woke = time.monotonic() - random.random() * (self.pace.spacing - WAKE_SPACING) / 2
             async for notify in conn.notifies(timeout=0):  # whatever else has arrived
                 heard.add(notify.payload)
             newest = heard.waking

@@ -1,8 +1,8 @@
 """The PostgreSQL change feed's parts that hold no connection: how a notification's
 payload is read (`Heard`, `details_of`, and the kinds and markers: `WAKING_KINDS`, `QUIET`,
 `QUEUED_ONLY`), which subscribers want quiet ones (`wants_quiet`) or take `NEW_TASKS`
-(`takes_announcements`, `announce`), and which creations' rows the runners were told of
-already (`Announced`).
+(`takes_announcements`, `announce`), which creations' rows the runners were told of
+already (`Announced`), and how long a runners-only reader waits between two reads (`Pace`).
 
 A change statement notifies with the highest `seq` it wrote (`postgres.sql`), followed by
 ` quiet` when none of its rows is of a waking kind, or by a single space when its rows
@@ -15,7 +15,10 @@ ignores it.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,6 +124,30 @@ class Announced:
 
     def __len__(self) -> int:
         return len(self._seqs)
+
+
+class Pace:
+    """How long a runners-only reader lets pass between two waits for notifications
+    (`spacing`, seconds; `feed` module doc), and that wait, which a shorter pace set
+    meanwhile (a pool's secondary needed again: `store.space_wakes`) ends by its own
+    end, so a worker needed again is woken at its new pace, not one slow pause later."""
+
+    def __init__(self, spacing: float) -> None:
+        self.spacing = spacing
+        self._sooner = asyncio.Event()
+
+    def set(self, spacing: float) -> None:
+        if spacing < self.spacing:
+            self._sooner.set()
+        self.spacing = spacing
+
+    async def wait(self, since: float) -> None:
+        """Until `spacing` after `since` (`time.monotonic()`), by the latest `spacing`."""
+        while (left := self.spacing - (time.monotonic() - since)) > 0:
+            self._sooner = asyncio.Event()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(left):
+                    await self._sooner.wait()
 
 
 def wants_quiet(sub: Subscriber[Any]) -> bool:

@@ -334,7 +334,7 @@ class PostgresTaskStore(
         runners, which wakes them at the shortest pace any of them asked for, so that a
         primary sharing the instance with a secondary keeps its own pace."""
         self._wake_paces[runner] = max(WAKE_SPACING, seconds)
-        self._feed.wake_spacing = min(self._wake_paces.values())
+        self._feed.pace.set(min(self._wake_paces.values()))
 
     @functools.cached_property
     def _wake_paces(self) -> dict[str, float]:
