@@ -81,7 +81,7 @@ QUEUE_BATCH_MAX_SECONDS = 0.08
 #: (module doc: peers).
 SECONDARY_PACE_MAX_SECONDS = 0.32
 #: A task a secondary claims that waited this long was left by the others (module doc).
-LEFT_WAITING_SECONDS = SECONDARY_PACE_MAX_SECONDS / 2
+LEFT_WAITING_SECONDS = QUEUE_BATCH_MAX_SECONDS
 
 
 class ChangeWatcher:
