@@ -217,6 +217,7 @@ async def test_a_real_v1_client_beside_a_2026_client(
 
 
 @pytest.mark.parametrize("resumer", ["mcp1", "ts"])
+@pytest.mark.bound(2 * RUN_TIMEOUT + 15)  # two client runs, each with its own bound
 async def test_input_goes_to_the_next_client_when_the_asked_one_is_gone(
     resumer: str, interop_envs: Path, served: Served
 ) -> None:
@@ -225,14 +226,14 @@ async def test_input_goes_to_the_next_client_when_the_asked_one_is_gone(
     task (a new session, as after a reconnect) is asked the same question on its own
     stream, answers it, and gets the result."""
     command = COMMANDS["fastmcp3"] + [served.url, "elicit", "--key", f"resume-{resumer}"]
-    async with ClientRun.start(command, RUN_TIMEOUT / 2, served.log) as first:
+    async with ClientRun.start(command, RUN_TIMEOUT, served.log) as first:
         task_id = await created_by(first, "elicit")
         await first.next("paused")  # the question reached FastMCP 3's handler
     # leaving the block killed it, unanswered
     async with http_wire_for(served.url) as wire:
         assert (await wire.get(task_id))["status"] == "input_required"
         command = COMMANDS[resumer] + [served.url, "resume", "--peer", task_id]
-        async with ClientRun.start(command, RUN_TIMEOUT / 2, served.log) as run:
+        async with ClientRun.start(command, RUN_TIMEOUT, served.log) as run:
             await run.next("paused")  # in the resumer's handler, from its tasks/result
             run.resume()
             seen = await run.finish()
